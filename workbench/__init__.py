@@ -1,0 +1,30 @@
+"""EAGLE3 + DP-attention regression workbench: reproduce SGLang's ``kv_indptr`` crash, apply the fix, compare backends."""
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["RunConfig", "RunResult", "reproduce", "apply_fix", "undo_fix", "fix_applied", "REVISIONS"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "reproduce":
+        from workbench.api import reproduce
+
+        return reproduce
+    if name == "RunConfig":
+        from workbench.config import RunConfig
+
+        return RunConfig
+    if name == "RunResult":
+        from workbench.record import RunResult
+
+        return RunResult
+    if name in ("apply_fix", "undo_fix", "fix_applied"):
+        from workbench.spec import fix
+
+        return getattr(fix, name)
+    if name == "REVISIONS":
+        from workbench.revisions import REVISIONS
+
+        return REVISIONS
+    raise AttributeError(f"module 'workbench' has no attribute {name!r}")

@@ -1,0 +1,47 @@
+"""``reproduce(config) -> RunResult``: the one entry point notebooks, the CLI and CI call."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Union
+
+from workbench.config import RunConfig
+from workbench.models.loader import load_prompts
+from workbench.record import RunResult, build_record
+from workbench.spec.fix import apply_fix, fix_applied
+
+
+def make_config(config: Union[RunConfig, dict, None] = None, **overrides) -> RunConfig:
+    """A validated RunConfig from a RunConfig, a dict and/or keyword overrides."""
+    if isinstance(config, RunConfig):
+        cfg = dataclasses.replace(config, **overrides)
+    else:
+        fields = {f.name for f in dataclasses.fields(RunConfig)}
+        merged = {**(config or {}), **overrides}
+        unknown = sorted(set(merged) - fields)
+        if unknown:
+            from workbench.config import ConfigError
+
+            raise ConfigError(f"unknown run parameter(s) {unknown}; valid: {sorted(fields)}")
+        cfg = RunConfig(**merged)
+    return cfg.validate()
+
+
+def reproduce(config: Union[RunConfig, dict, None] = None, **overrides) -> RunResult:
+    """Run the EAGLE3 loop (or plain greedy) with the given backend, revision, DP and spec
+    settings; return the run record. A crash is data in the record, never an exception here."""
+    cfg = make_config(config, **overrides)
+    if fix_applied():
+        cfg = dataclasses.replace(cfg, apply_fix_in_place=True)
+    prompts = cfg.prompts if cfg.prompts is not None else load_prompts()
+    if cfg.dp > 1 or cfg.fault is not None:
+        from workbench.dp.launch import run_dp
+
+        return RunResult(run_dp(cfg, prompts))
+    from workbench.runner import run_rank
+
+    if cfg.apply_fix_in_place:
+        apply_fix()
+    res = run_rank(cfg, prompts, list(range(len(prompts))))
+    extra = {"slots_leaked": res["slots_capacity"] - res["slots_free"]} if "slots_free" in res else {}
+    return RunResult(build_record(cfg, prompts, res["outputs"], res["metrics"], res["wall_s"], res["crash"],
+                                  res["kernel"], res["kernel_stand_in"], extra=extra))

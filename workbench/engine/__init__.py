@@ -1,0 +1,1 @@
+"""Engine: requests, scheduling, forward batches, model runners and the EAGLE3 worker."""

@@ -1,0 +1,53 @@
+"""``ForwardBatch``: everything one forward pass of one model needs, metadata included.
+
+Conventions (page size 1, all tensors on cpu):
+- DECODE / IDLE: one query token per row; ``seq_lens`` counts the KV the row attends to,
+  its own new token included.
+- EXTEND / DRAFT_EXTEND: ``extend_seq_lens`` new tokens per request after ``extend_prefix_lens``
+  cached ones; ``seq_lens`` = prefix + new.
+- TARGET_VERIFY: ``seq_lens`` = prefix only (as upstream); every request adds
+  ``spec_info.draft_token_num`` tree tokens under ``spec_info.custom_mask``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from workbench.forward_mode import CaptureHiddenMode, ForwardMode
+from workbench.mem.pool import KVCache, ReqToTokenPool
+
+
+@dataclass
+class ForwardBatch:
+    forward_mode: ForwardMode
+    batch_size: int
+    input_ids: torch.Tensor  # (T,) int64
+    positions: torch.Tensor  # (T,) int64
+    req_pool_indices: torch.Tensor  # (bs,) int64 rows of req_to_token
+    seq_lens: torch.Tensor  # (bs,) int64, see the module docstring
+    out_cache_loc: torch.Tensor  # (T,) int64 slots the new K/V are written to (0 = padding sink)
+    req_to_token_pool: ReqToTokenPool
+    kv_cache: KVCache
+    attn_backend: Any  # workbench.backends.base.AttentionBackend
+    extend_seq_lens: Optional[torch.Tensor] = None  # (bs,) int64, extend modes
+    extend_prefix_lens: Optional[torch.Tensor] = None  # (bs,) int64, extend modes
+    spec_info: Optional[Any] = None
+    capture_hidden_mode: CaptureHiddenMode = CaptureHiddenMode.NULL
+    dp_comm: Optional[Any] = None  # workbench.dp.comm.DPCommunicator under DP attention
+    is_padded_idle: bool = False
+    attn_metadata: Optional[Any] = field(default=None, repr=False)  # set by init_forward_metadata
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def seq_lens_sum(self) -> int:
+        return int(self.seq_lens.sum())
+
+    def extend_start_loc(self) -> torch.Tensor:
+        """(bs,) offset of each request's first new token in the packed token dim."""
+        lens = self.extend_seq_lens
+        return torch.cumsum(lens, 0) - lens

@@ -1,0 +1,80 @@
+"""One model with its KV buffers and attention backend; runs ``ForwardBatch``es.
+
+Target and draft share the request table and the slot allocator (as in SGLang); each owns its
+KV buffers and its own backend instance.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from workbench.backends import BackendContext, create_backend
+from workbench.engine.forward_batch import ForwardBatch
+from workbench.forward_mode import CaptureHiddenMode, ForwardMode
+from workbench.mem.pool import KVCache, ReqToTokenPool, TokenSlotAllocator
+
+
+@dataclass
+class Memory:
+    """The pools both runners share."""
+
+    req_to_token_pool: ReqToTokenPool
+    allocator: TokenSlotAllocator
+
+
+class ModelRunner:
+    def __init__(
+        self, model: torch.nn.Module, backend: str, memory: Memory, capacity: int, dp_comm: Optional[object] = None
+    ) -> None:
+        cfg = model.config
+        self.model = model
+        self.memory = memory
+        self.dp_comm = dp_comm
+        num_layers = getattr(model, "layers", None)
+        self.kv_cache = KVCache(len(num_layers) if num_layers is not None else 1, capacity, cfg.num_kv_heads, cfg.head_dim, torch.float32)
+        self.attn_backend = create_backend(
+            backend, BackendContext(memory.req_to_token_pool, self.kv_cache, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+        )
+
+    def make_batch(self, forward_mode: ForwardMode, **kw) -> ForwardBatch:
+        bs = int(kw["seq_lens"].shape[0])
+        return ForwardBatch(
+            forward_mode=forward_mode, batch_size=bs, req_to_token_pool=self.memory.req_to_token_pool,
+            kv_cache=self.kv_cache, attn_backend=self.attn_backend, dp_comm=self.dp_comm, **kw,
+        )
+
+    def idle_batch(self, spec_info: Optional[object] = None) -> ForwardBatch:
+        """An IDLE batch: size 0 alone, padded to one row (slot 0, req row 0, seq_len 1) under DP attention."""
+        bs = 1 if self.dp_comm is not None else 0
+        zeros = torch.zeros(bs, dtype=torch.int64)
+        return self.make_batch(
+            ForwardMode.IDLE, input_ids=zeros, positions=zeros, req_pool_indices=zeros,
+            seq_lens=torch.ones(bs, dtype=torch.int64), out_cache_loc=zeros, spec_info=spec_info,
+            capture_hidden_mode=CaptureHiddenMode.NULL, is_padded_idle=bs > 0,
+        )
+
+    @torch.inference_mode()
+    def forward(self, fb: ForwardBatch, hidden: Optional[torch.Tensor] = None):
+        """Runs the model; returns what it returns (target: (hidden, aux); draft: hidden)."""
+        if fb.dp_comm is not None:
+            fb.dp_comm.begin_forward(fb)
+        if fb.forward_mode.is_idle():
+            return self.forward_idle(fb, hidden)
+        self.attn_backend.init_forward_metadata(fb)
+        return self._run(fb, hidden)
+
+    def forward_idle(self, fb: ForwardBatch, hidden: Optional[torch.Tensor]):
+        """As upstream: metadata only for a non-empty (padded) idle batch; the layers still run so
+        the MLP collectives line up across DP ranks."""
+        if fb.batch_size > 0:
+            self.attn_backend.init_forward_metadata(fb)
+        return self._run(fb, hidden)
+
+    def _run(self, fb: ForwardBatch, hidden: Optional[torch.Tensor]):
+        if hasattr(self.model, "fc"):
+            if hidden is None:
+                hidden = torch.zeros(fb.num_tokens, self.model.config.hidden_size)
+            return self.model(fb.input_ids, fb.positions, hidden, fb)
+        return self.model(fb.input_ids, fb.positions, fb)

@@ -1,0 +1,129 @@
+"""Worker base (memory, target runner, prefill, bookkeeping) and the plain greedy worker."""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Dict, List, Optional
+
+import torch
+
+from workbench.engine.model_runner import Memory, ModelRunner
+from workbench.engine.ops import assign_req_to_token, gather_req_to_token
+from workbench.engine.schedule_batch import Req, ScheduleBatch
+from workbench.forward_mode import CaptureHiddenMode, ForwardMode
+from workbench.mem.pool import ReqToTokenPool, TokenSlotAllocator
+from workbench.metrics import Metrics
+
+
+class WorkerBase:
+    """Owns the shared pools and the target runner; records where each forward happens."""
+
+    def __init__(
+        self, target: torch.nn.Module, backend: str, max_running: int, max_context_len: int,
+        extra_rows: int = 0, extra_slots: int = 0, dp_comm: Optional[object] = None,
+        metrics: Optional[Metrics] = None,
+    ) -> None:
+        capacity = max_running * max_context_len + extra_slots
+        self.memory = Memory(ReqToTokenPool(max_running + extra_rows + 1, max_context_len), TokenSlotAllocator(capacity))
+        self.memory.req_to_token_pool.alloc(1)  # row 0: the row padded IDLE rows point at
+        self.max_context_len = max_context_len
+        self.dp_comm = dp_comm
+        self.target = ModelRunner(target, backend, self.memory, capacity, dp_comm)
+        self.metrics = metrics or Metrics()
+        self.current: Dict[str, object] = {}  # phase / forward_mode / batch_size of the forward in flight
+
+    @property
+    def backend(self):
+        return self.target.attn_backend
+
+    @contextmanager
+    def phase(self, name: str):
+        t0 = time.perf_counter()
+        self.current = {"phase": name}
+        yield
+        self.metrics.add_latency(name, time.perf_counter() - t0)
+
+    def run(self, runner: ModelRunner, fb, hidden: Optional[torch.Tensor] = None):
+        self.current.update(forward_mode=fb.forward_mode.name, batch_size=fb.batch_size)
+        return runner.forward(fb, hidden)
+
+    def check_fits(self, reqs: List[Req], extra: int) -> None:
+        for r in reqs:
+            need = len(r.prompt_ids) + r.max_new_tokens + extra
+            if need > self.max_context_len:
+                raise ValueError(
+                    f"request {r.rid}: prompt {len(r.prompt_ids)} + max_new_tokens {r.max_new_tokens} + {extra} "
+                    f"exceeds the context of {self.max_context_len} tokens"
+                )
+
+    def prefill_target(self, reqs: List[Req]):
+        """Target EXTEND over the prompts. Returns (batch, hidden (T, H), aux (T, 3H), lens (bs,))."""
+        pool = self.memory.req_to_token_pool
+        rows = torch.tensor(pool.alloc(len(reqs)), dtype=torch.int64)
+        for r, row in zip(reqs, rows.tolist()):
+            r.req_pool_idx = row
+        lens = torch.tensor([len(r.prompt_ids) for r in reqs], dtype=torch.int64)
+        slots = self.memory.allocator.alloc(int(lens.sum()))
+        zeros = torch.zeros_like(lens)
+        assign_req_to_token(pool.req_to_token, rows, zeros, lens, slots)
+        positions = torch.cat([torch.arange(n) for n in lens.tolist()])
+        input_ids = torch.tensor([t for r in reqs for t in r.prompt_ids], dtype=torch.int64)
+        fb = self.target.make_batch(
+            ForwardMode.EXTEND, input_ids=input_ids, positions=positions, req_pool_indices=rows, seq_lens=lens,
+            out_cache_loc=slots, extend_seq_lens=lens, extend_prefix_lens=zeros, capture_hidden_mode=CaptureHiddenMode.FULL,
+        )
+        hidden, aux = self.run(self.target, fb)
+        last = torch.cumsum(lens, 0) - 1
+        first = self.target.model.logits(hidden[last]).argmax(-1)
+        for r, t in zip(reqs, first.tolist()):
+            r.append([t])
+        batch = ScheduleBatch(reqs, rows, lens.clone(), first)
+        return batch, fb, aux, slots
+
+    def release(self, batch: ScheduleBatch, done: torch.Tensor) -> None:
+        """Free the KV slots and request rows of the requests flagged in ``done`` (bs,) bool."""
+        idx = done.nonzero().flatten()
+        if idx.numel() == 0:
+            return
+        rows, lens = batch.req_pool_indices[idx], batch.seq_lens[idx]
+        slots = gather_req_to_token(self.memory.req_to_token_pool.req_to_token, rows, torch.zeros_like(lens), lens)
+        self.memory.allocator.free(slots)
+        self.memory.req_to_token_pool.free(rows.tolist())
+
+    def finished_mask(self, batch: ScheduleBatch) -> torch.Tensor:
+        return torch.tensor([r.finished for r in batch.reqs], dtype=torch.bool)
+
+
+class GreedyWorker(WorkerBase):
+    """Plain greedy decoding with the target alone: the reference EAGLE3 must equal."""
+
+    def prefill(self, reqs: List[Req]) -> ScheduleBatch:
+        with self.phase("prefill"):
+            batch, _, _, _ = self.prefill_target(reqs)
+        return batch
+
+    def prefill_idle(self) -> None:
+        with self.phase("prefill"):
+            self.run(self.target, self.target.idle_batch())
+
+    def decode(self, batch: ScheduleBatch) -> ScheduleBatch:
+        """One DECODE step: the last token gets its KV and the target predicts the next."""
+        with self.phase("decode"):
+            slots = self.memory.allocator.alloc(len(batch))
+            table = self.memory.req_to_token_pool.req_to_token
+            table[batch.req_pool_indices, batch.seq_lens] = slots.to(table.dtype)
+            fb = self.target.make_batch(
+                ForwardMode.DECODE, input_ids=batch.verified_id, positions=batch.seq_lens.clone(),
+                req_pool_indices=batch.req_pool_indices, seq_lens=batch.seq_lens + 1, out_cache_loc=slots,
+            )
+            hidden, _ = self.run(self.target, fb)
+            nxt = self.target.model.logits(hidden).argmax(-1)
+            batch.seq_lens = batch.seq_lens + 1
+            batch.verified_id = nxt
+            for r, t in zip(batch.reqs, nxt.tolist()):
+                r.append([t])
+        return batch
+
+    def decode_idle(self) -> None:
+        with self.phase("decode"):
+            self.run(self.target, self.target.idle_batch())

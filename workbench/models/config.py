@@ -1,0 +1,34 @@
+"""Model hyper-parameters (stored next to every checkpoint as JSON)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Shape of a Llama-style decoder (the target) or of an EAGLE3 head (one layer)."""
+
+    vocab_size: int = 257
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 64
+    intermediate_size: int = 768
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-5
+    max_position: int = 1024
+    # target only: decoder layers whose outputs EAGLE3 fuses (low, mid, high)
+    aux_layers: Tuple[int, ...] = (0, 1, 2)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, path: Path) -> "ModelConfig":
+        data = json.loads(Path(path).read_text())
+        data["aux_layers"] = tuple(data.get("aux_layers", ()))
+        return cls(**data)

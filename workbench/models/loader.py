@@ -1,0 +1,71 @@
+"""Loading the shipped checkpoints, with errors that name the file and the rebuild command."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional, Tuple
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from workbench.models.config import ModelConfig
+from workbench.models.eagle3 import Eagle3Head
+from workbench.models.llama import LlamaForCausalLM
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+DEFAULT_MODEL_DIR = ASSETS / "models"
+REBUILD = "python scripts/train_models.py"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, unreadable or does not match its config."""
+
+
+def save_checkpoint(model: torch.nn.Module, cfg: ModelConfig, directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(cfg.to_json())
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(directory / "model.safetensors"))
+
+
+def _load(cls, directory: Path, what: str):
+    cfg_path, weights = directory / "config.json", directory / "model.safetensors"
+    for f in (cfg_path, weights):
+        if not f.is_file():
+            raise CheckpointError(f"{what} checkpoint file {f} is missing; rebuild it with `{REBUILD}`")
+    try:
+        cfg = ModelConfig.from_json(cfg_path)
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"{what} config {cfg_path} is unreadable ({e}); rebuild it with `{REBUILD}`") from e
+    try:
+        state = load_file(str(weights))
+    except Exception as e:  # safetensors raises several types for a corrupt header or body
+        raise CheckpointError(f"{what} weights {weights} are corrupt ({e}); rebuild them with `{REBUILD}`") from e
+    model = cls(cfg)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        raise CheckpointError(
+            f"{what} weights {weights} do not match {cfg_path}: {str(e).splitlines()[0]} ...; rebuild with `{REBUILD}`"
+        ) from e
+    return model.eval().requires_grad_(False), cfg
+
+
+def load_models(directory: Optional[Path] = None) -> Tuple[LlamaForCausalLM, Eagle3Head]:
+    """Load (target, draft head) from ``directory`` (default: the shipped checkpoints)."""
+    directory = Path(directory) if directory is not None else DEFAULT_MODEL_DIR
+    target, tcfg = _load(LlamaForCausalLM, directory / "target", "target")
+    head, hcfg = _load(Eagle3Head, directory / "draft", "EAGLE3 draft")
+    if hcfg.hidden_size != tcfg.hidden_size or hcfg.vocab_size != tcfg.vocab_size:
+        raise CheckpointError(
+            f"draft head in {directory / 'draft'} (hidden {hcfg.hidden_size}, vocab {hcfg.vocab_size}) does not fit "
+            f"the target (hidden {tcfg.hidden_size}, vocab {tcfg.vocab_size}); rebuild with `{REBUILD}`"
+        )
+    return target, head
+
+
+def load_prompts(path: Optional[Path] = None) -> list:
+    """The shipped deterministic prompt set: a list of strings."""
+    path = Path(path) if path is not None else ASSETS / "prompts.json"
+    if not path.is_file():
+        raise CheckpointError(f"prompt file {path} is missing; rebuild it with `{REBUILD}`")
+    return json.loads(path.read_text())["prompts"]

@@ -1,0 +1,94 @@
+"""The run record (DESIGN §7): one JSON-serialisable dict per run, and ``RunResult`` around it."""
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+from workbench.config import RunConfig
+from workbench.metrics import Metrics
+
+
+def outputs_sha256(outputs: List[Optional[List[int]]]) -> str:
+    """sha256 over the generated token ids of all prompts, in prompt order."""
+    return hashlib.sha256(json.dumps(outputs, separators=(",", ":")).encode()).hexdigest()
+
+
+def environment(backend_kernel: Optional[str]) -> dict:
+    env = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
+           "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", "kernel": backend_kernel}
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except ImportError:
+        env["triton"] = None
+    import os
+
+    env["triton_interpret"] = os.environ.get("TRITON_INTERPRET") == "1"
+    return env
+
+
+def build_record(
+    cfg: RunConfig, prompts: List[str], outputs: Dict[int, List[int]], metrics: Metrics, wall_s: float,
+    crash: Optional[dict], kernel: Optional[str], kernel_stand_in: Optional[bool], status: Optional[str] = None,
+    extra: Optional[dict] = None,
+) -> dict:
+    ordered = [outputs.get(i) for i in range(len(prompts))]
+    tokens = sum(len(o) for o in ordered if o)
+    config = cfg.to_dict()
+    config.update(prompts=prompts, kernel=kernel, kernel_stand_in=kernel_stand_in)
+    rec = {
+        "status": status or ("crashed" if crash else "ok"),
+        "config": config,
+        "crash": crash,
+        "metrics": metrics.summary(tokens, wall_s),
+        "outputs": ordered,
+        "outputs_sha256": outputs_sha256(ordered) if not crash else None,
+        "env": environment(kernel),
+    }
+    rec.update(extra or {})
+    return rec
+
+
+@dataclass
+class RunResult:
+    """A run record with conveniences for notebooks."""
+
+    record: dict
+
+    @property
+    def status(self) -> str:
+        return self.record["status"]
+
+    @property
+    def crash(self) -> Optional[dict]:
+        return self.record.get("crash")
+
+    @property
+    def metrics(self) -> dict:
+        return self.record.get("metrics") or {}
+
+    def save(self, path: str) -> Path:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(self.record, indent=1))
+        return p
+
+    def summary(self) -> str:
+        c, m = self.record["config"], self.metrics
+        head = f"[{self.status}] backend={c['backend']} ({c.get('kernel')}) revision={c['revision']} dp={c['dp']} " \
+               f"steps={c['steps']} topk={c['topk']} draft_tokens={c['draft_tokens']}"
+        if self.crash:
+            cr = self.crash
+            return head + f"\n  rank {cr['rank']} phase {cr['phase']} mode {cr['forward_mode']} bs {cr['batch_size']}: " \
+                          f"{cr['exception_type']}: {cr['message']}"
+        al = m.get("accept_length_mean")
+        tps = m.get("tokens_per_s")
+        return head + f"\n  accept length {al if al is None else round(al, 3)}, tokens/s {tps if tps is None else round(tps, 1)}, " \
+                      f"sha256 {str(self.record.get('outputs_sha256'))[:16]}"

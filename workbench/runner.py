@@ -1,0 +1,72 @@
+"""One rank's run: build the worker for a config, schedule the prompts, report tokens and metrics.
+
+Used directly for dp 1 and by each rank process under DP attention (``workbench.dp``).
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from typing import List, Optional
+
+import torch
+
+from workbench.config import RunConfig
+from workbench.engine.eagle_worker import EagleWorker
+from workbench.engine.scheduler import AnyRank, Scheduler
+from workbench.engine.schedule_batch import Req
+from workbench.engine.worker import GreedyWorker
+from workbench.metrics import Metrics
+from workbench.models.loader import load_models
+from workbench.models.tokenizer import encode
+from workbench.revisions import get_revision
+
+MAX_CONTEXT = 512
+
+
+def build_worker(cfg: RunConfig, dp_comm: Optional[object] = None, metrics: Optional[Metrics] = None):
+    target, draft = load_models(cfg.model_dir)
+    if cfg.mode == "greedy":
+        return GreedyWorker(target, cfg.backend, cfg.max_running, MAX_CONTEXT, dp_comm=dp_comm, metrics=metrics)
+    return EagleWorker(
+        target, draft, cfg.backend, get_revision(cfg.revision), cfg.steps, cfg.topk, cfg.draft_tokens,
+        cfg.max_running, MAX_CONTEXT, dp_comm=dp_comm, metrics=metrics,
+    )
+
+
+def run_rank(
+    cfg: RunConfig, prompts: List[str], prompt_ids: List[int], rank: int = 0,
+    dp_comm: Optional[object] = None, any_rank: Optional[AnyRank] = None, on_start=None,
+) -> dict:
+    """Run this rank's share of the prompts. Never raises: a failure becomes a ``crash`` entry.
+
+    Returns {"outputs": {prompt index: token ids}, "metrics": Metrics, "crash": None | dict,
+    "backend": name, "kernel": label, "wall_s": seconds}.
+    """
+    torch.manual_seed(cfg.seed)
+    metrics = Metrics()
+    out = {"outputs": {}, "metrics": metrics, "crash": None, "kernel": None, "kernel_stand_in": None}
+    worker = None
+    t0 = time.perf_counter()
+    try:
+        worker = build_worker(cfg, dp_comm, metrics)
+        out["kernel"], out["kernel_stand_in"] = worker.backend.kernel, worker.backend.kernel_is_stand_in
+        if on_start is not None:
+            on_start(worker)
+        reqs = [Req(i, encode(prompts[i]), cfg.max_new_tokens) for i in prompt_ids]
+        sched = Scheduler(worker, cfg.max_running, any_rank)
+        sched.add(reqs)
+        for r in sched.run():
+            out["outputs"][r.rid] = r.output_ids
+        out["slots_free"] = worker.memory.allocator.available()
+        out["slots_capacity"] = worker.memory.allocator.capacity
+    except Exception as e:  # the record carries it; DP callers end the other ranks
+        where = dict(worker.current) if worker is not None else {"phase": "setup"}
+        out["crash"] = {
+            "rank": rank, "phase": where.get("phase"), "forward_mode": where.get("forward_mode"),
+            "batch_size": where.get("batch_size"), "exception_type": type(e).__name__, "message": str(e),
+            "traceback": traceback.format_exc(),
+        }
+        for r in (sched.finished if "sched" in locals() else []):
+            out["outputs"][r.rid] = r.output_ids
+    out["wall_s"] = time.perf_counter() - t0
+    return out

@@ -1,0 +1,108 @@
+"""Spec-info objects the forward passes carry, mirroring SGLang's ``eagle_info.py``.
+
+``EagleDraftInput`` rides on draft passes (and, before PR #24860, on draft-extend too);
+``EagleVerifyInput`` on target-verify. The draft-extend class of PR #24860 lives in
+``workbench.spec.regressed`` and the fixed one of PR #28221 in ``workbench.spec.fix``.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from workbench.forward_mode import CaptureHiddenMode
+
+
+class SpecInputType(enum.IntEnum):
+    EAGLE_DRAFT = 1
+    EAGLE_VERIFY = 2
+    EAGLE_DRAFT_EXTEND = 3
+
+
+class SpecInput:
+    """Base of every spec-info object; it declares no metadata fields of its own."""
+
+    def __init__(self, spec_input_type: SpecInputType) -> None:
+        self.spec_input_type = spec_input_type
+
+    def is_draft_input(self) -> bool:
+        return self.spec_input_type in (SpecInputType.EAGLE_DRAFT, SpecInputType.EAGLE_DRAFT_EXTEND)
+
+    def is_verify_input(self) -> bool:
+        return self.spec_input_type == SpecInputType.EAGLE_VERIFY
+
+
+@dataclass
+class EagleDraftInput(SpecInput):
+    """State between rounds and the spec_info of draft passes.
+
+    topk_p, topk_index: (bs, topk) the draft's first-step candidates; hidden_states: (bs, H) or
+    (T, 3H); verified_id: (bs,) the last verified token (no KV yet) or, for draft-extend, the
+    input tokens (T,). kv_indptr (rows+1,) / kv_indices (nnz,) are set only for multi-step draft
+    decode, one row per (request, branch); None everywhere else (backends then use seq_lens).
+    """
+
+    topk_p: Optional[torch.Tensor] = None
+    topk_index: Optional[torch.Tensor] = None
+    hidden_states: Optional[torch.Tensor] = None
+    verified_id: Optional[torch.Tensor] = None
+    accept_length: Optional[torch.Tensor] = None
+    capture_hidden_mode: CaptureHiddenMode = CaptureHiddenMode.FULL
+    kv_indptr: Optional[torch.Tensor] = None
+    kv_indices: Optional[torch.Tensor] = None
+    num_tokens_per_req: int = -1
+
+    def __post_init__(self) -> None:
+        super().__init__(SpecInputType.EAGLE_DRAFT)
+
+    @classmethod
+    def create_idle_input(
+        cls, device: str, hidden_size: int, dtype: torch.dtype, topk: int, capture_hidden_mode: CaptureHiddenMode
+    ) -> "EagleDraftInput":
+        return cls(
+            topk_p=torch.empty((0, topk), dtype=torch.float32, device=device),
+            topk_index=torch.empty((0, topk), dtype=torch.int64, device=device),
+            hidden_states=torch.empty((0, hidden_size), dtype=dtype, device=device),
+            verified_id=torch.empty((0,), dtype=torch.int64, device=device),
+            accept_length=torch.empty((0,), dtype=torch.int64, device=device),
+            capture_hidden_mode=capture_hidden_mode,
+        )
+
+
+@dataclass
+class EagleVerifyInput(SpecInput):
+    """The draft tree the target verifies (N = draft_token_num tokens per request, root first).
+
+    draft_token: (bs*N,); custom_mask: flat bool, per request a (N, prefix+N) block;
+    positions: (bs*N,); retrive_index / retrive_next_token / retrive_next_sibling: (bs, N),
+    -1 where there is no such node.
+    """
+
+    draft_token: torch.Tensor
+    custom_mask: torch.Tensor
+    positions: torch.Tensor
+    retrive_index: torch.Tensor
+    retrive_next_token: torch.Tensor
+    retrive_next_sibling: torch.Tensor
+    spec_steps: int
+    topk: int
+    draft_token_num: int
+    capture_hidden_mode: CaptureHiddenMode = CaptureHiddenMode.FULL
+    seq_lens_sum: int = 0
+
+    def __post_init__(self) -> None:
+        super().__init__(SpecInputType.EAGLE_VERIFY)
+
+    @classmethod
+    def create_idle_input(cls, topk: int, spec_steps: int, num_verify_tokens: int) -> "EagleVerifyInput":
+        empty = torch.empty((0,), dtype=torch.int64)
+        return cls(
+            draft_token=empty, custom_mask=torch.empty((0,), dtype=torch.bool), positions=empty,
+            retrive_index=torch.empty((0, num_verify_tokens), dtype=torch.int64),
+            retrive_next_token=torch.empty((0, num_verify_tokens), dtype=torch.int64),
+            retrive_next_sibling=torch.empty((0, num_verify_tokens), dtype=torch.int64),
+            spec_steps=spec_steps, topk=topk, draft_token_num=num_verify_tokens,
+            capture_hidden_mode=CaptureHiddenMode.NULL,
+        )

@@ -1,0 +1,117 @@
+"""Draft-tree construction and greedy tree verification (page size 1, as SGLang's EAGLE).
+
+Candidates are every child the draft scored: ``topk`` at step 0 and ``topk * topk`` at each later
+step (children of the ``topk`` branches kept at that step). Each has a cumulative path score, a
+token and the candidate index of its parent (-1 = the verified root). The tree keeps the global
+top ``num_draft_tokens - 1`` by score; a stable sort keeps a parent (higher or equal score,
+lower index) ahead of its children, so every kept node's parent is kept too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class DraftTree:
+    """All (bs, N) int64 unless said; node 0 is the root (the last verified token)."""
+
+    tokens: torch.Tensor
+    parent: torch.Tensor  # root's parent is -1
+    depth: torch.Tensor
+    ancestor_mask: torch.Tensor  # (bs, N, N) bool: node i sees node j (ancestors and itself)
+    next_token: torch.Tensor  # first child, -1 if none (upstream: retrive_next_token)
+    next_sibling: torch.Tensor  # next sibling in tree order, -1 if none
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.tokens.shape[1])
+
+    def positions(self, seq_lens: torch.Tensor) -> torch.Tensor:
+        """(bs, N) RoPE positions: the root sits at seq_lens (it has no KV yet)."""
+        return seq_lens.unsqueeze(1) + self.depth
+
+    def custom_mask(self, seq_lens: torch.Tensor) -> torch.Tensor:
+        """Flat bool mask: per request an (N, prefix + N) block, prefix all visible."""
+        n = self.num_nodes
+        blocks = [
+            torch.cat((torch.ones(n, int(s), dtype=torch.bool), m), dim=1).flatten()
+            for s, m in zip(seq_lens.tolist(), self.ancestor_mask)
+        ]
+        return torch.cat(blocks) if blocks else torch.empty(0, dtype=torch.bool)
+
+
+def select_nodes(scores: torch.Tensor, num_draft_tokens: int) -> torch.Tensor:
+    """scores (bs, C) -> (bs, N-1) candidate indices of the kept nodes, in candidate order."""
+    order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, : num_draft_tokens - 1]
+    return torch.sort(order, dim=1).values
+
+
+def build_tree(
+    verified_id: torch.Tensor,
+    cand_scores: torch.Tensor,
+    cand_tokens: torch.Tensor,
+    cand_parent: torch.Tensor,
+    num_draft_tokens: int,
+) -> DraftTree:
+    """verified_id (bs,); cand_* (bs, C) with C >= N-1. Returns the N-node tree per request."""
+    bs, num_cand = cand_scores.shape
+    n = num_draft_tokens
+    if num_cand < n - 1:
+        raise ValueError(f"{num_cand} draft candidates cannot fill {n - 1} tree slots")
+    sel = select_nodes(cand_scores, n)
+    node_of_cand = torch.full((bs, num_cand), -1, dtype=torch.int64)
+    node_of_cand.scatter_(1, sel, torch.arange(1, n).expand(bs, n - 1))
+    par_cand = cand_parent.gather(1, sel)
+    par_node = torch.where(par_cand < 0, 0, node_of_cand.gather(1, par_cand.clamp(min=0)))
+    if (par_node < 0).any():
+        raise RuntimeError("draft tree selection kept a node without its parent")
+    parent = torch.cat((torch.full((bs, 1), -1, dtype=torch.int64), par_node), dim=1)
+    tokens = torch.cat((verified_id.view(bs, 1), cand_tokens.gather(1, sel)), dim=1)
+    rows = torch.arange(bs)
+    depth = torch.zeros(bs, n, dtype=torch.int64)
+    anc = torch.zeros(bs, n, n, dtype=torch.bool)
+    anc[:, 0, 0] = True
+    first = torch.full((bs, n), -1, dtype=torch.int64)
+    last = torch.full((bs, n), -1, dtype=torch.int64)
+    sibling = torch.full((bs, n), -1, dtype=torch.int64)
+    for j in range(1, n):
+        p = parent[:, j]
+        depth[:, j] = depth[rows, p] + 1
+        anc[:, j] = anc[rows, p]
+        anc[:, j, j] = True
+        no_child = first[rows, p] < 0
+        first[rows[no_child], p[no_child]] = j
+        has = ~no_child
+        sibling[rows[has], last[rows[has], p[has]]] = j
+        last[rows, p] = j
+    return DraftTree(tokens, parent, depth, anc, first, sibling)
+
+
+def greedy_verify(tree: DraftTree, target_pred: torch.Tensor):
+    """Walk first-child / next-sibling links, accepting a child whose token equals the target's
+    greedy prediction at its parent.
+
+    target_pred: (bs, N) argmax of the target at every node. Returns (path (bs, N) node indices
+    padded with -1, root first; accept_len (bs,) accepted drafts, root and bonus excluded;
+    bonus (bs,) the target's token after the last accepted node).
+    """
+    bs, n = tree.tokens.shape
+    rows = torch.arange(bs)
+    cur = torch.zeros(bs, dtype=torch.int64)
+    child = tree.next_token[:, 0].clone()
+    path = torch.full((bs, n), -1, dtype=torch.int64)
+    path[:, 0] = 0
+    accept_len = torch.zeros(bs, dtype=torch.int64)
+    for _ in range(n):
+        live = child >= 0
+        if not live.any():
+            break
+        c = child.clamp(min=0)
+        hit = live & (tree.tokens[rows, c] == target_pred[rows, cur])
+        accept_len = accept_len + hit.long()
+        path[rows[hit], accept_len[hit]] = c[hit]
+        cur = torch.where(hit, c, cur)
+        child = torch.where(hit, tree.next_token[rows, c], torch.where(live, tree.next_sibling[rows, c], child))
+    return path, accept_len, target_pred[rows, cur]
