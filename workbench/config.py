@@ -8,7 +8,7 @@ from typing import List, Optional
 from workbench.backends import backend_names
 from workbench.revisions import REVISIONS
 
-DP_POLICIES = ("balanced", "leave-idle")
+DP_POLICIES = ("balanced", "pack")
 
 
 class ConfigError(ValueError):

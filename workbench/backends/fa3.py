@@ -1,0 +1,90 @@
+"""fa3: flash-attention's metadata contract (``page_table`` from ``req_to_token``,
+``cache_seqlens``, ``cu_seqlens_q`` / ``cu_seqlens_k``); it never reads ``kv_indptr``, which is
+why the CUDA lane stayed green.
+
+Computes with flash-attention when it imports and a GPU is present; otherwise with
+``paged_attention_ref`` over the page table, a torch stand-in that the kernel label names.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+import torch
+
+from workbench.backends.base import AttentionBackend
+from workbench.backends.paged_ref import paged_attention_ref, split_custom_mask
+from workbench.engine.forward_batch import ForwardBatch
+
+
+def _fa3_available() -> bool:
+    try:
+        import flash_attn_interface  # noqa: F401
+    except Exception:
+        return False
+    return torch.cuda.is_available()
+
+
+@dataclass
+class FA3Metadata:
+    cache_seqlens: torch.Tensor  # (bs,) int32 keys per request, new tokens included
+    cu_seqlens_q: torch.Tensor  # (bs+1,) int32
+    cu_seqlens_k: torch.Tensor  # (bs+1,) int32
+    max_seq_len_k: int
+    page_table: torch.Tensor  # (bs, max_seq_len_k) int32 slots, page size 1
+    masks: Optional[List[torch.Tensor]]
+    causal: bool
+
+
+class FlashAttention3Backend(AttentionBackend):
+    name = "fa3"
+    reads_spec_kv_indptr = False
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.native = _fa3_available()
+
+    @property
+    def kernel(self) -> str:
+        return "flash-attention 3" if self.native else "torch paged reference (stand-in for flash-attention 3)"
+
+    @property
+    def kernel_is_stand_in(self) -> bool:
+        return not self.native
+
+    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:
+        fb = forward_batch
+        bs = fb.batch_size
+        if fb.forward_mode.is_decode_or_idle():
+            cache_seqlens, q_lens = fb.seq_lens, torch.ones(bs, dtype=torch.int64)
+        elif fb.forward_mode.is_target_verify():
+            q_lens = fb.extend_seq_lens
+            cache_seqlens = fb.seq_lens + fb.spec_info.draft_token_num
+        else:
+            cache_seqlens, q_lens = fb.seq_lens, fb.extend_seq_lens
+        max_k = int(cache_seqlens.max()) if bs else 0
+        cu_q = torch.zeros(bs + 1, dtype=torch.int32)
+        cu_q[1:] = torch.cumsum(q_lens, 0)
+        cu_k = torch.zeros(bs + 1, dtype=torch.int32)
+        cu_k[1:] = torch.cumsum(cache_seqlens, 0)
+        masks = (split_custom_mask(fb.spec_info.custom_mask, q_lens.tolist(), cache_seqlens.tolist())
+                 if fb.forward_mode.is_target_verify() else None)
+        fb.attn_metadata = FA3Metadata(
+            cache_seqlens.to(torch.int32), cu_q, cu_k, max_k,
+            fb.req_to_token_pool.req_to_token[fb.req_pool_indices, :max_k], masks,
+            causal=not fb.forward_mode.is_decode_or_idle() and masks is None,
+        )
+
+    def _run(self, q: torch.Tensor, layer_id: int, fb: ForwardBatch) -> torch.Tensor:
+        md: FA3Metadata = fb.attn_metadata
+        k_cache, v_cache = fb.kv_cache.get_kv(layer_id)
+        valid = torch.arange(md.max_seq_len_k).unsqueeze(0) < md.cache_seqlens.unsqueeze(1)
+        kv_indices = md.page_table[valid].long()
+        return paged_attention_ref(q, k_cache, v_cache, md.cu_seqlens_q.long(), md.cu_seqlens_k.long(), kv_indices,
+                                   self.ctx.scaling, md.causal, md.masks)
+
+    def forward_decode(self, q: torch.Tensor, layer_id: int, forward_batch: ForwardBatch) -> torch.Tensor:
+        return self._run(q, layer_id, forward_batch)
+
+    def forward_extend(self, q, k, v, layer_id: int, forward_batch: ForwardBatch) -> torch.Tensor:
+        return self._run(q, layer_id, forward_batch)

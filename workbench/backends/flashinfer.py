@@ -1,0 +1,93 @@
+"""flashinfer: the flashinfer backend's metadata contract (indices updater: ``kv_indptr``,
+``kv_indices``, ``kv_last_page_len``; decode/idle reads ``spec_info.kv_indptr``).
+
+Computes with the flashinfer package when it imports and a GPU is present; otherwise with
+``paged_attention_ref``, a torch stand-in that the kernel label names as such.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+import torch
+
+from workbench.backends.base import AttentionBackend
+from workbench.backends.fallback import seq_lens_kv_metadata
+from workbench.backends.paged_ref import paged_attention_ref, split_custom_mask
+from workbench.engine.forward_batch import ForwardBatch
+
+
+def _flashinfer_available() -> bool:
+    try:
+        import flashinfer  # noqa: F401
+    except Exception:
+        return False
+    return torch.cuda.is_available()
+
+
+@dataclass
+class FlashInferMetadata:
+    qo_indptr: torch.Tensor  # (bs+1,) int64
+    kv_indptr: torch.Tensor  # (bs+1,) int64, new tokens included
+    kv_indices: torch.Tensor  # (nnz,) int64
+    kv_last_page_len: torch.Tensor  # (bs,) int32, always 1 (page size 1)
+    masks: Optional[List[torch.Tensor]]  # target-verify blocks, else None
+    causal: bool
+
+
+class FlashInferBackend(AttentionBackend):
+    name = "flashinfer"
+    reads_spec_kv_indptr = True
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.native = _flashinfer_available()
+
+    @property
+    def kernel(self) -> str:
+        return "flashinfer" if self.native else "torch paged reference (stand-in for flashinfer)"
+
+    @property
+    def kernel_is_stand_in(self) -> bool:
+        return not self.native
+
+    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:
+        fb = forward_batch
+        bs = fb.batch_size
+        table = fb.req_to_token_pool.req_to_token
+        spec_info = fb.spec_info
+        if fb.forward_mode.is_decode_or_idle():
+            # indices updater (decode): multi-step draft decode hands over its own indices
+            if spec_info is None or spec_info.kv_indptr is None:
+                kv_indptr, kv_indices = seq_lens_kv_metadata(table, fb.req_pool_indices, fb.seq_lens)
+            else:
+                kv_indptr, kv_indices = spec_info.kv_indptr, spec_info.kv_indices
+            qo_indptr = torch.arange(bs + 1, dtype=torch.int64)
+            masks, causal = None, False
+        else:
+            # indices updater (prefill): prefix + new tokens, all in the paged cache
+            q_lens = fb.extend_seq_lens
+            if fb.forward_mode.is_target_verify():
+                kv_lens = fb.seq_lens + spec_info.draft_token_num
+            else:
+                kv_lens = fb.seq_lens
+            kv_indptr, kv_indices = seq_lens_kv_metadata(table, fb.req_pool_indices, kv_lens)
+            qo_indptr = torch.zeros(bs + 1, dtype=torch.int64)
+            qo_indptr[1:] = torch.cumsum(q_lens, 0)
+            masks = (split_custom_mask(spec_info.custom_mask, q_lens.tolist(), kv_lens.tolist())
+                     if fb.forward_mode.is_target_verify() else None)
+            causal = masks is None
+        fb.attn_metadata = FlashInferMetadata(qo_indptr, kv_indptr, kv_indices, torch.ones(bs, dtype=torch.int32),
+                                              masks, causal)
+
+    def _run(self, q: torch.Tensor, layer_id: int, fb: ForwardBatch) -> torch.Tensor:
+        md: FlashInferMetadata = fb.attn_metadata
+        k_cache, v_cache = fb.kv_cache.get_kv(layer_id)
+        return paged_attention_ref(q, k_cache, v_cache, md.qo_indptr, md.kv_indptr, md.kv_indices,
+                                   self.ctx.scaling, md.causal, md.masks)
+
+    def forward_decode(self, q: torch.Tensor, layer_id: int, forward_batch: ForwardBatch) -> torch.Tensor:
+        return self._run(q, layer_id, forward_batch)
+
+    def forward_extend(self, q, k, v, layer_id: int, forward_batch: ForwardBatch) -> torch.Tensor:
+        return self._run(q, layer_id, forward_batch)

@@ -1,0 +1,104 @@
+"""One DP rank process: join the group, run the rank, stream events to the parent.
+
+Started by ``workbench.dp.launch`` as ``python -m workbench.dp.rank JOB RANK WORLD INIT``; every
+event is one JSON line on stdout: ``[kind, rank, payload]``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import List
+
+from workbench.config import RunConfig
+
+
+class Emitter:
+    """Writes events as JSON lines to the stream the parent reads."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def put(self, event) -> None:
+        self.stream.write(json.dumps(event) + "\n")
+        self.stream.flush()
+
+
+def _hooks(cfg: RunConfig, rank: int, queue):
+    """Stream (phase, mode, bs) of every forward and metrics as they happen; inject test faults."""
+
+    def on_start(worker) -> None:
+        run, add_latency, add_accepts = worker.run, worker.metrics.add_latency, worker.metrics.add_accepts
+        fault = None
+        if cfg.fault is not None:
+            kind, _, r = cfg.fault.partition("@rank")
+            fault = kind if int(r) == rank else None
+
+        def traced_run(runner, fb, hidden=None):
+            nonlocal fault
+            queue.put(("forward", rank, {"phase": worker.current.get("phase"), "forward_mode": fb.forward_mode.name,
+                                         "batch_size": fb.batch_size}))
+            if fault is not None and worker.current.get("phase") == "verify":
+                if fault == "sigkill":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                fault = None
+                raise RuntimeError(f"fault injected on rank {rank} (test hook {cfg.fault})")
+            return run(runner, fb, hidden)
+
+        def latency(phase, s):
+            queue.put(("latency", rank, (phase, s)))
+            add_latency(phase, s)
+
+        def accepts(a):
+            queue.put(("accepts", rank, list(a)))
+            add_accepts(a)
+
+        worker.run, worker.metrics.add_latency, worker.metrics.add_accepts = traced_run, latency, accepts
+
+    return on_start
+
+
+def rank_main(rank: int, world: int, init_method: str, cfg_dict: dict, prompts: List[str], ids: List[int],
+              queue, collective_timeout_s: float) -> None:
+    """Entry point of a spawned rank (and of ``workbench.dp.torchrun``)."""
+    import torch.distributed as dist
+
+    from workbench.dp.comm import DPCommunicator
+    from workbench.runner import run_rank
+    from workbench.spec.fix import apply_fix
+
+    cfg = RunConfig(**cfg_dict)
+    try:
+        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
+                                timeout=timedelta(seconds=collective_timeout_s))
+    except Exception as e:
+        queue.put(("done", rank, {"crash": {"rank": rank, "phase": "setup", "forward_mode": None, "batch_size": None,
+                                            "exception_type": type(e).__name__, "message": str(e),
+                                            "traceback": traceback.format_exc()}, "outputs": {}}))
+        return
+    if cfg.apply_fix_in_place:
+        apply_fix()
+    comm = DPCommunicator(rank, world)
+    res = run_rank(cfg, prompts, ids, rank, comm, comm.any_rank, on_start=_hooks(cfg, rank, queue))
+    m = res.pop("metrics")
+    res["latency_s"], res["accepts"] = {k: list(v) for k, v in m.latency_s.items()}, list(m.accept_length_per_step)
+    queue.put(("done", rank, res))
+    if res["crash"] is None:
+        dist.destroy_process_group()
+
+
+def main(argv: List[str]) -> None:
+    job_path, rank, world, init_method = argv
+    job = json.loads(Path(job_path).read_text())
+    out = Emitter(os.fdopen(os.dup(sys.stdout.fileno()), "w"))
+    sys.stdout = sys.stderr  # keep stray prints off the event stream
+    rank_main(int(rank), int(world), init_method, job["config"], job["prompts"], job["assignment"][int(rank)],
+              out, job["collective_timeout_s"])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
