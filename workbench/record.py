@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
+import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,13 +25,9 @@ def environment(backend_kernel: Optional[str]) -> dict:
     env = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", "kernel": backend_kernel}
     try:
-        import triton
-
-        env["triton"] = triton.__version__
-    except ImportError:
+        env["triton"] = importlib.metadata.version("triton")  # metadata only: importing triton here would
+    except importlib.metadata.PackageNotFoundError:  # pre-empt kernels' interpreter selection
         env["triton"] = None
-    import os
-
     env["triton_interpret"] = os.environ.get("TRITON_INTERPRET") == "1"
     return env
 

@@ -1,0 +1,92 @@
+"""Flat kv_indices from the req_to_token table: the seq_lens path of init_forward_metadata.
+
+One program per batch row copies req_to_token[req_pool_indices[i], start:start+seq_lens[i]]
+into kv_indices[kv_indptr[i]:kv_indptr[i] + seq_lens[i]] (kv_indptr[i+1] - kv_indptr[i]).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from . import runtime
+
+
+@triton.jit
+def _build_kv_indices_kernel(
+    req_to_token_ptr, req_pool_indices_ptr, seq_lens_ptr, kv_indptr_ptr, kv_indices_ptr, kv_start_idx_ptr,
+    stride_req,
+    HAS_START: tl.constexpr, BLOCK: tl.constexpr,
+):
+    i = tl.program_id(0)
+    row = tl.load(req_pool_indices_ptr + i).to(tl.int64) * stride_req
+    out_start = tl.load(kv_indptr_ptr + i)
+    length = tl.load(seq_lens_ptr + i)
+    if HAS_START:
+        row += tl.load(kv_start_idx_ptr + i)
+    for off in range(0, length, BLOCK):
+        pos = off + tl.arange(0, BLOCK)
+        mask = pos < length
+        slots = tl.load(req_to_token_ptr + row + pos, mask=mask)
+        tl.store(kv_indices_ptr + out_start + pos, slots.to(kv_indices_ptr.dtype.element_ty), mask=mask)
+
+
+@runtime.launcher
+def _launch_build_kv_indices(*, req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices,
+                             kv_start_idx) -> None:
+    _build_kv_indices_kernel[(seq_lens.shape[0],)](
+        req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices,
+        kv_start_idx if kv_start_idx is not None else seq_lens,
+        req_to_token.stride(0),
+        HAS_START=kv_start_idx is not None, BLOCK=1024,
+    )
+
+
+def build_kv_indices(
+    *,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    kv_start_idx: Optional[torch.Tensor] = None,
+) -> None:
+    """Fill kv_indices with each row's slots from req_to_token.
+
+    req_to_token (max_reqs, max_context_len) int32; req_pool_indices (bs,) int64; seq_lens (bs,)
+    int64; kv_indptr (bs+1,) int64 prefix sums of seq_lens; kv_indices (nnz,) int64, written;
+    kv_start_idx (bs,) int64 or None (0): the first column read per row. bs 0 is a no-op.
+    """
+    bs = seq_lens.shape[0]
+    if req_pool_indices.shape[0] != bs or kv_indptr.shape[0] != bs + 1:
+        raise ValueError(f"req_pool_indices must be (bs,) and kv_indptr (bs+1,) for bs={bs}")
+    if kv_start_idx is not None and kv_start_idx.shape[0] != bs:
+        raise runtime.shape_error("kv_start_idx", kv_start_idx, (bs,))
+    if req_to_token.dim() != 2 or req_to_token.stride(1) != 1:
+        raise ValueError("req_to_token must be a 2-D table with contiguous rows")
+    optional = {} if kv_start_idx is None else {"kv_start_idx": kv_start_idx}
+    runtime.check_tensors(req_to_token=req_to_token, req_pool_indices=req_pool_indices, seq_lens=seq_lens,
+                          kv_indptr=kv_indptr, kv_indices=kv_indices, **optional)
+    if bs == 0:
+        return
+    _launch_build_kv_indices(req_to_token=req_to_token, req_pool_indices=req_pool_indices, seq_lens=seq_lens,
+                             kv_indptr=kv_indptr, kv_indices=kv_indices, kv_start_idx=kv_start_idx)
+
+
+def build_kv_indices_ref(
+    *,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_start_idx: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """Torch reference of build_kv_indices: returns kv_indices (kv_indptr[-1],) int64."""
+    out = torch.empty(int(kv_indptr[-1]), dtype=torch.int64, device=req_to_token.device)
+    for i in range(seq_lens.shape[0]):
+        start = int(kv_start_idx[i]) if kv_start_idx is not None else 0
+        n, at = int(seq_lens[i]), int(kv_indptr[i])
+        out[at:at + n] = req_to_token[int(req_pool_indices[i]), start:start + n]
+    return out

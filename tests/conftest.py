@@ -1,0 +1,24 @@
+"""Shared fixtures. Tests marked ``network`` need the package registries and a large install;
+they run only with WB_NETWORK_TESTS=1 (the nightly sets it) and say so when skipped."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("WB_NETWORK_TESTS") == "1":
+        return
+    skip = pytest.mark.skip(reason="network test: needs the package registries and a large install; "
+                                   "set WB_NETWORK_TESTS=1 to run it (the nightly does)")
+    for item in items:
+        if "network" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def prompts():
+    from workbench.models.loader import load_prompts
+
+    return load_prompts()

@@ -1,0 +1,107 @@
+"""Tree drafting and greedy verification against brute-force references on random trees."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from workbench.spec.tree import build_tree, greedy_verify
+
+
+def random_candidates(bs: int, steps: int, topk: int, vocab: int, gen: torch.Generator):
+    """Candidates shaped like the draft phase makes them: topk at step 0, topk*topk after,
+    children of the topk best of the previous step, scores = cumulative products."""
+    scores = torch.rand(bs, topk, generator=gen).sort(1, descending=True).values
+    tokens = torch.stack([torch.randperm(vocab, generator=gen)[:topk] for _ in range(bs)])
+    cs, ct, cp = [scores], [tokens], [torch.full((bs, topk), -1)]
+    branch = torch.arange(topk).expand(bs, topk)
+    for i in range(1, steps):
+        child_p = torch.rand(bs, topk, topk, generator=gen)
+        child_p = child_p / child_p.sum(-1, keepdim=True)
+        expand = (scores.unsqueeze(2) * child_p).flatten(1)
+        child_t = torch.stack([torch.stack([torch.randperm(vocab, generator=gen)[:topk] for _ in range(topk)])
+                               for _ in range(bs)]).view(bs, -1)
+        cs.append(expand)
+        ct.append(child_t)
+        cp.append(branch.repeat_interleave(topk, 1))
+        top = torch.sort(expand, dim=1, descending=True, stable=True).indices[:, :topk]
+        scores, branch = expand.gather(1, top), topk + (i - 1) * topk * topk + top
+    return torch.cat(cs, 1), torch.cat(ct, 1), torch.cat(cp, 1)
+
+
+def brute_tree(root, scores, tokens, parents, n):
+    """Reference for one request: rank all candidates by (-score, index), keep n-1, tree order."""
+    order = sorted(range(len(scores)), key=lambda c: (-scores[c], c))[: n - 1]
+    kept = sorted(order)
+    node = {c: i + 1 for i, c in enumerate(kept)}
+    par = [-1] + [0 if parents[c] < 0 else node[parents[c]] for c in kept]
+    toks = [root] + [tokens[c] for c in kept]
+    return toks, par
+
+
+def brute_accept(toks, par, pred):
+    """Deepest node whose whole root path matches the target's predictions; returns the path."""
+    best = [0]
+    for j in range(1, len(toks)):
+        path, cur = [], j
+        while cur != 0:
+            path.append(cur)
+            cur = par[cur]
+        path = [0] + path[::-1]
+        if all(toks[c] == pred[p] for p, c in zip(path, path[1:])) and len(path) > len(best):
+            best = path
+    return best
+
+
+@pytest.mark.parametrize("steps,topk,n", [(1, 1, 2), (3, 1, 4), (5, 4, 16), (6, 10, 32), (3, 3, 10)])
+def test_tree_and_verify_match_brute_force(steps, topk, n):
+    gen = torch.Generator().manual_seed(steps * 100 + topk)
+    bs, vocab = 6, 12
+    for trial in range(5):
+        s, t, p = random_candidates(bs, steps, topk, vocab, gen)
+        root = torch.randint(0, vocab, (bs,), generator=gen)
+        tree = build_tree(root, s, t, p, n)
+        for b in range(bs):
+            toks, par = brute_tree(int(root[b]), s[b].tolist(), t[b].tolist(), p[b].tolist(), n)
+            assert tree.tokens[b].tolist() == toks
+            assert tree.parent[b].tolist() == par
+            for j in range(n):  # mask = ancestors and self; depth = ancestors
+                anc, cur = {j}, j
+                while par[cur] >= 0:
+                    cur = par[cur]
+                    anc.add(cur)
+                assert set(tree.ancestor_mask[b, j].nonzero().flatten().tolist()) == anc
+                assert int(tree.depth[b, j]) == len(anc) - 1
+        # targets that follow a random existing path for a while, then diverge
+        pred = torch.randint(0, vocab, (bs, n), generator=gen)
+        for b in range(bs):
+            cur = 0
+            for _ in range(int(torch.randint(0, steps + 1, (1,), generator=gen))):
+                kids = [j for j in range(n) if int(tree.parent[b, j]) == cur]
+                if not kids:
+                    break
+                nxt = kids[int(torch.randint(0, len(kids), (1,), generator=gen))]
+                pred[b, cur] = tree.tokens[b, nxt]
+                cur = nxt
+        path, acc, bonus = greedy_verify(tree, pred)
+        for b in range(bs):
+            ref = brute_accept(tree.tokens[b].tolist(), tree.parent[b].tolist(), pred[b].tolist())
+            assert path[b, : len(ref)].tolist() == ref and (path[b, len(ref):] == -1).all()
+            assert int(acc[b]) == len(ref) - 1
+            assert int(bonus[b]) == int(pred[b, ref[-1]])
+
+
+def test_tree_keeps_parents_on_score_ties():
+    """Equal scores (a child with probability 1) must still keep the parent ahead of its child."""
+    s = torch.tensor([[0.5, 0.5, 0.5, 0.5, 0.2, 0.1]])
+    p = torch.tensor([[-1, -1, 0, 0, 1, 1]])
+    t = torch.tensor([[1, 2, 3, 4, 5, 6]])
+    tree = build_tree(torch.tensor([0]), s, t, p, 4)
+    assert tree.parent[0].tolist() == [-1, 0, 0, 1]
+
+
+def test_too_few_candidates_is_an_error():
+    with pytest.raises(ValueError, match="cannot fill"):
+        build_tree(torch.tensor([0]), torch.rand(1, 2), torch.zeros(1, 2, dtype=torch.long),
+                   torch.full((1, 2), -1), 4)
