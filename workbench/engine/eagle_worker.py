@@ -9,7 +9,7 @@ from typing import List, Optional
 import torch
 
 from workbench.engine.model_runner import ModelRunner
-from workbench.engine.ops import assign_req_to_token, gather_req_to_token
+from workbench.engine.ops import assign_req_to_token, draft_extend_positions, gather_req_to_token
 from workbench.engine.schedule_batch import Req, ScheduleBatch
 from workbench.engine.worker import WorkerBase
 from workbench.backends.fallback import seq_lens_kv_metadata
@@ -117,7 +117,7 @@ class EagleWorker(WorkerBase):
                 new = self.memory.allocator.alloc(bs * k)
                 used.append(new)
                 own = torch.cat((path_slots, new.view(bs, k, 1)), dim=2).flatten(0, 1)
-                assign_req_to_token(table, branch_rows, prefix, torch.full((bs * k,), i), own.flatten())
+                assign_req_to_token(table, branch_rows, prefix, torch.full((bs * k,), i), own.flatten(), self.use_kernels)
                 seq_lens = prefix + i
                 kv_indptr, kv_indices = seq_lens_kv_metadata(table, branch_rows, seq_lens)
                 spec = EagleDraftInput(hidden_states=hidden, verified_id=tokens.flatten(), kv_indptr=kv_indptr,
@@ -153,7 +153,7 @@ class EagleWorker(WorkerBase):
         bs, n = len(batch), self.num_draft_tokens
         slots = self.memory.allocator.alloc(bs * n)
         table = self.memory.req_to_token_pool.req_to_token
-        assign_req_to_token(table, batch.req_pool_indices, batch.seq_lens, torch.full((bs,), n), slots)
+        assign_req_to_token(table, batch.req_pool_indices, batch.seq_lens, torch.full((bs,), n), slots, self.use_kernels)
         spec = EagleVerifyInput(
             draft_token=tree.tokens.flatten(), custom_mask=tree.custom_mask(batch.seq_lens),
             positions=tree.positions(batch.seq_lens).flatten(), retrive_index=torch.arange(bs * n).view(bs, n),
@@ -181,7 +181,7 @@ class EagleWorker(WorkerBase):
         keep.scatter_(1, torch.where(valid, path, 0), True)  # padding entries re-mark the root
         self.memory.allocator.free(slots[~keep])
         table = self.memory.req_to_token_pool.req_to_token
-        assign_req_to_token(table, batch.req_pool_indices, batch.seq_lens, keep_n, kept)
+        assign_req_to_token(table, batch.req_pool_indices, batch.seq_lens, keep_n, kept, self.use_kernels)
         self.metrics.add_accepts(accept_len.tolist())
         toks = tree.tokens.gather(1, path.clamp(min=0))
         for i, r in enumerate(batch.reqs):
@@ -202,7 +202,9 @@ class EagleWorker(WorkerBase):
         input_ids = toks[torch.arange(toks.shape[1]).unsqueeze(0) < n_new.unsqueeze(1)]
         hidden = aux[rows.expand_as(path)[valid], path[valid]]
         prefix = batch.seq_lens - n_new
-        positions = torch.cat([torch.arange(int(p), int(p) + int(m)) for p, m in zip(prefix, n_new)])
+        positions, last = draft_extend_positions(prefix, n_new, input_ids, self.use_kernels)
+        if not torch.equal(last, batch.verified_id):
+            raise RuntimeError(f"draft-extend inputs lost the bonus tokens: {last.tolist()} vs {batch.verified_id.tolist()}")
         table = self.memory.req_to_token_pool.req_to_token
         slots = gather_req_to_token(table, batch.req_pool_indices, prefix, n_new)
         spec = self.revision.draft_extend_input(hidden, input_ids, accept_len)

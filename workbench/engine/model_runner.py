@@ -16,6 +16,15 @@ from workbench.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.mem.pool import KVCache, ReqToTokenPool, TokenSlotAllocator
 
 
+def init_metadata_for(backend, fb: ForwardBatch) -> bool:
+    """``init_forward_metadata`` as the model runner calls it: an IDLE batch of size 0 (no DP
+    padding) never reaches it. Returns whether it was called."""
+    if fb.forward_mode.is_idle() and fb.batch_size == 0:
+        return False
+    backend.init_forward_metadata(fb)
+    return True
+
+
 @dataclass
 class Memory:
     """The pools both runners share."""
@@ -68,8 +77,7 @@ class ModelRunner:
     def forward_idle(self, fb: ForwardBatch, hidden: Optional[torch.Tensor]):
         """As upstream: metadata only for a non-empty (padded) idle batch; the layers still run so
         the MLP collectives line up across DP ranks."""
-        if fb.batch_size > 0:
-            self.attn_backend.init_forward_metadata(fb)
+        init_metadata_for(self.attn_backend, fb)
         return self._run(fb, hidden)
 
     def _run(self, fb: ForwardBatch, hidden: Optional[torch.Tensor]):

@@ -30,6 +30,7 @@ class WorkerBase:
         self.dp_comm = dp_comm
         self.target = ModelRunner(target, backend, self.memory, capacity, dp_comm)
         self.metrics = metrics or Metrics()
+        self.use_kernels = backend == "triton"  # bookkeeping through the Triton helpers, as upstream's triton path
         self.current: Dict[str, object] = {}  # phase / forward_mode / batch_size of the forward in flight
 
     @property
@@ -65,7 +66,7 @@ class WorkerBase:
         lens = torch.tensor([len(r.prompt_ids) for r in reqs], dtype=torch.int64)
         slots = self.memory.allocator.alloc(int(lens.sum()))
         zeros = torch.zeros_like(lens)
-        assign_req_to_token(pool.req_to_token, rows, zeros, lens, slots)
+        assign_req_to_token(pool.req_to_token, rows, zeros, lens, slots, self.use_kernels)
         positions = torch.cat([torch.arange(n) for n in lens.tolist()])
         input_ids = torch.tensor([t for r in reqs for t in r.prompt_ids], dtype=torch.int64)
         fb = self.target.make_batch(

@@ -1,0 +1,45 @@
+"""Contract fuzzer: the only failing cells are the pr-24860 hole, and a new spec-input type that
+lacks a field some backend reads is flagged."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from workbench.contracts import SpecCase, run_matrix
+from workbench.spec.inputs import SpecInput, SpecInputType
+
+
+def test_only_the_pr24860_hole_fails():
+    rows = run_matrix()
+    bad = {(r["revision"], r["backend"], r["spec_input"], r["mode"], r["outcome"]) for r in rows if r["outcome"] != "pass"}
+    assert bad == {
+        ("pr-24860", be, "EagleDraftExtendInput (draft-extend)", "IDLE (padded)", "AttributeError")
+        for be in ("triton", "flashinfer")
+    }
+    msgs = {r["message"] for r in rows if r["outcome"] != "pass"}
+    assert msgs == {"'EagleDraftExtendInput' object has no attribute 'kv_indptr'"}
+    # every (revision, backend) pair was probed in every mode
+    assert {r["mode"] for r in rows} == {"DECODE", "IDLE (padded)", "IDLE (size 0)", "TARGET_VERIFY", "DRAFT_EXTEND", "EXTEND"}
+    assert len({(r["revision"], r["backend"]) for r in rows}) == 12
+
+
+@dataclass
+class HalfDraftInput(SpecInput):
+    """A draft-decode input that carries kv_indptr but forgot kv_indices."""
+
+    kv_indptr: Optional[torch.Tensor] = None
+
+    def __post_init__(self):
+        super().__init__(SpecInputType.EAGLE_DRAFT)
+
+
+def test_fuzzer_flags_a_spec_input_missing_a_field_a_backend_reads():
+    def make(mode, fb):
+        return HalfDraftInput(kv_indptr=torch.zeros(fb.batch_size + 1, dtype=torch.int64))
+
+    rows = run_matrix(revisions=["pr-28221"], extra_cases=[SpecCase("HalfDraftInput", ("DECODE",), make)])
+    flagged = {r["backend"] for r in rows if r["spec_input"] == "HalfDraftInput" and r["outcome"] == "AttributeError"}
+    assert flagged == {"triton", "flashinfer"}  # they read spec_info.kv_indices; fa3 / torch_native never do
+    assert all("kv_indices" in r["message"] for r in rows if r["spec_input"] == "HalfDraftInput" and r["outcome"] != "pass")
