@@ -25,6 +25,14 @@ from workbench.metrics import Metrics
 from workbench.record import build_record
 
 GRACE_S = 2.0
+CAUSE_WINDOW_S = 1.0  # after a first failure, how long to wait for the one that caused it
+
+
+def primary_crash(crashes: List[dict]) -> Optional[dict]:
+    """The root cause among the ranks' failures: a rank killed by a signal explains its peers'
+    broken collectives, otherwise the first failure reported."""
+    died = [c for c in crashes if c["exception_type"] == "RankProcessDied"]
+    return (died or crashes or [None])[0]
 
 
 def free_port() -> int:
@@ -61,33 +69,40 @@ def run_dp(cfg: RunConfig, prompts: List[str]) -> dict:
     job.write_text(json.dumps({"config": cfg.to_dict(), "prompts": prompts, "assignment": plan,
                                "collective_timeout_s": min(cfg.timeout_s, 120.0)}))
     q: "queue_mod.Queue" = queue_mod.Queue()
-    procs, logs = [], []
+    procs, pumps, logs = [], [], []
     for r in range(cfg.dp):
         log = open(workdir / f"rank{r}.log", "w")
         p = subprocess.Popen([sys.executable, "-m", "workbench.dp.rank", str(job), str(r), str(cfg.dp), init],
                              stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True,
                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        threading.Thread(target=_pump, args=(p.stdout, q), daemon=True).start()
+        pump = threading.Thread(target=_pump, args=(p.stdout, q), daemon=True)
+        pump.start()
+        pumps.append(pump)
         procs.append(p)
         logs.append(log)
     metrics = Metrics(proposed_per_step=cfg.draft_tokens - 1, max_depth=cfg.steps)
     results: Dict[int, dict] = {}
     last_fwd: Dict[int, dict] = {}
-    crash: Optional[dict] = None
+    crashes: List[dict] = []  # every rank's failure, in the order seen
+    first_crash_at: Optional[float] = None
     status = None
     deadline = t0 + cfg.timeout_s
     try:
-        while len(results) < cfg.dp and crash is None:
+        while len(results) < cfg.dp:
+            now = time.perf_counter()
+            if first_crash_at is not None and now > first_crash_at + CAUSE_WINDOW_S:
+                break
+            if now > deadline:
+                status = "timeout"
+                break
             try:
-                kind, rank, payload = q.get(timeout=0.1)
+                kind, rank, payload = q.get(timeout=0.05)
             except queue_mod.Empty:
-                for r, p in enumerate(procs):
-                    if r not in results and p.poll() is not None and q.empty():
-                        crash = _signal_crash(r, p.returncode, last_fwd.get(r), workdir / f"rank{r}.log")
-                        break
-                if crash is None and time.perf_counter() > deadline:
-                    status = "timeout"
-                    break
+                for r, (p, pump) in enumerate(zip(procs, pumps)):
+                    if r not in results and p.poll() is not None and not pump.is_alive():
+                        results[r] = {"outputs": {}}
+                        crashes.append(_signal_crash(r, p.returncode, last_fwd.get(r), workdir / f"rank{r}.log"))
+                        first_crash_at = first_crash_at or time.perf_counter()
                 continue
             if kind == "forward":
                 last_fwd[rank] = payload
@@ -98,10 +113,11 @@ def run_dp(cfg: RunConfig, prompts: List[str]) -> dict:
             elif kind == "done":
                 results[rank] = payload
                 if payload.get("crash"):
-                    crash = payload["crash"]
+                    crashes.append(payload["crash"])
+                    first_crash_at = first_crash_at or time.perf_counter()
     finally:
         for p in procs:
-            if p.poll() is None and (crash is not None or status == "timeout"):
+            if p.poll() is None and (crashes or status == "timeout"):
                 p.kill()
         for p in procs:
             try:
@@ -119,8 +135,10 @@ def run_dp(cfg: RunConfig, prompts: List[str]) -> dict:
         "dp": {"assignment": plan, "init_method": init, "logs": str(workdir), "ranks_reported": sorted(results),
                "last_forward": {str(k): v for k, v in last_fwd.items()}},
         "slots_leaked": sum(r["slots_capacity"] - r["slots_free"] for r in results.values() if "slots_free" in r)
-        if len(results) == cfg.dp and crash is None else None,
+        if len(results) == cfg.dp and not crashes else None,
     }
+    crash = primary_crash(crashes)
+    extra["dp"]["rank_failures"] = crashes
     if status == "timeout":
         crash = {"rank": None, "phase": None, "forward_mode": None, "batch_size": None, "exception_type": "Timeout",
                  "message": f"run exceeded {cfg.timeout_s} s; last forward per rank: {last_fwd}", "traceback": None}

@@ -1,0 +1,107 @@
+"""DP attention: the crash exactly where DESIGN §3 says, the fix (revision and in place), parity
+across backends and DP sizes, and faults on one rank ending every rank quickly."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import workbench
+from workbench import reproduce
+
+MODEL_DIR = os.environ.get("WB_MODEL_DIR")
+PROMPTS = ["def fib(n):\n    ", "class Stack:\n    def __init__(self):\n"]
+SMALL = dict(steps=3, topk=2, draft_tokens=4, max_new_tokens=8, model_dir=MODEL_DIR, timeout_s=240)
+MESSAGE = "'EagleDraftExtendInput' object has no attribute 'kv_indptr'"
+BACKENDS = ["triton", "flashinfer", "fa3", "torch_native"]
+
+
+def one_idle_rank(backend: str, revision: str = "pr-24860"):
+    """dp 2 with one request packed on rank 0: rank 1 runs padded IDLE batches in every phase."""
+    return reproduce(backend=backend, revision=revision, dp=2, dp_policy="pack", prompts=PROMPTS[:1], **SMALL)
+
+
+def leftover_rank_processes(res) -> list:
+    tag = res.record["dp"]["logs"]
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if "workbench.dp.rank" in cmd and tag in cmd:
+                found.append(int(pid))
+    return found
+
+
+@pytest.mark.parametrize("backend", ["triton", "flashinfer"])
+def test_pr24860_crashes_on_the_idle_ranks_draft_extend(backend):
+    res = one_idle_rank(backend)
+    assert res.status == "crashed", res.summary()
+    c = res.crash
+    assert (c["rank"], c["phase"], c["forward_mode"], c["batch_size"]) == (1, "draft-extend", "IDLE", 1)
+    assert (c["exception_type"], c["message"]) == ("AttributeError", MESSAGE)
+    assert "in init_forward_metadata" in c["traceback"] and f"workbench/backends/{backend}.py" in c["traceback"]
+    assert "spec_info.kv_indptr" in c["traceback"]
+    assert res.record["metrics"]["latency_s"].get("verify"), "metrics streamed before the crash must stay"
+    assert leftover_rank_processes(res) == []
+
+
+@pytest.mark.parametrize("backend", ["fa3", "torch_native"])
+def test_pr24860_passes_on_backends_that_never_read_kv_indptr(backend):
+    res = one_idle_rank(backend)
+    assert res.status == "ok", res.summary()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pr24860_without_dp_never_reaches_the_bug(backend):
+    res = reproduce(backend=backend, revision="pr-24860", dp=1, prompts=PROMPTS, **SMALL)
+    assert res.status == "ok", res.summary()
+
+
+@pytest.fixture(scope="module")
+def greedy_sha():
+    res = reproduce(backend="torch_native", mode="greedy", prompts=PROMPTS, **SMALL)
+    assert res.status == "ok"
+    return res.record["outputs_sha256"]
+
+
+@pytest.mark.parametrize("revision", ["pre-24860", "pr-28221"])
+def test_good_revisions_pass_everywhere_with_identical_outputs(revision, greedy_sha):
+    shas = {}
+    for backend in BACKENDS:
+        for dp in (1, 2):
+            res = reproduce(backend=backend, revision=revision, dp=dp, dp_policy="balanced", prompts=PROMPTS, **SMALL)
+            assert res.status == "ok", res.summary()
+            shas[(backend, dp)] = res.record["outputs_sha256"]
+    assert set(shas.values()) == {greedy_sha}, shas
+    idle = one_idle_rank("triton", revision)  # and with a rank idle the whole run
+    assert idle.status == "ok", idle.summary()
+
+
+def test_in_place_fix_turns_the_crash_into_ok_and_undo_brings_it_back():
+    assert not workbench.fix_applied()
+    try:
+        assert workbench.apply_fix()
+        fixed = one_idle_rank("triton")
+        assert fixed.status == "ok" and fixed.record["config"]["apply_fix_in_place"]
+    finally:
+        workbench.undo_fix()
+    again = one_idle_rank("triton")
+    assert again.status == "crashed" and again.crash["message"] == MESSAGE
+
+
+@pytest.mark.parametrize("fault,kind", [("raise@rank1", "RuntimeError"), ("sigkill@rank1", "RankProcessDied")])
+def test_a_fault_on_one_rank_ends_every_rank_quickly(fault, kind):
+    res = reproduce(backend="torch_native", revision="pr-28221", dp=2, prompts=PROMPTS, fault=fault, **SMALL)
+    assert res.status == "crashed"
+    c = res.crash
+    assert c["rank"] == 1 and c["exception_type"] == kind and c["phase"] == "verify"
+    if kind == "RankProcessDied":
+        assert "killed by signal SIGKILL" in c["message"]
+    else:
+        assert "fault injected on rank 1" in c["traceback"]
+    assert res.record["metrics"]["wall_s"] < 60
+    assert leftover_rank_processes(res) == []
