@@ -1,0 +1,110 @@
+"""`workbench upstream survey|replay` (also `python -m workbench.upstream ...`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from .releases import ReleaseError, check_version, default_cache_dir, echo, known_releases
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser (also usable as a sub-parser source by the main CLI)."""
+    if prog is None:
+        argv0 = Path(sys.argv[0])
+        via_main = argv0.name == "workbench" or argv0.parent.name == "workbench"
+        prog = "workbench upstream" if via_main else "python -m workbench.upstream"
+    parser = argparse.ArgumentParser(prog=prog, description=(
+        "Real sglang releases: a static contract survey of their wheels, and a replay of the "
+        "kv_indptr crash on their real code (CPU, Triton interpreter)."))
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help=f"wheels and per-release venvs (default {default_cache_dir()})")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sv = sub.add_parser("survey", help="static survey of release wheels (ast only, no import)")
+    sv.add_argument("--versions", nargs="+", metavar="X",
+                    help="releases to survey (default 0.5.11-0.5.14 and the newest)")
+    sv.add_argument("--out", type=Path, default=None,
+                    help="write upstream_survey.json, .png and .svg here")
+    sv.add_argument("--details", action="store_true", help="also print line-level findings")
+    rp = sub.add_parser("replay", help="replay the padded-IDLE draft-extend on real sglang code")
+    rp.add_argument("--sglang", required=True, nargs="+", metavar="X", help="release(s) to replay")
+    rp.add_argument("--backend", default="triton", choices=["triton"])
+    rp.add_argument("--json", type=Path, default=None, dest="json_out",
+                    help="write the run record (a list when several releases) here")
+    rp.add_argument("--rebuild", action="store_true", help="rebuild the release's venv")
+    rp.add_argument("--timeout", type=float, default=900, help="seconds for the replay subprocess")
+    return parser
+
+
+def _check_versions(versions: list[str], cache_dir: Path) -> list[str]:
+    known = known_releases(cache_dir)
+    return [check_version(v, known) for v in versions]
+
+
+def _survey(args: argparse.Namespace, cache_dir: Path) -> int:
+    from .contract_survey import format_details, format_table, survey
+    from .plot import plot_survey
+
+    versions = _check_versions(args.versions, cache_dir) if args.versions else None
+    start = time.perf_counter()
+    result = survey(versions, cache_dir, log=echo)
+    echo("")
+    echo(format_table(result))
+    if args.details:
+        echo("")
+        echo(format_details(result))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        json_path = args.out / "upstream_survey.json"
+        json_path.write_text(json.dumps(result, indent=1))
+        paths = [json_path, *plot_survey(result, args.out)]
+        echo("\nwrote " + ", ".join(str(p) for p in paths))
+    echo(f"survey of {len(result['versions'])} releases took {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def _replay(args: argparse.Namespace, cache_dir: Path) -> int:
+    from .release_replay import replay
+
+    versions = _check_versions(args.sglang, cache_dir)
+    records = []
+    for version in versions:
+        rec = replay(version, cache_dir, backend=args.backend, log=echo, timeout_s=args.timeout,
+                     rebuild=args.rebuild)
+        records.append(rec)
+        t = rec["timings"]
+        echo(f"sglang {version}: {rec['status']}  install {t['install_s']:.1f} s "
+              f"({'cached' if t['cached'] else 'uncached'}), run {t['run_s']:.1f} s")
+        if rec["crash"]:
+            echo(rec["crash"]["traceback"].rstrip())
+        if rec.get("error"):
+            echo(f"error at {rec['error']['stage']}: {rec['error']['message']}"
+                 + (f" (missing: {rec['error']['missing']})" if rec["error"]["missing"] else ""))
+        for note in rec["notes"]:
+            echo(f"note: {note}")
+    if args.json_out:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(records[0] if len(records) == 1 else records, indent=1))
+        echo(f"wrote {args.json_out}")
+    return 1 if any(r["status"] not in ("ok", "crashed") for r in records) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code (2 for a bad version string)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    cache_dir = args.cache_dir or default_cache_dir()
+    try:
+        if args.command == "survey":
+            return _survey(args, cache_dir)
+        return _replay(args, cache_dir)
+    except ReleaseError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
