@@ -36,7 +36,26 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                     help="write the run record (a list when several releases) here")
     rp.add_argument("--rebuild", action="store_true", help="rebuild the release's venv")
     rp.add_argument("--timeout", type=float, default=900, help="seconds for the replay subprocess")
+    fd = sub.add_parser("fidelity", help="our contracts vs the releases' (shipped snapshot, or fresh --survey/--replay JSON)")
+    fd.add_argument("--survey", type=Path, default=None, help="upstream_survey.json from `survey --out`")
+    fd.add_argument("--replay", type=Path, default=None, help="replay records JSON (a list) from `replay --json`")
+    fd.add_argument("--json", type=Path, default=None, dest="json_out")
     return parser
+
+
+def _fidelity(args: argparse.Namespace) -> int:
+    from .fidelity import fidelity, format_fidelity, load_snapshot, snapshot_from
+
+    snap = load_snapshot()
+    if args.survey or args.replay:
+        fresh = snapshot_from(json.loads(args.survey.read_text()) if args.survey else {"releases": {}},
+                              json.loads(args.replay.read_text()) if args.replay else [])
+        snap = {"survey": fresh["survey"] or snap["survey"], "replay": fresh["replay"] or snap["replay"]}
+    result = fidelity(snap)
+    echo(format_fidelity(result))
+    if args.json_out:
+        args.json_out.write_text(json.dumps(result, indent=1))
+    return 0
 
 
 def _check_versions(versions: list[str], cache_dir: Path) -> list[str]:
@@ -100,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "survey":
             return _survey(args, cache_dir)
+        if args.command == "fidelity":
+            return _fidelity(args)
         return _replay(args, cache_dir)
     except ReleaseError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
