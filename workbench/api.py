@@ -5,7 +5,7 @@ import dataclasses
 from typing import Optional, Union
 
 from workbench.config import RunConfig
-from workbench.models.loader import load_prompts
+from workbench.models.loader import load_models, load_prompts
 from workbench.record import RunResult, build_record
 from workbench.spec.fix import apply_fix, fix_applied
 
@@ -28,11 +28,13 @@ def make_config(config: Union[RunConfig, dict, None] = None, **overrides) -> Run
 
 def reproduce(config: Union[RunConfig, dict, None] = None, **overrides) -> RunResult:
     """Run the EAGLE3 loop (or plain greedy) with the given backend, revision, DP and spec
-    settings; return the run record. A crash is data in the record, never an exception here."""
+    settings; return the run record. A crash is data in the record; bad parameters and bad
+    checkpoints raise (ConfigError, CheckpointError) before anything runs."""
     cfg = make_config(config, **overrides)
     if fix_applied():
         cfg = dataclasses.replace(cfg, apply_fix_in_place=True)
     prompts = cfg.prompts if cfg.prompts is not None else load_prompts()
+    load_models(cfg.model_dir)  # a missing or corrupt checkpoint fails here, before any rank process starts
     if cfg.dp > 1 or cfg.fault is not None:
         from workbench.dp.launch import run_dp
 

@@ -42,7 +42,7 @@ def build_record(
     config = cfg.to_dict()
     config.update(prompts=prompts, kernel=kernel, kernel_stand_in=kernel_stand_in)
     rec = {
-        "status": status or ("crashed" if crash else "ok"),
+        "status": status or ("ok" if not crash else "error" if crash.get("phase") == "setup" else "crashed"),
         "config": config,
         "crash": crash,
         "metrics": metrics.summary(tokens, wall_s),
