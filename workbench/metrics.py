@@ -3,9 +3,29 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 ACCEPT_RATE_DENOMINATOR = "draft tokens proposed: (num_draft_tokens - 1) per request per verify step"
+LOOP_DEFINITION = "output ends in >= 3 exact repeats of a period of 1..32 tokens covering >= 24 tokens"
+
+
+def loop_period(tokens: List[int], max_period: int = 32, repeats: int = 3, min_span: int = 24) -> Optional[int]:
+    """The period of an exact repetition the sequence ends in, or None (see LOOP_DEFINITION)."""
+    for p in range(1, max_period + 1):
+        span = max(repeats * p, min_span)
+        if len(tokens) < span:
+            break
+        tail = tokens[-span:]
+        if all(tail[i] == tail[i - p] for i in range(p, span)):
+            return p
+    return None
+
+
+def loop_summary(outputs: List[Optional[List[int]]]) -> dict:
+    """Share of outputs that end in a repetition loop: acceptance earned on loops flatters a draft."""
+    looping = [i for i, o in enumerate(outputs) if o and loop_period(o) is not None]
+    n = sum(1 for o in outputs if o)
+    return {"share": len(looping) / n if n else None, "prompts": looping, "definition": LOOP_DEFINITION}
 
 
 @dataclass

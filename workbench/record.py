@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 import torch
 
 from workbench.config import RunConfig
-from workbench.metrics import Metrics
+from workbench.metrics import Metrics, loop_summary
 
 
 def outputs_sha256(outputs: List[Optional[List[int]]]) -> str:
@@ -45,7 +45,7 @@ def build_record(
         "status": status or ("ok" if not crash else "error" if crash.get("phase") == "setup" else "crashed"),
         "config": config,
         "crash": crash,
-        "metrics": metrics.summary(tokens, wall_s),
+        "metrics": {**metrics.summary(tokens, wall_s), "repetition_loops": loop_summary(ordered)},
         "outputs": ordered,
         "outputs_sha256": outputs_sha256(ordered) if not crash else None,
         "env": environment(kernel),
