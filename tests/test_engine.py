@@ -138,3 +138,18 @@ def test_cli_run_writes_a_record(tmp_path):
     assert len(rec["outputs_sha256"]) == 64 and "torch" in rec["env"]
     bad = subprocess.run([sys.executable, "-m", "workbench", "run", "--topk", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "invalid topk 0" in bad.stderr
+
+
+def test_every_backend_gives_the_greedy_output_on_the_shipped_prompts(prompts):
+    """dp 1, (5, 4, 16): triton (Triton kernels), flashinfer and fa3 (their contracts; torch
+    stand-in compute on CPU) and torch_native all equal plain greedy decoding, token for token."""
+    kw = dict(max_new_tokens=24, model_dir=MODEL_DIR)
+    ref = reproduce(backend="torch_native", mode="greedy", **kw)
+    for backend in ("triton", "flashinfer", "fa3", "torch_native"):
+        res = reproduce(backend=backend, revision="pr-28221", steps=5, topk=4, draft_tokens=16, **kw)
+        assert res.status == "ok", res.summary()
+        assert res.record["outputs"] == ref.record["outputs"], backend
+        assert res.record["slots_leaked"] == 0
+        stand_in = backend in ("flashinfer", "fa3")
+        assert res.record["config"]["kernel_stand_in"] == stand_in
+        assert ("stand-in" in res.record["config"]["kernel"]) == stand_in
