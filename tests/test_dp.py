@@ -105,3 +105,25 @@ def test_a_fault_on_one_rank_ends_every_rank_quickly(fault, kind):
         assert "fault injected on rank 1" in c["traceback"]
     assert res.record["metrics"]["wall_s"] < 60
     assert leftover_rank_processes(res) == []
+
+
+def test_the_same_ranks_run_under_torchrun(tmp_path):
+    """torchrun gives rank, world size and rendezvous by environment; the crash is the same."""
+    import subprocess
+    import sys
+
+    from workbench.dp.launch import free_port
+    from workbench.dp.torchrun import merge
+
+    args = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+            "-m", "workbench.dp.torchrun", "--out", str(tmp_path), "--backend", "triton", "--revision", "pr-24860",
+            "--dp-policy", "pack", "--prompts", PROMPTS[0], "--steps", "3", "--topk", "2", "--draft-tokens", "4",
+            "--max-new-tokens", "8", "--timeout", "120"]
+    if MODEL_DIR:
+        args += ["--model-dir", MODEL_DIR]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0  # the failing rank exits non-zero, so torchrun ends the job
+    rec = merge(tmp_path)
+    c = rec["crash"]
+    assert rec["status"] == "crashed"
+    assert (c["rank"], c["phase"], c["forward_mode"], c["message"]) == (1, "draft-extend", "IDLE", MESSAGE)

@@ -64,7 +64,7 @@ def run_rank(
         out["crash"] = {
             "rank": rank, "phase": where.get("phase"), "forward_mode": where.get("forward_mode"),
             "batch_size": where.get("batch_size"), "exception_type": type(e).__name__, "message": str(e),
-            "traceback": traceback.format_exc(),
+            "traceback": traceback.format_exc(), "time": time.time(),
         }
         for r in (sched.finished if "sched" in locals() else []):
             out["outputs"][r.rid] = r.output_ids

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import queue as queue_mod
-import signal
 import socket
 import subprocess
 import sys
@@ -17,22 +16,14 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 from workbench.config import RunConfig
 from workbench.dp.policy import assign
-from workbench.metrics import Metrics
-from workbench.record import build_record
+from workbench.dp.collect import Collector
 
 GRACE_S = 2.0
 CAUSE_WINDOW_S = 1.0  # after a first failure, how long to wait for the one that caused it
-
-
-def primary_crash(crashes: List[dict]) -> Optional[dict]:
-    """The root cause among the ranks' failures: a rank killed by a signal explains its peers'
-    broken collectives, otherwise the first failure reported."""
-    died = [c for c in crashes if c["exception_type"] == "RankProcessDied"]
-    return (died or crashes or [None])[0]
 
 
 def free_port() -> int:
@@ -40,15 +31,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _signal_crash(rank: int, exitcode: int, last: Optional[dict], log: Path) -> dict:
-    how = f"killed by signal {signal.Signals(-exitcode).name}" if exitcode < 0 else f"exited with code {exitcode}"
-    last = last or {}
-    tail = log.read_text()[-4000:] if log.exists() else ""
-    return {"rank": rank, "phase": last.get("phase"), "forward_mode": last.get("forward_mode"),
-            "batch_size": last.get("batch_size"), "exception_type": "RankProcessDied",
-            "message": f"rank {rank} {how} without reporting a result", "traceback": tail or None}
 
 
 def _pump(stream, q: "queue_mod.Queue") -> None:
@@ -80,15 +62,12 @@ def run_dp(cfg: RunConfig, prompts: List[str]) -> dict:
         pumps.append(pump)
         procs.append(p)
         logs.append(log)
-    metrics = Metrics(proposed_per_step=cfg.draft_tokens - 1, max_depth=cfg.steps)
-    results: Dict[int, dict] = {}
-    last_fwd: Dict[int, dict] = {}
-    crashes: List[dict] = []  # every rank's failure, in the order seen
+    col = Collector(cfg)
     first_crash_at: Optional[float] = None
     status = None
     deadline = t0 + cfg.timeout_s
     try:
-        while len(results) < cfg.dp:
+        while len(col.results) < cfg.dp:
             now = time.perf_counter()
             if first_crash_at is not None and now > first_crash_at + CAUSE_WINDOW_S:
                 break
@@ -99,25 +78,15 @@ def run_dp(cfg: RunConfig, prompts: List[str]) -> dict:
                 kind, rank, payload = q.get(timeout=0.05)
             except queue_mod.Empty:
                 for r, (p, pump) in enumerate(zip(procs, pumps)):
-                    if r not in results and p.poll() is not None and not pump.is_alive():
-                        results[r] = {"outputs": {}}
-                        crashes.append(_signal_crash(r, p.returncode, last_fwd.get(r), workdir / f"rank{r}.log"))
+                    if r not in col.results and p.poll() is not None and not pump.is_alive():
+                        col.rank_died(r, p.returncode, workdir / f"rank{r}.log")
                         first_crash_at = first_crash_at or time.perf_counter()
                 continue
-            if kind == "forward":
-                last_fwd[rank] = payload
-            elif kind == "latency":
-                metrics.add_latency(*payload)
-            elif kind == "accepts":
-                metrics.add_accepts(payload)
-            elif kind == "done":
-                results[rank] = payload
-                if payload.get("crash"):
-                    crashes.append(payload["crash"])
-                    first_crash_at = first_crash_at or time.perf_counter()
+            if col.feed(kind, rank, payload):
+                first_crash_at = first_crash_at or time.perf_counter()
     finally:
         for p in procs:
-            if p.poll() is None and (crashes or status == "timeout"):
+            if p.poll() is None and (col.crashes or status == "timeout"):
                 p.kill()
         for p in procs:
             try:
@@ -127,20 +96,5 @@ def run_dp(cfg: RunConfig, prompts: List[str]) -> dict:
                 p.wait()
         for log in logs:
             log.close()
-    outputs: Dict[int, List[int]] = {}
-    for res in results.values():
-        outputs.update({int(k): v for k, v in res.get("outputs", {}).items()})
-    first = next((r for r in results.values() if r.get("kernel")), {})
-    extra = {
-        "dp": {"assignment": plan, "init_method": init, "logs": str(workdir), "ranks_reported": sorted(results),
-               "last_forward": {str(k): v for k, v in last_fwd.items()}},
-        "slots_leaked": sum(r["slots_capacity"] - r["slots_free"] for r in results.values() if "slots_free" in r)
-        if len(results) == cfg.dp and not crashes else None,
-    }
-    crash = primary_crash(crashes)
-    extra["dp"]["rank_failures"] = crashes
-    if status == "timeout":
-        crash = {"rank": None, "phase": None, "forward_mode": None, "batch_size": None, "exception_type": "Timeout",
-                 "message": f"run exceeded {cfg.timeout_s} s; last forward per rank: {last_fwd}", "traceback": None}
-    return build_record(cfg, prompts, outputs, metrics, time.perf_counter() - t0, crash, first.get("kernel"),
-                        first.get("kernel_stand_in"), status=status, extra=extra)
+    return col.record(prompts, time.perf_counter() - t0, status,
+                      {"assignment": plan, "init_method": init, "logs": str(workdir)})
