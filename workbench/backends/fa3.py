@@ -3,17 +3,16 @@
 why the CUDA lane stayed green.
 
 Computes with flash-attention when it imports and a GPU is present; otherwise with
-``paged_attention_ref`` over the page table, a torch stand-in that the kernel label names.
+``padded_attention`` over the page table, a torch stand-in that the kernel label names.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
 
 import torch
 
 from workbench.backends.base import AttentionBackend
-from workbench.backends.paged_ref import paged_attention_ref, split_custom_mask
+from workbench.backends.paged_ref import PaddedLayout, build_layout, padded_attention, split_custom_mask
 from workbench.engine.forward_batch import ForwardBatch
 
 
@@ -32,8 +31,7 @@ class FA3Metadata:
     cu_seqlens_k: torch.Tensor  # (bs+1,) int32
     max_seq_len_k: int
     page_table: torch.Tensor  # (bs, max_seq_len_k) int32 slots, page size 1
-    masks: Optional[List[torch.Tensor]]
-    causal: bool
+    layout: PaddedLayout  # the stand-in's padded view of the above (built once per batch)
 
 
 class FlashAttention3Backend(AttentionBackend):
@@ -69,19 +67,15 @@ class FlashAttention3Backend(AttentionBackend):
         cu_k[1:] = torch.cumsum(cache_seqlens, 0)
         masks = (split_custom_mask(fb.spec_info.custom_mask, q_lens.tolist(), cache_seqlens.tolist())
                  if fb.forward_mode.is_target_verify() else None)
-        fb.attn_metadata = FA3Metadata(
-            cache_seqlens.to(torch.int32), cu_q, cu_k, max_k,
-            fb.req_to_token_pool.req_to_token[fb.req_pool_indices, :max_k], masks,
-            causal=not fb.forward_mode.is_decode_or_idle() and masks is None,
-        )
+        page_table = fb.req_to_token_pool.req_to_token[fb.req_pool_indices, :max_k]
+        valid = torch.arange(max_k).unsqueeze(0) < cache_seqlens.unsqueeze(1)
+        causal = not fb.forward_mode.is_decode_or_idle() and masks is None
+        layout = build_layout(cu_q.long(), cu_k.long(), page_table[valid].long(), causal, masks)
+        fb.attn_metadata = FA3Metadata(cache_seqlens.to(torch.int32), cu_q, cu_k, max_k, page_table, layout)
 
     def _run(self, q: torch.Tensor, layer_id: int, fb: ForwardBatch) -> torch.Tensor:
-        md: FA3Metadata = fb.attn_metadata
         k_cache, v_cache = fb.kv_cache.get_kv(layer_id)
-        valid = torch.arange(md.max_seq_len_k).unsqueeze(0) < md.cache_seqlens.unsqueeze(1)
-        kv_indices = md.page_table[valid].long()
-        return paged_attention_ref(q, k_cache, v_cache, md.cu_seqlens_q.long(), md.cu_seqlens_k.long(), kv_indices,
-                                   self.ctx.scaling, md.causal, md.masks)
+        return padded_attention(q, k_cache, v_cache, fb.attn_metadata.layout, self.ctx.scaling)
 
     def forward_decode(self, q: torch.Tensor, layer_id: int, forward_batch: ForwardBatch) -> torch.Tensor:
         return self._run(q, layer_id, forward_batch)

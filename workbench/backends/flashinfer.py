@@ -2,18 +2,17 @@
 ``kv_indices``, ``kv_last_page_len``; decode/idle reads ``spec_info.kv_indptr``).
 
 Computes with the flashinfer package when it imports and a GPU is present; otherwise with
-``paged_attention_ref``, a torch stand-in that the kernel label names as such.
+``padded_attention``, a torch stand-in that the kernel label names as such.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
 
 import torch
 
 from workbench.backends.base import AttentionBackend
 from workbench.backends.fallback import seq_lens_kv_metadata
-from workbench.backends.paged_ref import paged_attention_ref, split_custom_mask
+from workbench.backends.paged_ref import PaddedLayout, build_layout, padded_attention, split_custom_mask
 from workbench.engine.forward_batch import ForwardBatch
 
 
@@ -31,8 +30,7 @@ class FlashInferMetadata:
     kv_indptr: torch.Tensor  # (bs+1,) int64, new tokens included
     kv_indices: torch.Tensor  # (nnz,) int64
     kv_last_page_len: torch.Tensor  # (bs,) int32, always 1 (page size 1)
-    masks: Optional[List[torch.Tensor]]  # target-verify blocks, else None
-    causal: bool
+    layout: PaddedLayout  # the stand-in's padded view of the above (built once per batch)
 
 
 class FlashInferBackend(AttentionBackend):
@@ -78,13 +76,11 @@ class FlashInferBackend(AttentionBackend):
                      if fb.forward_mode.is_target_verify() else None)
             causal = masks is None
         fb.attn_metadata = FlashInferMetadata(qo_indptr, kv_indptr, kv_indices, torch.ones(bs, dtype=torch.int32),
-                                              masks, causal)
+                                              build_layout(qo_indptr, kv_indptr, kv_indices, causal, masks))
 
     def _run(self, q: torch.Tensor, layer_id: int, fb: ForwardBatch) -> torch.Tensor:
-        md: FlashInferMetadata = fb.attn_metadata
         k_cache, v_cache = fb.kv_cache.get_kv(layer_id)
-        return paged_attention_ref(q, k_cache, v_cache, md.qo_indptr, md.kv_indptr, md.kv_indices,
-                                   self.ctx.scaling, md.causal, md.masks)
+        return padded_attention(q, k_cache, v_cache, fb.attn_metadata.layout, self.ctx.scaling)
 
     def forward_decode(self, q: torch.Tensor, layer_id: int, forward_batch: ForwardBatch) -> torch.Tensor:
         return self._run(q, layer_id, forward_batch)

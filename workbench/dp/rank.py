@@ -71,7 +71,10 @@ def rank_main(rank: int, world: int, init_method: str, cfg_dict: dict, prompts: 
     from workbench.runner import run_rank
     from workbench.spec.fix import apply_fix
 
+    import torch
+
     cfg = RunConfig(**cfg_dict)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))  # ranks share the cores: no oversubscription
     try:
         dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=collective_timeout_s))

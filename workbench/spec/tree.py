@@ -69,24 +69,42 @@ def build_tree(
         raise RuntimeError("draft tree selection kept a node without its parent")
     parent = torch.cat((torch.full((bs, 1), -1, dtype=torch.int64), par_node), dim=1)
     tokens = torch.cat((verified_id.view(bs, 1), cand_tokens.gather(1, sel)), dim=1)
-    rows = torch.arange(bs)
-    depth = torch.zeros(bs, n, dtype=torch.int64)
-    anc = torch.zeros(bs, n, n, dtype=torch.bool)
-    anc[:, 0, 0] = True
-    first = torch.full((bs, n), -1, dtype=torch.int64)
-    last = torch.full((bs, n), -1, dtype=torch.int64)
-    sibling = torch.full((bs, n), -1, dtype=torch.int64)
-    for j in range(1, n):
-        p = parent[:, j]
-        depth[:, j] = depth[rows, p] + 1
-        anc[:, j] = anc[rows, p]
-        anc[:, j, j] = True
-        no_child = first[rows, p] < 0
-        first[rows[no_child], p[no_child]] = j
-        has = ~no_child
-        sibling[rows[has], last[rows[has], p[has]]] = j
-        last[rows, p] = j
+    anc = ancestor_mask(parent)
+    depth = anc.sum(-1) - 1
+    first, sibling = child_links(parent)
     return DraftTree(tokens, parent, depth, anc, first, sibling)
+
+
+def ancestor_mask(parent: torch.Tensor) -> torch.Tensor:
+    """parent (bs, N), -1 at the root -> (bs, N, N) bool: node i sees j if j is i or an ancestor.
+    Pointer doubling: after round r every node has its ancestors up to distance 2^r."""
+    bs, n = parent.shape
+    rows = torch.arange(bs).unsqueeze(1)
+    ptr = torch.where(parent < 0, torch.arange(n).expand(bs, n), parent)  # the root points at itself
+    anc = torch.eye(n, dtype=torch.bool).expand(bs, n, n).clone()
+    anc[rows, torch.arange(n), ptr] = True
+    for _ in range(max(1, (n - 1).bit_length())):
+        anc |= anc[rows, ptr]
+        ptr = ptr.gather(1, ptr)
+    return anc
+
+
+def child_links(parent: torch.Tensor):
+    """(first child, next sibling) per node, (bs, N) each, -1 where none; children in node order."""
+    bs, n = parent.shape
+    nodes = torch.arange(n).expand(bs, n)
+    key = torch.where(parent < 0, n, parent) * n + nodes  # siblings adjacent, in node order; root last
+    order = key.argsort(dim=1)
+    par_sorted, node_sorted = parent.gather(1, order), order
+    same = par_sorted[:, 1:] == par_sorted[:, :-1]
+    sibling = torch.full((bs, n), -1, dtype=torch.int64)
+    sibling.scatter_(1, node_sorted[:, :-1], torch.where(same, node_sorted[:, 1:], -1))
+    starts = torch.ones(bs, n, dtype=torch.bool)
+    starts[:, 1:] = ~same
+    first = torch.full((bs, n + 1), -1, dtype=torch.int64)
+    has_parent = starts & (par_sorted >= 0)
+    first.scatter_(1, torch.where(has_parent, par_sorted, n), torch.where(has_parent, node_sorted, -1))
+    return first[:, :n], sibling
 
 
 def greedy_verify(tree: DraftTree, target_pred: torch.Tensor):
