@@ -1,0 +1,112 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · The same crash on the real SGLang releases
+#
+# Notebooks 01–03 reproduce the regression on the workbench's own engine. This one holds that
+# engine against the real code, release by release:
+#
+# 1. **Survey.** The sglang wheels, read statically with `ast` (never imported): which spec-input
+#    classes declare `kv_indptr`, which attention backends read `spec_info.kv_indptr` and how
+#    (plain attribute, a None guard, `getattr` with a default), which worker installs which class.
+# 2. **Replay.** Per release an isolated, cached virtual environment (CPU torch, sglang `--no-deps`,
+#    a torchvision *import stand-in* used only there) and, in a subprocess, the real
+#    `TritonAttnBackend.init_forward_metadata` on a real DP-padded IDLE `ForwardBatch` whose
+#    spec_info is the real `EagleDraftExtendInput.create_idle_input(...)`. 0.5.12 and 0.5.13 ship
+#    the class without the field; 0.5.14 ships the fix.
+# 3. **Fidelity.** The workbench's contract table against the survey, and its seq_lens fallback
+#    for a padded idle batch against what the real 0.5.14 backend produced.
+# 4. **Contract fuzzer.** Every backend × spec-input × forward mode of the workbench through
+#    `init_forward_metadata`: the whole class of bug, not just this instance.
+#
+# With `live = False` it uses the measurements shipped in `workbench/assets/` (no network,
+# seconds). With `live = True` it downloads the wheels and builds the environments (about
+# 1.5 min and 2.4 GiB per release the first time, cached afterwards).
+
+# %%
+from workbench import contracts, report
+from workbench.upstream import fidelity, views
+
+# %% tags=["parameters"]
+releases = ["0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.23"]
+replay_releases = ["0.5.12", "0.5.13", "0.5.14"]
+backend = "triton"
+live = False
+cache_dir = None
+record_path = "runs/notebooks/04_upstream_replay.json"
+expect = "any"
+
+# %%
+data = views.load_measurements(releases, replay_releases, live=live, cache_dir=cache_dir)
+print("source:", data["source"])
+
+# %% [markdown]
+# ## 1 · What the releases' sources say
+# The regressed class ships in 0.5.12–0.5.13(.post1); the field arrives in 0.5.14. Five backends
+# read `spec_info.kv_indptr` (triton, flashinfer, flashinfer_mla, aiter, wave); fa3 never does.
+
+# %%
+views.survey_table(data["survey"])
+
+# %%
+from pathlib import Path  # noqa: E402
+
+from IPython.display import Image  # noqa: E402
+
+from workbench.upstream import plot_survey  # noqa: E402
+
+Image(filename=str(plot_survey(data["survey"], Path(record_path).parent)[0]))
+
+# %% [markdown]
+# ## 2 · The crash on the real code
+# The traceback runs through the real `triton_backend.py`: line 332 in 0.5.12 (no None guard),
+# line 574 in 0.5.13 (the guard itself reads the missing attribute).
+
+# %%
+views.replay_table(data["replays"])
+
+# %%
+for rec in data["replays"]:
+    if rec.get("crash"):
+        print(f"--- sglang {rec['config']['sglang']} ---")
+        print(rec["crash"]["traceback"])
+
+# %% [markdown]
+# ## 3 · Fidelity of the workbench's contracts
+# Reads are *observed* on the workbench's backends (a spy spec_info records every attribute
+# touched), then compared with the survey and the replays.
+
+# %%
+fid = fidelity.fidelity(fidelity.snapshot_from(data["survey"], data["replays"]))
+views.fidelity_table(fid)
+
+# %% [markdown]
+# ## 4 · Contract fuzzer on the workbench
+# Only the `pr-24860` padded-IDLE draft-extend cells of the kv_indptr-reading backends fail.
+
+# %%
+cells = contracts.run_matrix()
+views.fuzzer_table(cells)
+
+# %% [markdown]
+# ## Record and expectation
+# `expect = "ok"` fails the notebook unless the replays end as upstream says (0.5.12 / 0.5.13
+# crashed, 0.5.14 ok), the fidelity check finds no difference, and the fuzzer flags only the hole.
+
+# %%
+found = views.problems(data, fid, cells, replay_releases)
+print("record written to", views.save_record(record_path, data, fid, cells, found))
+print("problems:", found or "none")
+if expect == "ok" and found:
+    raise report.ExpectationError("; ".join(found))

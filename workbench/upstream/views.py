@@ -1,0 +1,104 @@
+"""What notebook 04 shows: the survey, the replays, the fidelity check and the contract fuzzer,
+either from the shipped measurements (offline) or measured now (``live``)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from workbench.report import Table
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+
+
+def load_measurements(releases: List[str], replay_releases: List[str], live: bool = False,
+                      cache_dir: Optional[str] = None, log: Callable[[str], None] = print) -> dict:
+    """{"survey": full survey result, "replays": [run records], "source": ...}.
+
+    Offline: the survey and replays shipped in workbench/assets (measured with the commands in
+    upstream_snapshot.json's provenance). Live: download, build and run them now."""
+    if not live:
+        survey = json.loads((ASSETS / "upstream_survey.json").read_text())
+        replays = [r for r in json.loads((ASSETS / "upstream_replays.json").read_text())
+                   if r["config"]["sglang"] in replay_releases]
+        kept = [v for v in survey["versions"] if v in releases] or survey["versions"]
+        survey = {**survey, "versions": kept, "releases": {v: survey["releases"][v] for v in kept}}
+        prov = json.loads((ASSETS / "upstream_snapshot.json").read_text())["provenance"]
+        return {"survey": survey, "replays": replays, "source": f"shipped measurements ({prov['generated_at']})"}
+    from workbench.upstream import default_cache_dir, replay, survey
+
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    result = survey(releases, cache, log=log)
+    recs = [replay(v, cache, log=log) for v in replay_releases]
+    return {"survey": result, "replays": recs, "source": f"measured now (cache {cache})"}
+
+
+def survey_table(survey: dict) -> Table:
+    """One row per fact, one column per release (the survey's own table)."""
+    rows = [{"fact": f, **{v: survey["releases"][v]["facts"][f]["text"] for v in survey["versions"]}}
+            for f in survey["fact_names"]]
+    return Table(rows, ["fact", *survey["versions"]])
+
+
+def replay_table(replays: List[dict]) -> Table:
+    rows = []
+    for r in replays:
+        crash = r.get("crash") or {}
+        at = crash.get("raised_at") or {}
+        rows.append({"sglang": r["config"]["sglang"], "status": r["status"],
+                     "exception": f"{crash.get('exception_type')}: {crash.get('message')}" if crash else "",
+                     "raised at": f"{at.get('file', '')}:{at.get('line', '')}" if at else "",
+                     "kv_indptr": (r.get("metrics") or {}).get("kv_indptr"),
+                     "run s": (r.get("timings") or {}).get("run_s"), "notes": "; ".join(r.get("notes", []))[:80]})
+    return Table(rows)
+
+
+def fidelity_table(result: dict) -> Table:
+    mark = {True: "same", False: "DIFFERENT", None: "n/a"}
+    return Table([{"check": c["check"], "ours": c["ours"], "upstream": c["upstream"], "": mark[c["equal"]]}
+                  for c in result["checks"]])
+
+
+def fuzzer_table(rows: List[dict]) -> Table:
+    """Pass counts per revision x backend, and the failing cells spelled out."""
+    out = {}
+    for r in rows:
+        key = (r["revision"], r["backend"])
+        cell = out.setdefault(key, {"revision": r["revision"], "backend": r["backend"], "cells": 0, "failing": []})
+        cell["cells"] += 1
+        if r["outcome"] != "pass":
+            cell["failing"].append(f"{r['spec_input']} x {r['mode']}: {r['outcome']}")
+    return Table([{**c, "failing": "; ".join(c["failing"]) or "-"} for c in out.values()])
+
+
+def replay_failures(replays: List[dict], expected: dict) -> List[str]:
+    """Releases whose replay status differs from ``expected`` {release: status}."""
+    got = {r["config"]["sglang"]: r["status"] for r in replays}
+    return [f"sglang {v}: expected {want}, got {got.get(v)}" for v, want in expected.items() if got.get(v) != want]
+
+
+HOLE = {("pr-24860", b, "IDLE (padded)") for b in ("triton", "flashinfer")}
+
+
+def problems(data: dict, fid: dict, cells: List[dict], replay_releases: List[str]) -> List[str]:
+    """What departs from upstream: replays not ending as released (0.5.12 / 0.5.13 crashed, later
+    ok), fidelity differences, fuzzer failures outside the pr-24860 hole."""
+    expected = {v: ("crashed" if v in ("0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1") else "ok")
+                for v in replay_releases}
+    out = replay_failures(data["replays"], expected)
+    out += [f"fidelity: {d['check']}" for d in fid["differences"]]
+    out += [f"fuzzer: unexpected failing cell {c['revision']} {c['backend']} {c['spec_input']} {c['mode']}"
+            for c in cells if c["outcome"] != "pass" and (c["revision"], c["backend"], c["mode"]) not in HOLE]
+    return out
+
+
+def save_record(path: str, data: dict, fid: dict, cells: List[dict], found: List[str]) -> Path:
+    """The notebook's record: replays, fidelity, failing fuzzer cells and the problems found."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"schema": "workbench.upstream-record/1", "notebook": "04_upstream_replay",
+                               "status": "ok" if not found else "mismatch", "source": data["source"],
+                               "replays": data["replays"], "fidelity": fid,
+                               "fuzzer_failing": [c for c in cells if c["outcome"] != "pass"], "problems": found},
+                              indent=1, default=str))
+    return out
