@@ -106,7 +106,8 @@ views.fuzzer_table(cells)
 
 # %%
 found = views.problems(data, fid, cells, replay_releases)
-print("record written to", views.save_record(record_path, data, fid, cells, found))
+params = dict(releases=releases, replay_releases=replay_releases, backend=backend, live=live, expect=expect)
+print("record written to", views.save_record(record_path, params, data, fid, cells, found))
 print("problems:", found or "none")
 if expect == "ok" and found:
     raise report.ExpectationError("; ".join(found))

@@ -1,0 +1,72 @@
+"""One notebook through papermill, in its own process: ``python -m ci.execute JOB.json``.
+
+The job names the input and output notebooks, the parameters, the working directory and the
+timeouts; the outcome goes to the job's ``result`` path as JSON: ``completed``, ``failed`` (a cell
+raised), ``timeout`` (a cell ran past ``cell_timeout_s``), ``killed`` (the kernel died) or
+``error`` (papermill itself failed, e.g. the kernel never started).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import List, Optional
+
+
+def _failed_cell(output: Path) -> Optional[int]:
+    """Index of the cell papermill marked as raising / running when it stopped, if any."""
+    try:
+        cells = json.loads(output.read_text())["cells"]
+    except (OSError, ValueError, KeyError):
+        return None
+    for i, c in enumerate(cells):
+        pm = c.get("metadata", {}).get("papermill", {})
+        if pm.get("exception") or pm.get("status") == "running":
+            return i
+    return None
+
+
+def execute(job: dict) -> dict:
+    """Run the job's notebook; never raises."""
+    import papermill
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    from papermill.exceptions import PapermillExecutionError
+
+    t0 = time.perf_counter()
+    out = Path(job["output"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {"outcome": "completed", "error": None}
+    try:
+        papermill.execute_notebook(
+            job["input"], str(out), parameters=job["parameters"], cwd=job.get("cwd"),
+            execution_timeout=job["cell_timeout_s"], start_timeout=job.get("start_timeout_s", 120),
+            progress_bar=False, log_output=False, report_mode=False,
+        )
+    except PapermillExecutionError as e:
+        result = {"outcome": "failed", "error": {"cell": e.cell_index, "ename": e.ename, "evalue": e.evalue}}
+    except CellTimeoutError as e:
+        result = {"outcome": "timeout", "error": {"cell": _failed_cell(out), "ename": "CellTimeoutError",
+                                                   "evalue": f"a cell ran past {job['cell_timeout_s']} s: {str(e)[:300]}"}}
+    except DeadKernelError as e:
+        result = {"outcome": "killed", "error": {"cell": _failed_cell(out), "ename": "DeadKernelError",
+                                                  "evalue": f"the kernel died: {e}"}}
+    except Exception as e:  # papermill / kernel start-up trouble: reported, not raised
+        result = {"outcome": "error", "error": {"cell": _failed_cell(out), "ename": type(e).__name__,
+                                                 "evalue": str(e)[:2000], "traceback": traceback.format_exc()}}
+    result["wall_s"] = time.perf_counter() - t0
+    return result
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Execute the job file named by the first argument; exit 0 when the notebook completed."""
+    args = sys.argv[1:] if argv is None else argv
+    job = json.loads(Path(args[0]).read_text())
+    result = execute(job)
+    Path(job["result"]).write_text(json.dumps(result, indent=1))
+    return 0 if result["outcome"] == "completed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

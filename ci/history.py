@@ -1,0 +1,126 @@
+"""The nightly history: every run of every night in SQLite.
+
+WAL mode and a busy timeout let several runners read and write at once; each night is appended
+in one ``BEGIN IMMEDIATE`` transaction, so a night is stored whole or not at all.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import statistics
+from pathlib import Path
+from typing import Dict, Iterable, List, Tuple, Union
+
+BUSY_TIMEOUT_S = 120.0
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS nights (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, label TEXT NOT NULL, finished_at TEXT NOT NULL,
+    verdict TEXT NOT NULL, cells INTEGER NOT NULL, unexpected INTEGER NOT NULL, meta TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs (
+    night_id INTEGER NOT NULL REFERENCES nights(id), cell TEXT NOT NULL, role TEXT NOT NULL, notebook TEXT,
+    backend TEXT, kernel TEXT, kernel_stand_in INTEGER, interpreter INTEGER, revision TEXT, dp INTEGER,
+    mode TEXT, status TEXT, exception_type TEXT, accept_length_mean REAL, acceptance_rate REAL,
+    tokens_per_s REAL, wall_s REAL, latency_median_ms TEXT, outputs_sha256 TEXT, cell_verdict TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_by_cell ON runs(cell, role, night_id);
+"""
+RUN_COLUMNS = ("cell", "role", "notebook", "backend", "kernel", "kernel_stand_in", "interpreter", "revision", "dp",
+               "mode", "status", "exception_type", "accept_length_mean", "acceptance_rate", "tokens_per_s", "wall_s",
+               "latency_median_ms", "outputs_sha256", "cell_verdict")
+
+
+def run_rows(cells: Iterable[dict]) -> List[dict]:
+    """One history row per run in the cells' notebook records."""
+    rows = []
+    for c in cells:
+        for role, rec in ((c.get("bundle") or {}).get("runs") or {}).items():
+            cfg, m = rec.get("config", {}), rec.get("metrics") or {}
+            lat = {k: 1000 * statistics.median(v) for k, v in (m.get("latency_s") or {}).items() if v}
+            rows.append({
+                "cell": c["name"], "role": role, "notebook": c.get("notebook"), "backend": cfg.get("backend"),
+                "kernel": cfg.get("kernel"), "kernel_stand_in": cfg.get("kernel_stand_in"),
+                "interpreter": cfg.get("backend") == "triton" and "interpreter" in str(cfg.get("kernel") or ""),
+                "revision": cfg.get("revision"), "dp": cfg.get("dp"), "mode": cfg.get("mode"),
+                "status": rec.get("status"), "exception_type": (rec.get("crash") or {}).get("exception_type"),
+                "accept_length_mean": m.get("accept_length_mean"), "acceptance_rate": m.get("acceptance_rate"),
+                "tokens_per_s": m.get("tokens_per_s"), "wall_s": m.get("wall_s"), "latency_median_ms": json.dumps(lat),
+                "outputs_sha256": rec.get("outputs_sha256"), "cell_verdict": c.get("verdict"),
+            })
+    return rows
+
+
+class History:
+    """A history database; open it, use it, ``close()`` it (or use ``with``)."""
+
+    def __init__(self, path: Union[str, Path]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            for stmt in filter(str.strip, SCHEMA.split(";")):
+                self.db.execute(stmt)
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    def __enter__(self) -> "History":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.db.close()
+
+    def previous_accept_lengths(self) -> Dict[Tuple[str, str], Tuple[float, str]]:
+        """(cell, role) -> (mean accept length, night label) from the latest night with an ok EAGLE3 run of it."""
+        rows = self.db.execute(
+            "SELECT r.cell, r.role, r.accept_length_mean, n.label FROM runs r JOIN nights n ON n.id = r.night_id "
+            "WHERE r.status = 'ok' AND r.mode = 'eagle' AND r.accept_length_mean IS NOT NULL "
+            "AND r.night_id = (SELECT MAX(night_id) FROM runs r2 WHERE r2.cell = r.cell AND r2.role = r.role "
+            "AND r2.status = 'ok' AND r2.mode = 'eagle' AND r2.accept_length_mean IS NOT NULL)"
+        ).fetchall()
+        return {(r["cell"], r["role"]): (r["accept_length_mean"], r["label"]) for r in rows}
+
+    def append_night(self, label: str, finished_at: str, verdict: str, cells: List[dict], meta: dict) -> int:
+        """Store a night and all its runs in one transaction; returns the night id."""
+        rows = run_rows(cells)
+        unexpected = sum(1 for c in cells if c.get("verdict") != "expected")
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            cur = self.db.execute(
+                "INSERT INTO nights (label, finished_at, verdict, cells, unexpected, meta) VALUES (?, ?, ?, ?, ?, ?)",
+                (label, finished_at, verdict, len(cells), unexpected, json.dumps(meta, default=str)))
+            night = cur.lastrowid
+            self.db.executemany(
+                f"INSERT INTO runs (night_id, {', '.join(RUN_COLUMNS)}) VALUES (?{', ?' * len(RUN_COLUMNS)})",
+                [(night, *(r[k] for k in RUN_COLUMNS)) for r in rows])
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return night
+
+    def trend_rows(self, last_nights: int = 60) -> List[dict]:
+        """Runs of the last ``last_nights`` nights with night_id and night label, oldest first."""
+        rows = self.db.execute(
+            "SELECT r.*, n.label AS night FROM runs r JOIN nights n ON n.id = r.night_id "
+            "WHERE r.night_id IN (SELECT id FROM nights ORDER BY id DESC LIMIT ?) ORDER BY r.night_id",
+            (last_nights,)).fetchall()
+        return [dict(r) for r in rows]
+
+    def nights(self) -> List[dict]:
+        """Every stored night, oldest first."""
+        return [dict(r) for r in self.db.execute("SELECT * FROM nights ORDER BY id").fetchall()]
+
+    def integrity(self) -> str:
+        """``ok`` when SQLite's integrity_check finds nothing wrong."""
+        return self.db.execute("PRAGMA integrity_check").fetchone()[0]
+

@@ -1,0 +1,201 @@
+"""Nightly runner: ``python -m ci.nightly --matrix ci/matrix.yaml --out artifacts/nightly``.
+
+Runs every matrix cell's notebook through papermill (``min(cores, cells)`` at once), judges each
+against its expectation, checks output parity and accept length against the history, writes
+executed notebooks, ``summary.json`` and ``report.html`` into ``--out``, appends the night to the
+history database and exits 1 on any unexpected outcome (2 on a usage or matrix error).
+
+``--shard i/N`` runs one shard and writes only its partial ``results.json``; ``--merge DIR...``
+merges shard folders into one report, history entry and exit status.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from ci import expect
+from ci.history import History
+from ci.matrix import MatrixError, load_matrix, parse_shard
+from ci.pool import default_jobs, run_cells, thread_env, usable_cores
+from ci.report import write_report
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = "results.json"
+OWNED = ("notebooks", "records", "logs", "jobs", "plots", RESULTS, "summary.json", "report.html")
+COPIED = ("notebooks", "records", "logs")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _environment() -> dict:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        rev = None
+    return {"python": platform.python_version(), "torch": importlib.metadata.version("torch"), "host": platform.node(),
+            "cpu": platform.machine(), "cores": usable_cores(), "git": rev}
+
+
+def _clean(out: Path) -> None:
+    """Remove what an earlier night left in ``out`` (only the runner's own files; the history stays)."""
+    for name in OWNED:
+        p = out / name
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+
+
+def _run(args: argparse.Namespace) -> int:
+    t0, started = time.perf_counter(), _now()
+    matrix = load_matrix(args.matrix)
+    cells = matrix.cells
+    shard = None
+    if args.shard:
+        i, n = parse_shard(args.shard)
+        cells, shard = matrix.shard(i, n), f"{i}/{n}"
+    if args.only:
+        cells = [c for c in cells if any(s in c.name for s in args.only)]
+    if not cells:
+        raise MatrixError(f"no cells to run (shard {shard}, --only {args.only})")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _clean(out)
+    extra = {"model_dir": str(Path(args.model_dir).resolve())} if args.model_dir else {}
+    jobs = args.jobs or default_jobs(len(cells))
+    results = run_cells(cells, matrix, ROOT, out.resolve(), jobs, extra)
+    doc = {"schema": "ci.nightly-results/1", "matrix": matrix.path, "shard": shard, "started_at": started,
+           "wall_s": time.perf_counter() - t0,
+           "environment": {**_environment(), "notebooks_at_once": jobs, "threads_each": thread_env(jobs)["OMP_NUM_THREADS"]},
+           "settings": {"accept_length_drop": matrix.accept_length_drop, "checks": matrix.checks}, "cells": results}
+    (out / RESULTS).write_text(json.dumps(doc, indent=1, default=str))
+    if shard:
+        bad = [r for r in results if r["verdict"] != "expected"]
+        for r in bad:
+            print(f"UNEXPECTED {r['name']}: {'; '.join(r['reasons'])}", file=sys.stderr)
+        print(f"shard {shard}: {len(results) - len(bad)}/{len(results)} cells as expected; partial results in "
+              f"{(out / RESULTS).resolve()}")
+        return 1 if bad else 0
+    return finalize(out, [doc], args.history or out / "history.sqlite", args.night, t0)
+
+
+def _merge(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if all(Path(d).resolve() != out.resolve() for d in args.merge):
+        _clean(out)
+    docs, missing = [], []
+    for d in map(Path, args.merge):
+        f = d / RESULTS
+        if not f.is_file():
+            missing.append(str(d))
+            continue
+        docs.append(json.loads(f.read_text()))
+        if d.resolve() != out.resolve():
+            for name in COPIED:
+                if (d / name).is_dir():
+                    shutil.copytree(d / name, out / name, dirs_exist_ok=True)
+    if not docs:
+        raise MatrixError(f"--merge: no {RESULTS} in {', '.join(args.merge)}")
+    return finalize(out, docs, args.history or out / "history.sqlite", args.night, t0, missing)
+
+
+def _missing_shards(docs: List[dict]) -> List[str]:
+    shards = [d["shard"] for d in docs if d.get("shard")]
+    if not shards:
+        return []
+    n = int(shards[0].split("/")[1])
+    return [f"{i}/{n}" for i in range(1, n + 1) if f"{i}/{n}" not in shards]
+
+
+def _wall(docs: List[dict], elapsed: float) -> float:
+    """Unsharded: ``elapsed`` covers the whole run; merged: the slowest shard plus the merge."""
+    shards = [d.get("wall_s", 0.0) for d in docs if d.get("shard")]
+    return max(shards) + elapsed if shards else elapsed
+
+
+def finalize(out: Path, docs: List[dict], history_path: Path, night: Optional[str], t0: float,
+             missing_dirs: Optional[List[str]] = None) -> int:
+    """Cross-cell checks, history, report; prints every unexpected cell and where the report is."""
+    cells = [c for d in docs for c in d["cells"]]
+    settings = docs[0]["settings"]
+    night = night or _now()
+    with History(history_path) as hist:
+        extra_reasons: Dict[str, List[str]] = {}
+        checks = [expect.check_accept_length(cells, hist.previous_accept_lengths(), settings["accept_length_drop"])]
+        if settings["checks"].get("output_parity", True):
+            checks.append(expect.check_parity(cells))
+        if settings["checks"].get("lossless", True):
+            checks.append(expect.check_lossless(cells))
+        for found in checks:
+            for cell, reasons in found.items():
+                extra_reasons.setdefault(cell, []).extend(reasons)
+        for c in cells:
+            c["reasons"] = c["reasons"] + extra_reasons.get(c["name"], [])
+            c["verdict"] = "unexpected" if c["reasons"] else "expected"
+        problems = [f"shard {s} reported no results" for s in _missing_shards(docs)]
+        problems += [f"no {RESULTS} in {d}" for d in missing_dirs or []]
+        bad = [c for c in cells if c["verdict"] != "expected"]
+        verdict = "fail" if bad or problems else "pass"
+        env = docs[0].get("environment", {})
+        hist.append_night(night, _now(), verdict, cells, {"matrix": docs[0]["matrix"], "environment": env,
+                                                          "problems": problems})
+        trend = hist.trend_rows()
+    summary = {"night": night, "matrix": docs[0]["matrix"], "verdict": verdict, "cells_total": len(cells),
+               "wall_s": _wall(docs, time.perf_counter() - t0),
+               "shards": [d["shard"] for d in docs if d.get("shard")], "environment": env, "problems": problems,
+               "history": str(Path(history_path).resolve()),
+               "unexpected": [{"cell": c["name"], "reasons": c["reasons"]} for c in bad]
+               + [{"cell": "(merge)", "reasons": [p]} for p in problems]}
+    report = write_report(out, summary, cells, trend)
+    for c in bad:
+        for r in c["reasons"]:
+            print(f"UNEXPECTED {c['name']}: {r}", file=sys.stderr)
+    for p in problems:
+        print(f"UNEXPECTED (merge): {p}", file=sys.stderr)
+    print(f"{len(cells) - len(bad)}/{len(cells)} cells as expected; verdict {verdict}")
+    print(f"report: {report.resolve()}")
+    return 1 if verdict == "fail" else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (see the module docstring)."""
+    ap = argparse.ArgumentParser(prog="python -m ci.nightly", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--matrix", default="ci/matrix.yaml", help="matrix file, YAML or JSON (default %(default)s)")
+    ap.add_argument("--out", default="artifacts/nightly", help="artifact folder (default %(default)s)")
+    ap.add_argument("--shard", default=None, help="run shard i/N only (1-based) and write partial results")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="DIR", help="merge shard folders into one report")
+    ap.add_argument("--jobs", type=int, default=None, help="notebooks at once (default: min(cores, cells))")
+    ap.add_argument("--history", default=None, help="history database (default: OUT/history.sqlite)")
+    ap.add_argument("--night", default=None, help="label of this night in the history (default: UTC now)")
+    ap.add_argument("--model-dir", default=None, help="model checkpoints for every notebook that takes model_dir")
+    ap.add_argument("--only", nargs="+", default=None, metavar="TEXT", help="only cells whose name contains TEXT")
+    return ap
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run, shard or merge; 0 when every cell ended as expected, 1 otherwise, 2 on a usage error."""
+    args = build_parser().parse_args(argv)
+    try:
+        return _merge(args) if args.merge else _run(args)
+    except (MatrixError, OSError) as e:
+        print(f"ci.nightly: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Run matrix cells as papermill child processes, at most ``jobs`` at once, with a progress line per
+cell; collect each cell's execution outcome and notebook record and judge it (``ci.expect``)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, TextIO
+
+from ci.expect import check_cell, describe
+from ci.matrix import Cell, Matrix, notebook_expect
+
+POLL_S = 0.2
+HEARTBEAT_S = 60.0
+
+
+@dataclass
+class Job:
+    cell: Cell
+    parameters: dict
+    paths: Dict[str, str]  # relative to the output folder: notebook, record, log, job, result
+    proc: Optional[subprocess.Popen] = None
+    started: float = 0.0
+    log: Optional[TextIO] = None
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def default_jobs(n_cells: int) -> int:
+    """min(usable cores, cells)."""
+    return max(1, min(usable_cores(), n_cells))
+
+
+def _declared(notebook: Path) -> Dict[str, dict]:
+    import papermill
+
+    return papermill.inspect_notebook(str(notebook))
+
+
+def prepare(cell: Cell, root: Path, out: Path, extra: dict) -> Job:
+    """Resolve the notebook, check the cell's parameters against its ``parameters`` cell, add record_path/expect."""
+    nb = Path(cell.notebook) if Path(cell.notebook).is_absolute() else root / cell.notebook
+    if not nb.is_file():
+        raise ValueError(f"notebook {cell.notebook} not found (looked at {nb})")
+    declared = _declared(nb)
+    unknown = sorted(set(cell.parameters) - set(declared))
+    if unknown:
+        raise ValueError(f"parameter(s) {unknown} are not in {nb.name}'s parameters cell; it declares {sorted(declared)}")
+    params = {k: v for k, v in {**cell.defaults, **extra}.items() if k in declared}
+    params.update(cell.parameters)
+    slug = cell.slug
+    paths = {"notebook": f"notebooks/{slug}.ipynb", "record": f"records/{slug}.json", "log": f"logs/{slug}.log",
+             "job": f"jobs/{slug}.json", "result": f"jobs/{slug}.result.json"}
+    params["record_path"] = str((out / paths["record"]).resolve())
+    params.setdefault("expect", notebook_expect(cell))
+    return Job(cell, params, paths)
+
+
+def thread_env(jobs: int) -> Dict[str, str]:
+    """Math-library threads per notebook so ``jobs`` notebooks share the cores instead of spinning
+    against each other (torch's OpenMP threads busy-wait); variables already set are kept."""
+    n = str(max(1, usable_cores() // jobs))
+    return {k: os.environ.get(k, n) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+
+
+def _start(job: Job, matrix: Matrix, root: Path, out: Path, threads: Dict[str, str]) -> None:
+    for key in ("notebook", "record", "log", "job"):
+        (out / job.paths[key]).parent.mkdir(parents=True, exist_ok=True)
+    for key in ("record", "result"):
+        (out / job.paths[key]).unlink(missing_ok=True)
+    nb = Path(job.cell.notebook)
+    spec = {"input": str(nb if nb.is_absolute() else root / nb), "output": str(out / job.paths["notebook"]),
+            "parameters": job.parameters, "cwd": str(root), "cell_timeout_s": matrix.cell_timeout_s,
+            "start_timeout_s": matrix.start_timeout_s, "result": str(out / job.paths["result"])}
+    (out / job.paths["job"]).write_text(json.dumps(spec, indent=1))
+    env = {**os.environ, **threads, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    job.log = open(out / job.paths["log"], "w")
+    job.proc = subprocess.Popen([sys.executable, "-m", "ci.execute", str(out / job.paths["job"])], cwd=root, env=env,
+                                stdout=job.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    job.started = time.perf_counter()
+
+
+def kill_tree(pid: int) -> None:
+    """Kill a process and every descendant (the kernel runs in its own session, DP ranks under it)."""
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)
+        procs = parent.children(recursive=True) + [parent]
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=5)
+
+
+def _finish(job: Job, out: Path, wall_limit_hit: bool) -> dict:
+    job.log.close()
+    wall = time.perf_counter() - job.started
+    result_file = out / job.paths["result"]
+    if wall_limit_hit:
+        execution = {"outcome": "timeout", "error": {"cell": None, "ename": "NotebookTimeout",
+                                                      "evalue": f"notebook ran past the hard limit; killed after {wall:.0f} s"}}
+    elif result_file.is_file():
+        execution = json.loads(result_file.read_text())
+    else:
+        execution = {"outcome": "error", "error": {"cell": None, "ename": "RunnerChildDied",
+                                                    "evalue": f"papermill process exited with code {job.proc.returncode} "
+                                                              f"without a result; see {job.paths['log']}"}}
+    execution["wall_s"] = wall
+    record_file = out / job.paths["record"]
+    bundle = None
+    if record_file.is_file():
+        from workbench.report import load_bundle
+
+        try:
+            bundle = load_bundle(record_file)
+        except ValueError as e:
+            execution.setdefault("record_error", str(e))
+    reasons = check_cell(job.cell.expect, execution, bundle)
+    return {**job.cell.to_dict(), "parameters": job.parameters, "execution": execution, "bundle": bundle,
+            "paths": job.paths, "reasons": reasons, "verdict": "unexpected" if reasons else "expected"}
+
+
+def _progress(done: int, total: int, res: dict, running: int, queued: int, stream: TextIO) -> None:
+    primary = (res["bundle"] or {}).get("primary")
+    got = describe(((res["bundle"] or {}).get("runs") or {}).get(primary)) if res["bundle"] else res["execution"]["outcome"]
+    mark = "ok  " if res["verdict"] == "expected" else "FAIL"
+    print(f"[{done:>{len(str(total))}}/{total}] {mark} {res['execution']['wall_s']:6.1f}s  {res['name']}  -> "
+          f"{got[:90]}   (running {running}, queued {queued})", file=stream, flush=True)
+    for r in res["reasons"]:
+        print(f"        why: {r}", file=stream, flush=True)
+
+
+def run_cells(cells: List[Cell], matrix: Matrix, root: Path, out: Path, jobs: int, extra: Optional[dict] = None,
+              stream: TextIO = sys.stdout) -> List[dict]:
+    """Run every cell; results in matrix order. A cell that cannot even start is an unexpected result."""
+    results: Dict[str, dict] = {}
+    queue: List[Job] = []
+    for cell in cells:
+        try:
+            queue.append(prepare(cell, root, out, extra or {}))
+        except ValueError as e:
+            results[cell.name] = {**cell.to_dict(), "execution": {"outcome": "error", "wall_s": 0.0, "error": {
+                "cell": None, "ename": "CellSetupError", "evalue": str(e)}}, "bundle": None, "paths": {},
+                "reasons": [f"cell not run: {e}"], "verdict": "unexpected"}
+    queue.sort(key=lambda j: -j.cell.weight)
+    threads = thread_env(jobs)
+    print(f"running {len(queue)} notebook(s), {jobs} at a time ({threads['OMP_NUM_THREADS']} math thread(s) each); "
+          f"per-cell timeout {matrix.cell_timeout_s:.0f} s, per-notebook limit {matrix.notebook_timeout_s:.0f} s",
+          file=stream, flush=True)
+    running: List[Job] = []
+    done = len(results)
+    last_news = time.perf_counter()
+    try:
+        while queue or running:
+            while queue and len(running) < jobs:
+                job = queue.pop(0)
+                _start(job, matrix, root, out, threads)
+                running.append(job)
+            time.sleep(POLL_S)
+            for job in list(running):
+                over = time.perf_counter() - job.started > matrix.notebook_timeout_s
+                if job.proc.poll() is None and not over:
+                    continue
+                if over and job.proc.poll() is None:
+                    kill_tree(job.proc.pid)
+                job.proc.wait()
+                running.remove(job)
+                results[job.cell.name] = res = _finish(job, out, over)
+                done += 1
+                last_news = time.perf_counter()
+                _progress(done, len(cells), res, len(running), len(queue), stream)
+            if time.perf_counter() - last_news > HEARTBEAT_S:
+                last_news = time.perf_counter()
+                print("        still running: " + ", ".join(f"{j.cell.name} ({last_news - j.started:.0f} s)" for j in running),
+                      file=stream, flush=True)
+    finally:
+        for job in running:  # interrupted: the children run in their own sessions and would outlive us
+            kill_tree(job.proc.pid)
+    return [results[c.name] for c in cells]

@@ -1,0 +1,122 @@
+"""The nightly report: ``summary.json`` and a self-contained ``report.html`` (plots embedded, results table)."""
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+from typing import Dict, List
+
+from ci.expect import describe, describe_expect, parity_groups
+from workbench import plots
+
+CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:12px}
+td,th{border:1px solid #ddd;padding:4px 6px;vertical-align:top;text-align:left}th{background:#f5f5f5}
+.expected{background:#e8f5e9}.unexpected{background:#ffebee}.banner{padding:10px 14px;font-size:16px;margin:12px 0}
+img{max-width:100%;border:1px solid #eee;margin:6px 0}code{font-size:11px}.why{color:#b71c1c}"""
+
+
+def _records(cells: List[dict]) -> List[dict]:
+    """The engine's run records (the plots' input); upstream replays and check records are
+    reported in the results table only."""
+    return [rec for c in cells for rec in ((c.get("bundle") or {}).get("runs") or {}).values()
+            if "revision" in (rec.get("config") or {})]
+
+
+def make_plots(cells: List[dict], trend_rows: List[dict], folder: Path) -> Dict[str, Path]:
+    """The report's figures as PNG + SVG under ``folder``; title -> PNG path."""
+    recs = _records(cells)
+    figures = {
+        "Crash matrix (revision × backend, per DP size)": ("crash_matrix", lambda p: plots.crash_matrix(recs, p)),
+        "Per-phase latency, EAGLE3": ("latency_eagle", lambda p: plots.phase_latency(recs, p, mode="eagle")),
+        "Per-phase latency, greedy": ("latency_greedy", lambda p: plots.phase_latency(recs, p, mode="greedy")),
+        "Accept length": ("accept_length", lambda p: plots.accept_length_hist(recs, p)),
+        "Acceptance rate per draft position": ("acceptance_per_position", lambda p: plots.acceptance_per_position(recs, p)),
+        "EAGLE3 speedup over greedy": ("speedup", lambda p: plots.speedup(recs, p)),
+        "History trend": ("history_trend", lambda p: plots.history_trend(trend_rows, p)),
+    }
+    out = {}
+    for title, (name, draw) in figures.items():
+        draw(folder / name)
+        out[title] = folder / f"{name}.png"
+    return out
+
+
+def cell_summary(c: dict) -> dict:
+    """The compact per-cell entry of summary.json."""
+    bundle = c.get("bundle") or {}
+    primary = (bundle.get("runs") or {}).get(bundle.get("primary"))
+    m = (primary or {}).get("metrics") or {}
+    return {
+        "cell": c["name"], "notebook": c["notebook"], "parameters": {k: v for k, v in c["parameters"].items()
+                                                                     if k not in ("record_path",)},
+        "expect": c["expect"], "execution": c["execution"]["outcome"], "wall_s": round(c["execution"]["wall_s"], 2),
+        "primary": describe(primary) if primary else None, "runs": {r: describe(rec) for r, rec in (bundle.get("runs") or {}).items()},
+        "accept_length_mean": m.get("accept_length_mean"), "tokens_per_s": m.get("tokens_per_s"),
+        "outputs_sha256": (primary or {}).get("outputs_sha256"), "verdict": c["verdict"], "reasons": c["reasons"],
+        "paths": c.get("paths", {}),
+    }
+
+
+def _params_text(params: dict) -> str:
+    keep = {k: v for k, v in params.items() if k not in ("record_path", "model_dir")}
+    return ", ".join(f"{k}={v}" for k, v in keep.items())
+
+
+def _row(c: dict) -> str:
+    s = cell_summary(c)
+    links = " ".join(f"<a href='{html.escape(p)}'>{k}</a>" for k, p in s["paths"].items()
+                     if k in ("notebook", "record", "log"))
+    expect = "<br>".join(f"{html.escape(r)}: {html.escape(describe_expect(w))}" for r, w in s["expect"].items())
+    got = "<br>".join(f"{html.escape(r)}: {html.escape(d)}" for r, d in s["runs"].items()) or html.escape(s["execution"])
+    why = "".join(f"<div class='why'>{html.escape(r)}</div>" for r in s["reasons"])
+    al = "" if s["accept_length_mean"] is None else f"{s['accept_length_mean']:.3f}"
+    tps = "" if s["tokens_per_s"] is None else f"{s['tokens_per_s']:.1f}"
+    return (f"<tr class='{s['verdict']}'><td><b>{html.escape(s['cell'])}</b><br><code>{html.escape(_params_text(s['parameters']))}"
+            f"</code></td><td>{expect}</td><td>{got}{why}</td><td>{al}</td><td>{tps}</td><td>{s['wall_s']:.1f}</td>"
+            f"<td>{s['verdict']}</td><td>{links}</td></tr>")
+
+
+def _parity_table(cells: List[dict]) -> str:
+    rows = parity_groups(cells)
+    if not rows:
+        return "<p>No ok runs.</p>"
+    cols = ("settings", "outputs_sha256", "runs", "backends", "revisions", "dp")
+    head = "".join(f"<th>{c}</th>" for c in cols)
+    body = "".join(f"<tr class='{'expected' if r['agree'] else 'unexpected'}'>" +
+                   "".join(f"<td>{html.escape(str(r[c]))}</td>" for c in cols) + "</tr>" for r in rows)
+    return ("<p>Ok runs grouped by mode, spec settings, prompts and length: one outputs_sha256 per group means "
+            f"token-identical outputs across backends, revisions and dp sizes.</p><table><thead><tr>{head}</tr></thead>"
+            f"<tbody>{body}</tbody></table>")
+
+
+def write_report(out: Path, summary: dict, cells: List[dict], trend_rows: List[dict]) -> Path:
+    """Write summary.json, plots/ and report.html into ``out``; returns the report path."""
+    figures = make_plots(cells, trend_rows, out / "plots")
+    summary = {**summary, "cells": [cell_summary(c) for c in cells],
+               "plots": {t: str(p.relative_to(out)) for t, p in figures.items()}}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    bad = summary["unexpected"]
+    banner = (f"<div class='banner expected'>All {summary['cells_total']} cells ended as expected.</div>" if not bad else
+              f"<div class='banner unexpected'>{len(bad)} of {summary['cells_total']} cells ended unexpectedly:<ul>" +
+              "".join(f"<li><b>{html.escape(b['cell'])}</b>: {html.escape('; '.join(b['reasons']))}</li>" for b in bad) +
+              "</ul></div>")
+    env = summary.get("environment", {})
+    meta = (f"<p>Night <b>{html.escape(str(summary['night']))}</b> · matrix <code>{html.escape(str(summary['matrix']))}</code> · "
+            f"{summary['wall_s']:.0f} s · shards {html.escape(', '.join(summary.get('shards', [])) or 'none')} · "
+            f"{html.escape(', '.join(f'{k} {v}' for k, v in env.items()))}</p>"
+            "<p>flashinfer and fa3 compute with torch stand-ins on a machine without their packages, and Triton runs "
+            "in its interpreter without a GPU; every label says so. Latency compares code paths on this machine.</p>")
+    imgs = "".join(
+        f"<h3>{html.escape(t)}</h3><img alt='{html.escape(t)}' src='data:image/png;base64,"
+        f"{base64.b64encode(p.read_bytes()).decode()}'><div><a href='{html.escape(str(p.with_suffix('.svg').relative_to(out)))}'>SVG</a></div>"
+        for t, p in figures.items())
+    head = "".join(f"<th>{h}</th>" for h in ("cell (parameters)", "expected", "got", "accept length", "tokens/s",
+                                               "wall s", "verdict", "artifacts"))
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(_row(c) for c in cells)}</tbody></table>"
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>Workbench nightly {html.escape(str(summary['night']))}"
+            f"</title><style>{CSS}</style></head><body><h1>EAGLE3 + DP attention nightly</h1>{banner}{meta}"
+            f"<h2>Results</h2>{table}<h2>Output parity</h2>{_parity_table(cells)}<h2>Plots</h2>{imgs}</body></html>")
+    path = out / "report.html"
+    path.write_text(page)
+    return path

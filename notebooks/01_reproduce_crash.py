@@ -1,0 +1,117 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Reproduce the `kv_indptr` crash on an idle DP rank
+#
+# SGLang PR #24860 turned the draft-extend `spec_info` into an `EagleDraftExtendInput`, a dataclass
+# without `kv_indptr`. Under DP attention the triton backend then crashes on the rank that has no
+# work. This notebook runs that situation on the workbench engine and shows the crash as data:
+# the run record, the traceback from the idle rank, and where each rank was when it happened.
+#
+# **What runs where.** `workbench.reproduce` runs the EAGLE3 loop (draft → verify → draft-extend)
+# with a small Llama-style target and an EAGLE3 head. With `dp > 1` every DP rank is its own
+# process (joined by `torch.distributed` over gloo) with its own scheduler, paged KV pool and
+# attention backend. `dp_policy="pack"` fills rank 0 first, so with one prompt rank 1 stays idle.
+#
+# **Why an idle rank reaches `init_forward_metadata`.** Under DP attention every rank joins every
+# forward pass, because the MLP gathers tokens across ranks. A rank without requests runs an
+# **IDLE** batch, *padded* to batch size 1 so the collective shapes line up, and for a padded
+# IDLE batch the model runner calls `attn_backend.init_forward_metadata(forward_batch)`. In the
+# draft-extend phase that batch carries `EagleDraftExtendInput.create_idle_input(...)`. The triton
+# and flashinfer backends treat decode-or-idle batches as
+# `if spec_info is None or spec_info.kv_indptr is None: <build from seq_lens>` — reading an
+# attribute the class does not have. With `dp = 1` the idle batch is empty and the call never happens.
+#
+# **Why the fa3 lane stayed green.** fa3 builds its metadata from the page table and
+# `cache_seqlens`; it never reads `spec_info.kv_indptr`. Upstream's CUDA CI runs fa3, so only the
+# AMD lane (`--attention-backend triton`) saw the crash. On this CPU machine flashinfer and fa3
+# compute with torch stand-ins (their metadata contracts are the real ones); labels say so.
+
+# %%
+import workbench
+from workbench import plots, report
+
+# %% tags=["parameters"]
+backend = "triton"
+revision = "pr-24860"
+dp = 2
+dp_policy = "pack"
+steps = 3
+topk = 2
+draft_tokens = 4
+num_prompts = 1
+prompts = None
+max_new_tokens = 16
+model_dir = None
+timeout_s = 300.0
+compare_backends = ["flashinfer", "fa3", "torch_native"]
+record_path = "runs/notebooks/01_reproduce_crash.json"
+expect = "any"
+
+# %%
+params = dict(backend=backend, revision=revision, dp=dp, dp_policy=dp_policy, steps=steps, topk=topk,
+              draft_tokens=draft_tokens, num_prompts=num_prompts, prompts=prompts, max_new_tokens=max_new_tokens,
+              model_dir=model_dir, timeout_s=timeout_s, compare_backends=compare_backends, expect=expect)
+config = dict(revision=revision, dp=dp, dp_policy=dp_policy, steps=steps, topk=topk, draft_tokens=draft_tokens,
+              prompts=report.select_prompts(prompts, num_prompts), max_new_tokens=max_new_tokens,
+              model_dir=model_dir, timeout_s=timeout_s)
+
+# %% [markdown]
+# ## The run
+# A crash is part of the result, not an exception: `reproduce` returns the record either way.
+
+# %%
+result = workbench.reproduce(config, backend=backend)
+print(result.summary())
+
+# %% [markdown]
+# ## Where it happened
+# One row per DP rank: how many prompts it was given, the last forward pass it ran and how it ended.
+# On the crashing configuration the idle rank (no prompts) fails in `draft-extend` with forward mode
+# `IDLE` and batch size 1: the padded idle batch.
+
+# %%
+report.where_table(result)
+
+# %% [markdown]
+# ## Traceback from the failing rank
+# The frames end in the backend's `init_forward_metadata`, at the `spec_info.kv_indptr` read.
+
+# %%
+print(report.traceback_text(result))
+
+# %% [markdown]
+# ## The same settings on the other backends
+# Only backends that read `spec_info.kv_indptr` for decode/idle batches fail; fa3 and torch_native do not.
+
+# %%
+runs = {"run": result, **report.compare_backends(config, compare_backends, modes=["eagle"])}
+report.summary_table(runs)
+
+# %%
+report.show(plots.crash_matrix([r.record for r in runs.values()],
+                               title=f"Revision {revision}, dp {dp} ({dp_policy}): run status per backend"))
+
+# %% [markdown]
+# ## Record and expectation
+# The notebook record (parameters and every run record) goes to `record_path`; the nightly reads it.
+# `expect` is `"crash"`, `"ok"` or `"any"`; only the first two fail the notebook.
+
+# %%
+print("record written to", report.save_bundle(record_path, "01_reproduce_crash", params, runs, primary="run"))
+
+# %%
+print(report.require(expect, result))

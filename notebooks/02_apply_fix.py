@@ -1,0 +1,120 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 · Apply the fix of PR #28221 in place
+#
+# **What the fix changes.** PR #28221 adds one field to the draft-extend spec_info:
+#
+# ```python
+# @dataclass
+# class EagleDraftExtendInput(SpecInput):
+#     ...
+#     kv_indptr: Optional[torch.Tensor] = None
+# ```
+#
+# The idle draft-extend input has no tree indices, so the field stays `None`, and a backend that
+# checks `spec_info is None or spec_info.kv_indptr is None` takes its **seq_lens fallback**: it
+# builds `kv_indptr = cumsum(seq_lens)` and `kv_indices = req_to_token[req, :seq_len]` per row
+# (the padded IDLE row has `seq_len` 1 and points at request row 0). That is the path the same
+# batch took before PR #24860, when draft-extend carried an `EagleDraftInput` whose `kv_indptr`
+# was `None`; so the fixed code must generate exactly the tokens of `pre-24860`.
+#
+# `workbench.apply_fix()` adds the field to the regressed class in place (it rebuilds the
+# dataclass); `reproduce` sees the patched state and applies it in every DP rank process.
+# `workbench.undo_fix()` removes it again. This notebook runs the regressed revision three
+# times: the `pre-24860` reference, the patched class, and the class after `undo_fix()`.
+
+# %%
+import workbench
+from workbench import report
+
+# %% tags=["parameters"]
+backend = "triton"
+revision = "pr-24860"
+reference_revision = "pre-24860"
+dp = 2
+dp_policy = "pack"
+steps = 3
+topk = 2
+draft_tokens = 4
+num_prompts = 1
+prompts = None
+max_new_tokens = 16
+model_dir = None
+timeout_s = 300.0
+record_path = "runs/notebooks/02_apply_fix.json"
+expect = "any"
+
+# %%
+params = dict(backend=backend, revision=revision, reference_revision=reference_revision, dp=dp, dp_policy=dp_policy,
+              steps=steps, topk=topk, draft_tokens=draft_tokens, num_prompts=num_prompts, prompts=prompts,
+              max_new_tokens=max_new_tokens, model_dir=model_dir, timeout_s=timeout_s, expect=expect)
+config = dict(backend=backend, dp=dp, dp_policy=dp_policy, steps=steps, topk=topk, draft_tokens=draft_tokens,
+              prompts=report.select_prompts(prompts, num_prompts), max_new_tokens=max_new_tokens,
+              model_dir=model_dir, timeout_s=timeout_s)
+workbench.undo_fix()
+print("fix applied at start:", workbench.fix_applied())
+
+# %% [markdown]
+# ## Reference: the code before PR #24860
+
+# %%
+reference = workbench.reproduce(config, revision=reference_revision)
+print(reference.summary())
+
+# %% [markdown]
+# ## The regressed revision with the fix applied in place
+
+# %%
+workbench.apply_fix()
+print("fix applied:", workbench.fix_applied())
+fixed = workbench.reproduce(config, revision=revision)
+print(fixed.summary())
+
+# %% [markdown]
+# No crash, and the generated tokens are the reference's, token for token: the hashes of the
+# outputs agree.
+
+# %%
+print(f"outputs token-identical to {reference_revision}:", report.same_outputs(fixed, reference))
+report.summary_table({"reference": reference, "fixed": fixed})
+
+# %% [markdown]
+# ## Undo the fix: the crash comes back
+# On a crashing configuration (DP attention with an idle rank, a backend that reads `kv_indptr`)
+# the idle rank fails in draft-extend again.
+
+# %%
+workbench.undo_fix()
+print("fix applied:", workbench.fix_applied())
+undone = workbench.reproduce(config, revision=revision)
+print(undone.summary())
+report.where_table(undone)
+
+# %%
+runs = {"reference": reference, "fixed": fixed, "undo": undone}
+report.summary_table(runs)
+
+# %% [markdown]
+# ## Record and expectation
+# `expect="ok"` requires the fixed run to finish and match the reference's outputs;
+# `"crash"` requires it to crash; `"any"` only shows the data.
+
+# %%
+print("record written to", report.save_bundle(record_path, "02_apply_fix", params, runs, primary="fixed"))
+
+# %%
+print(report.require(expect, fixed, same_outputs_as=reference))

@@ -1,0 +1,133 @@
+"""The notebooks: committed clean and in sync with their paired .py, and each one run through
+papermill on tiny settings writes the notebook record it promises (shipped models; WB_MODEL_DIR overrides)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import jupytext
+import nbformat
+import papermill
+import pytest
+
+from workbench import plots
+from workbench.report import load_bundle
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+FIXTURES = ROOT / "tests" / "fixtures"
+ENGINE_NAMES = ["01_reproduce_crash", "02_apply_fix", "03_backend_comparison"]
+NAMES = ENGINE_NAMES + ["04_upstream_replay"]
+TINY = dict(steps=3, topk=2, draft_tokens=4, num_prompts=1, max_new_tokens=8, model_dir=os.environ.get("WB_MODEL_DIR"))
+CRASH = "'EagleDraftExtendInput' object has no attribute 'kv_indptr'"
+
+
+def _cells(nb) -> list:
+    return [(c.cell_type, c.source.strip(), sorted(c.metadata.get("tags", []))) for c in nb.cells]
+
+
+def test_every_notebook_is_paired():
+    assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == sorted(p.stem for p in NOTEBOOKS.glob("*.py")) == NAMES
+
+
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")) + sorted(FIXTURES.glob("*.ipynb")), ids=lambda p: p.name)
+def test_committed_without_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    for c in nb.cells:
+        if c.cell_type == "code":
+            assert c.outputs == [] and c.execution_count is None, f"{path.name} is committed with outputs"
+    assert sum("parameters" in c.metadata.get("tags", []) for c in nb.cells) == 1
+    assert {"record_path", "expect"} <= set(papermill.inspect_notebook(str(path)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_in_sync_with_paired_py(name):
+    assert _cells(jupytext.read(NOTEBOOKS / f"{name}.py")) == _cells(nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)), \
+        f"{name}.ipynb and {name}.py differ: run `jupytext --sync notebooks/{name}.py`"
+    params = papermill.inspect_notebook(str(NOTEBOOKS / f"{name}.ipynb"))
+    if name in ENGINE_NAMES:
+        assert {"steps", "topk", "draft_tokens", "max_new_tokens", "dp", "dp_policy", "revision"} <= set(params)
+    else:
+        assert {"releases", "replay_releases", "backend", "live"} <= set(params)
+
+
+def _run(name: str, tmp_path: Path, **params) -> tuple:
+    record = tmp_path / f"{name}.json"
+    out = tmp_path / f"{name}.ipynb"
+    base = TINY if name in ENGINE_NAMES else {}
+    papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(out), cwd=str(ROOT), progress_bar=False,
+                               execution_timeout=300, parameters={**base, **params, "record_path": str(record)})
+    return load_bundle(record), nbformat.read(out, as_version=4)
+
+
+def _outputs(nb, kind: str) -> list:
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == kind]
+
+
+def test_01_shows_the_crash_as_data(tmp_path):
+    bundle, nb = _run("01_reproduce_crash", tmp_path, backend="triton", revision="pr-24860", dp=2, dp_policy="pack",
+                      compare_backends=["fa3"], expect="crash")
+    run = bundle["runs"][bundle["primary"]]
+    assert bundle["status"] == run["status"] == "crashed"
+    crash = run["crash"]
+    assert (crash["rank"], crash["phase"], crash["forward_mode"], crash["exception_type"]) == \
+        (1, "draft-extend", "IDLE", "AttributeError")
+    assert CRASH in crash["message"] and "init_forward_metadata" in crash["traceback"]
+    assert bundle["runs"]["eagle/fa3"]["status"] == "ok"
+    assert not _outputs(nb, "error"), "a crash must be shown as data, not a failed cell"
+    text = "".join(o.get("text", "") for o in _outputs(nb, "stream"))
+    assert CRASH in text and "init_forward_metadata" in text
+    assert _outputs(nb, "display_data"), "the crash matrix is displayed"
+
+
+def test_02_fix_is_lossless_and_undo_brings_the_crash_back(tmp_path):
+    bundle, _ = _run("02_apply_fix", tmp_path, backend="triton", revision="pr-24860", dp=2, dp_policy="pack", expect="ok")
+    ref, fixed, undo = (bundle["runs"][k] for k in ("reference", "fixed", "undo"))
+    assert bundle["primary"] == "fixed"
+    assert ref["status"] == fixed["status"] == "ok"
+    assert fixed["config"]["apply_fix_in_place"] and fixed["config"]["revision"] == "pr-24860"
+    assert fixed["outputs_sha256"] == ref["outputs_sha256"] and fixed["outputs"] == ref["outputs"]
+    assert undo["status"] == "crashed" and undo["crash"]["exception_type"] == "AttributeError"
+    assert not undo["config"]["apply_fix_in_place"]
+
+
+def test_03_compares_backends_with_labelled_plots(tmp_path):
+    bundle, nb = _run("03_backend_comparison", tmp_path, backends=["fa3", "torch_native"], dp=1, expect="ok")
+    runs = bundle["runs"]
+    assert sorted(runs) == ["eagle/fa3", "eagle/torch_native", "greedy/fa3", "greedy/torch_native"]
+    assert all(r["status"] == "ok" for r in runs.values())
+    assert len({r["outputs_sha256"] for r in runs.values()}) == 1, "EAGLE3 must be lossless on every backend"
+    assert runs["eagle/fa3"]["config"]["kernel_stand_in"] is True
+    assert len(_outputs(nb, "display_data")) >= 5
+    recs = list(runs.values())
+    for fig in (plots.phase_latency(recs), plots.accept_length_hist(recs), plots.acceptance_per_position(recs),
+                plots.speedup(recs), plots.crash_matrix(recs)):
+        texts = [t.get_text() for ax in fig.axes for t in (*ax.get_xticklabels(), ax.title)]
+        texts += [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+        named = [t for t in texts if "fa3" in t]
+        assert named and all("stand-in" in t for t in named), (fig.get_suptitle(), named)
+
+
+def test_04_replays_the_real_releases_from_the_shipped_measurements(tmp_path):
+    bundle, nb = _run("04_upstream_replay", tmp_path, live=False, expect="ok")
+    runs = bundle["runs"]
+    assert bundle["primary"] == "checks" and runs["checks"]["status"] == "ok" and runs["checks"]["problems"] == []
+    for v in ("0.5.12", "0.5.13"):
+        crash = runs[f"replay/{v}"]["crash"]
+        assert runs[f"replay/{v}"]["status"] == "crashed" and crash["message"] == CRASH
+        assert "sglang/srt/layers/attention/triton_backend.py" in crash["traceback"]
+    assert runs["replay/0.5.14"]["status"] == "ok" and runs["replay/0.5.14"]["metrics"]["kv_indptr"] == [0, 1, 2]
+    assert not _outputs(nb, "error") and len(_outputs(nb, "execute_result")) >= 5  # tables and the survey plot
+
+
+def test_require_rejects_a_bad_expect():
+    from workbench.report import ExpectationError, require
+
+    rec = {"status": "ok", "config": {"backend": "fa3", "revision": "pr-28221", "dp": 1}, "outputs_sha256": "a"}
+    assert "met" in require("ok", rec)
+    with pytest.raises(ExpectationError, match="expect='crash'"):
+        require("crash", rec)
+    with pytest.raises(ExpectationError, match="outputs differ"):
+        require("ok", rec, same_outputs_as={**rec, "outputs_sha256": "b"})
+    with pytest.raises(ValueError, match="valid: crash, ok, any"):
+        require("pass", rec)

@@ -1,0 +1,96 @@
+"""The crash matrix: revision x backend, one panel per DP size, each cell ok / crashed (exception)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Iterable, Tuple, Union
+
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+
+from workbench.plots.common import (
+    STATUS_COLORS, backend_label, backend_sort_key, empty, new_figure, record_label, save,
+)
+
+REVISION_ORDER = ("pre-24860", "pr-24860", "pr-28221")
+FIXED_SUFFIX = " + apply_fix()"
+SEVERITY = {"ok": 0, "timeout": 2, "error": 2, "crashed": 3}
+
+
+def _row(cfg: dict) -> str:
+    return cfg["revision"] + (FIXED_SUFFIX if cfg.get("apply_fix_in_place") else "")
+
+
+def _row_key(row: str) -> tuple:
+    base = row.replace(FIXED_SUFFIX, "")
+    return (REVISION_ORDER.index(base) if base in REVISION_ORDER else len(REVISION_ORDER), row)
+
+
+def _cell_text(rec: dict) -> str:
+    crash = rec.get("crash") or {}
+    if rec.get("status") == "ok":
+        return "ok"
+    lines = [rec.get("status", "?"), crash.get("exception_type") or ""]
+    if crash.get("rank") is not None:
+        lines.append(f"rank {crash['rank']} {crash.get('phase') or ''}".strip())
+    if crash.get("forward_mode"):
+        lines.append(str(crash["forward_mode"]))
+    return "\n".join(line for line in lines if line)
+
+
+def _panel_title(dp: int, recs: list) -> str:
+    if dp == 1:
+        return "dp = 1 (no DP attention: idle batches are empty)"
+    idle = any(not a for r in recs for a in (r.get("dp") or {}).get("assignment", [[0]]))
+    return f"dp = {dp} (DP attention" + (", a rank idle: padded IDLE batches)" if idle else ")")
+
+
+def crash_matrix(records: Iterable[dict], path: Union[str, Path, None] = None,
+                 title: str = "EAGLE3 + DP attention: where the run crashes") -> Figure:
+    """Cells colored by run status with the exception name; greedy runs are left out (no draft-extend)."""
+    cells: Dict[Tuple[int, str, str], dict] = {}
+    labels: Dict[str, str] = {}  # from a record that names its kernel (a setup crash may not)
+    for rec in records:
+        cfg = rec.get("config", {})
+        if cfg.get("mode", "eagle") != "eagle" or "revision" not in cfg:
+            continue
+        key = (int(cfg.get("dp", 1)), _row(cfg), cfg["backend"])
+        if key not in cells or SEVERITY.get(rec.get("status"), 1) > SEVERITY.get(cells[key].get("status"), 1):
+            cells[key] = rec  # several runs of one cell: the worst outcome shows
+        if cfg.get("kernel") is not None:
+            labels[cfg["backend"]] = record_label(rec)
+    if not cells:
+        fig = empty(new_figure(6, 2.5), "no EAGLE3 runs to show")
+        save(fig, path)
+        return fig
+    dps = sorted({k[0] for k in cells})
+    rows = sorted({k[1] for k in cells}, key=_row_key)
+    cols = sorted({k[2] for k in cells}, key=backend_sort_key)
+    fig = new_figure(2.0 + 1.7 * len(cols) * len(dps), 1.2 + 0.95 * len(rows))
+    axes = fig.subplots(1, len(dps), squeeze=False)[0]
+    for ax, dp in zip(axes, dps):
+        for i, row in enumerate(rows):
+            for j, col in enumerate(cols):
+                rec = cells.get((dp, row, col))
+                status = rec.get("status") if rec else None
+                ax.add_patch(Rectangle((j, i), 1, 1, facecolor=STATUS_COLORS.get(status, "#bdbdbd"),
+                                       edgecolor="white", linewidth=2))
+                text = _cell_text(rec) if rec else "not run"
+                ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=7.5,
+                        color="white" if status in ("ok", "crashed", "error") else "black")
+        ax.set_xlim(0, len(cols))
+        ax.set_ylim(len(rows), 0)
+        ax.set_xticks([j + 0.5 for j in range(len(cols))],
+                      [labels.get(c) or backend_label(c) for c in cols], fontsize=8)
+        ax.set_yticks([i + 0.5 for i in range(len(rows))], rows if ax is axes[0] else [""] * len(rows), fontsize=8)
+        ax.tick_params(length=0)
+        ax.set_xlabel("attention backend")
+        if ax is axes[0]:
+            ax.set_ylabel("code revision")
+        ax.set_title(_panel_title(dp, [r for k, r in cells.items() if k[0] == dp]), fontsize=9)
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+    fig.legend(handles=[Patch(color=STATUS_COLORS[s], label=s) for s in ("ok", "crashed", "timeout", "error")],
+               loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=11)
+    save(fig, path)
+    return fig
