@@ -92,13 +92,15 @@ def problems(data: dict, fid: dict, cells: List[dict], replay_releases: List[str
     return out
 
 
-def save_record(path: str, data: dict, fid: dict, cells: List[dict], found: List[str]) -> Path:
-    """The notebook's record: replays, fidelity, failing fuzzer cells and the problems found."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"schema": "workbench.upstream-record/1", "notebook": "04_upstream_replay",
-                               "status": "ok" if not found else "mismatch", "source": data["source"],
-                               "replays": data["replays"], "fidelity": fid,
-                               "fuzzer_failing": [c for c in cells if c["outcome"] != "pass"], "problems": found},
-                              indent=1, default=str))
-    return out
+def save_record(path: str, params: dict, data: dict, fid: dict, cells: List[dict], found: List[str]) -> Path:
+    """The notebook record (``workbench.report`` bundle): one run record per replayed release
+    (role ``replay/<version>``) and a ``checks`` record whose status is ok when nothing departs
+    from upstream (else ``mismatch``, with the problems)."""
+    from workbench.report import save_bundle
+
+    checks = {"status": "ok" if not found else "mismatch", "crash": None, "problems": found,
+              "config": {"backend": "workbench contracts", "kernel": None, "source": data["source"]},
+              "fidelity": fid, "fuzzer_failing": [c for c in cells if c["outcome"] != "pass"]}
+    runs = {f"replay/{r['config']['sglang']}": r for r in data["replays"]}
+    runs["checks"] = checks
+    return save_bundle(path, "04_upstream_replay", params, runs, primary="checks")
