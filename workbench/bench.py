@@ -36,7 +36,7 @@ def bench(config: dict, backends: List[str], repeats: int = 1, json_out: Optiona
             "eagle_phases": e["metrics"]["latency_s"], "greedy_phases": g["metrics"]["latency_s"],
         }
         rows.append(row)
-        print(f"{backend:13s} kernel: {row['kernel']}  (triton interpreter: {row['interpreter']})")
+        print(f"{backend:13s} kernel: {row['kernel']}  (Triton kernels in the interpreter: {row['interpreter']})")
         print(f"  accept length {row['accept_length_mean']:.3f}  acceptance rate {row['acceptance_rate']:.3f}")
         print(f"  greedy {row['greedy_tokens_per_s']:.1f} tok/s  eagle3 {row['eagle_tokens_per_s']:.1f} tok/s  "
               f"speedup {row['speedup']:.2f}x  outputs identical: {row['lossless']}")

@@ -28,7 +28,8 @@ def environment(backend_kernel: Optional[str]) -> dict:
         env["triton"] = importlib.metadata.version("triton")  # metadata only: importing triton here would
     except importlib.metadata.PackageNotFoundError:  # pre-empt kernels' interpreter selection
         env["triton"] = None
-    env["triton_interpret"] = os.environ.get("TRITON_INTERPRET") == "1"
+    # whether this run's Triton kernels ran in the interpreter (only the triton backend runs them)
+    env["triton_interpret"] = bool(backend_kernel) and "interpreter" in backend_kernel
     return env
 
 

@@ -71,10 +71,11 @@ class EagleWorker(WorkerBase):
         done = self._accept(batch, tree, path, accept_len, bonus, slots)
         self.release(batch, done)
         live = batch.filter(~done)
-        with self.phase("draft-extend"):
-            if len(live):
+        if len(live):
+            with self.phase("draft-extend"):
                 self._draft_extend(live, tree.tokens[~done], path[~done], accept_len[~done], aux[~done])
-            elif self.dp_comm is not None:
+        elif self.dp_comm is not None:  # upstream runs it under DP attention even with nothing left
+            with self.phase("draft-extend"):
                 self._draft_extend_idle()
         return live
 
