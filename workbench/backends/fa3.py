@@ -2,8 +2,8 @@
 ``cache_seqlens``, ``cu_seqlens_q`` / ``cu_seqlens_k``); it never reads ``kv_indptr``, which is
 why the CUDA lane stayed green.
 
-Computes with flash-attention when it imports and a GPU is present; otherwise with
-``padded_attention`` over the page table, a torch stand-in that the kernel label names.
+The attention itself is computed by ``padded_attention`` over the page table, a torch stand-in
+for flash-attention's kernels (GPU-only, not called by the workbench); the label says so.
 """
 from __future__ import annotations
 
@@ -12,16 +12,8 @@ from dataclasses import dataclass
 import torch
 
 from workbench.backends.base import AttentionBackend
-from workbench.backends.paged_ref import PaddedLayout, build_layout, padded_attention, split_custom_mask
+from workbench.backends.paged_ref import PaddedLayout, StandInBackend, build_layout, split_custom_mask
 from workbench.engine.forward_batch import ForwardBatch
-
-
-def _fa3_available() -> bool:
-    try:
-        import flash_attn_interface  # noqa: F401
-    except Exception:
-        return False
-    return torch.cuda.is_available()
 
 
 @dataclass
@@ -34,21 +26,10 @@ class FA3Metadata:
     layout: PaddedLayout  # the stand-in's padded view of the above (built once per batch)
 
 
-class FlashAttention3Backend(AttentionBackend):
+class FlashAttention3Backend(StandInBackend, AttentionBackend):
     name = "fa3"
+    library = "flash-attention 3"
     reads_spec_kv_indptr = False
-
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self.native = _fa3_available()
-
-    @property
-    def kernel(self) -> str:
-        return "flash-attention 3" if self.native else "torch paged reference (stand-in for flash-attention 3)"
-
-    @property
-    def kernel_is_stand_in(self) -> bool:
-        return not self.native
 
     def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:
         fb = forward_batch
@@ -72,13 +53,3 @@ class FlashAttention3Backend(AttentionBackend):
         causal = not fb.forward_mode.is_decode_or_idle() and masks is None
         layout = build_layout(cu_q.long(), cu_k.long(), page_table[valid].long(), causal, masks)
         fb.attn_metadata = FA3Metadata(cache_seqlens.to(torch.int32), cu_q, cu_k, max_k, page_table, layout)
-
-    def _run(self, q: torch.Tensor, layer_id: int, fb: ForwardBatch) -> torch.Tensor:
-        k_cache, v_cache = fb.kv_cache.get_kv(layer_id)
-        return padded_attention(q, k_cache, v_cache, fb.attn_metadata.layout, self.ctx.scaling)
-
-    def forward_decode(self, q: torch.Tensor, layer_id: int, forward_batch: ForwardBatch) -> torch.Tensor:
-        return self._run(q, layer_id, forward_batch)
-
-    def forward_extend(self, q, k, v, layer_id: int, forward_batch: ForwardBatch) -> torch.Tensor:
-        return self._run(q, layer_id, forward_batch)

@@ -1,8 +1,8 @@
 """flashinfer: the flashinfer backend's metadata contract (indices updater: ``kv_indptr``,
 ``kv_indices``, ``kv_last_page_len``; decode/idle reads ``spec_info.kv_indptr``).
 
-Computes with the flashinfer package when it imports and a GPU is present; otherwise with
-``padded_attention``, a torch stand-in that the kernel label names as such.
+The attention itself is computed by ``padded_attention``, a torch stand-in for flashinfer's
+kernels (GPU-only, not called by the workbench); the kernel label names it so everywhere.
 """
 from __future__ import annotations
 
@@ -12,16 +12,8 @@ import torch
 
 from workbench.backends.base import AttentionBackend
 from workbench.backends.fallback import seq_lens_kv_metadata
-from workbench.backends.paged_ref import PaddedLayout, build_layout, padded_attention, split_custom_mask
+from workbench.backends.paged_ref import PaddedLayout, StandInBackend, build_layout, split_custom_mask
 from workbench.engine.forward_batch import ForwardBatch
-
-
-def _flashinfer_available() -> bool:
-    try:
-        import flashinfer  # noqa: F401
-    except Exception:
-        return False
-    return torch.cuda.is_available()
 
 
 @dataclass
@@ -33,21 +25,10 @@ class FlashInferMetadata:
     layout: PaddedLayout  # the stand-in's padded view of the above (built once per batch)
 
 
-class FlashInferBackend(AttentionBackend):
+class FlashInferBackend(StandInBackend, AttentionBackend):
     name = "flashinfer"
+    library = "flashinfer"
     reads_spec_kv_indptr = True
-
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self.native = _flashinfer_available()
-
-    @property
-    def kernel(self) -> str:
-        return "flashinfer" if self.native else "torch paged reference (stand-in for flashinfer)"
-
-    @property
-    def kernel_is_stand_in(self) -> bool:
-        return not self.native
 
     def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:
         fb = forward_batch
@@ -77,13 +58,3 @@ class FlashInferBackend(AttentionBackend):
             causal = masks is None
         fb.attn_metadata = FlashInferMetadata(qo_indptr, kv_indptr, kv_indices, torch.ones(bs, dtype=torch.int32),
                                               build_layout(qo_indptr, kv_indptr, kv_indices, causal, masks))
-
-    def _run(self, q: torch.Tensor, layer_id: int, fb: ForwardBatch) -> torch.Tensor:
-        k_cache, v_cache = fb.kv_cache.get_kv(layer_id)
-        return padded_attention(q, k_cache, v_cache, fb.attn_metadata.layout, self.ctx.scaling)
-
-    def forward_decode(self, q: torch.Tensor, layer_id: int, forward_batch: ForwardBatch) -> torch.Tensor:
-        return self._run(q, layer_id, forward_batch)
-
-    def forward_extend(self, q, k, v, layer_id: int, forward_batch: ForwardBatch) -> torch.Tensor:
-        return self._run(q, layer_id, forward_batch)

@@ -85,3 +85,26 @@ def split_custom_mask(custom_mask: torch.Tensor, q_lens: List[int], kv_lens: Lis
         out.append(custom_mask[off : off + n * m].view(n, m))
         off += n * m
     return out
+
+
+class StandInBackend:
+    """Mixin for a backend that keeps a library's metadata contract but computes attention with
+    ``padded_attention`` (the library itself is GPU-only and not called here); its metadata must
+    carry a ``layout``. Every record and plot names the kernel a stand-in."""
+
+    library = ""
+
+    @property
+    def kernel(self) -> str:
+        return f"torch paged reference (stand-in for {self.library})"
+
+    @property
+    def kernel_is_stand_in(self) -> bool:
+        return True
+
+    def forward_decode(self, q: torch.Tensor, layer_id: int, forward_batch) -> torch.Tensor:
+        k_cache, v_cache = forward_batch.kv_cache.get_kv(layer_id)
+        return padded_attention(q, k_cache, v_cache, forward_batch.attn_metadata.layout, self.ctx.scaling)
+
+    def forward_extend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, forward_batch) -> torch.Tensor:
+        return self.forward_decode(q, layer_id, forward_batch)
