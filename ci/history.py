@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import statistics
+import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Tuple, Union
 
@@ -50,6 +51,20 @@ def run_rows(cells: Iterable[dict]) -> List[dict]:
     return rows
 
 
+def _retry_locked(step, deadline_s: float = BUSY_TIMEOUT_S):
+    """Run ``step`` until it does not fail with "database is locked" (or the deadline passes)."""
+    end = time.monotonic() + deadline_s
+    delay = 0.01
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > end:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+
 class History:
     """A history database; open it, use it, ``close()`` it (or use ``with``)."""
 
@@ -59,7 +74,12 @@ class History:
         self.db = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
         self.db.row_factory = sqlite3.Row
         self.db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        self.db.execute("PRAGMA journal_mode = WAL")
+        # Switching a new file to WAL while another runner creates it can fail with "database is
+        # locked" without waiting on the busy handler, so that step retries on its own.
+        _retry_locked(lambda: self.db.execute("PRAGMA journal_mode = WAL"))
+        _retry_locked(self._create_schema)
+
+    def _create_schema(self) -> None:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             for stmt in filter(str.strip, SCHEMA.split(";")):
