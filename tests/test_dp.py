@@ -127,3 +127,17 @@ def test_the_same_ranks_run_under_torchrun(tmp_path):
     c = rec["crash"]
     assert rec["status"] == "crashed"
     assert (c["rank"], c["phase"], c["forward_mode"], c["message"]) == (1, "draft-extend", "IDLE", MESSAGE)
+
+
+def test_the_whole_run_timeout_ends_every_rank():
+    res = reproduce(backend="torch_native", revision="pr-28221", dp=2, prompts=PROMPTS,
+                    **{**SMALL, "timeout_s": 1.0, "max_new_tokens": 64})
+    assert res.status == "timeout" and res.crash["exception_type"] == "Timeout"
+    assert "exceeded 1.0 s" in res.crash["message"]
+    assert leftover_rank_processes(res) == []
+
+
+def test_three_ranks_with_two_idle_pass_on_the_fixed_revision(greedy_sha):
+    res = reproduce(backend="flashinfer", revision="pr-28221", dp=3, dp_policy="balanced", prompts=PROMPTS, **SMALL)
+    assert res.status == "ok" and res.record["dp"]["assignment"] == [[0], [1], []]
+    assert res.record["outputs_sha256"] == greedy_sha

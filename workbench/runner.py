@@ -45,7 +45,7 @@ def run_rank(
     torch.manual_seed(cfg.seed)
     metrics = Metrics()
     out = {"outputs": {}, "metrics": metrics, "crash": None, "kernel": None, "kernel_stand_in": None}
-    worker = None
+    worker, sched = None, None
     t0 = time.perf_counter()
     try:
         worker = build_worker(cfg, dp_comm, metrics)
@@ -66,7 +66,7 @@ def run_rank(
             "batch_size": where.get("batch_size"), "exception_type": type(e).__name__, "message": str(e),
             "traceback": traceback.format_exc(), "time": time.time(),
         }
-        for r in (sched.finished if "sched" in locals() else []):
+        for r in (sched.finished if sched is not None else []):  # requests done before the crash stay
             out["outputs"][r.rid] = r.output_ids
     out["wall_s"] = time.perf_counter() - t0
     return out

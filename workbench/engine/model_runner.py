@@ -14,6 +14,7 @@ from workbench.backends import BackendContext, create_backend
 from workbench.engine.forward_batch import ForwardBatch
 from workbench.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.mem.pool import KVCache, ReqToTokenPool, TokenSlotAllocator
+from workbench.models.eagle3 import Eagle3Head
 
 
 def init_metadata_for(backend, fb: ForwardBatch) -> bool:
@@ -41,8 +42,8 @@ class ModelRunner:
         self.model = model
         self.memory = memory
         self.dp_comm = dp_comm
-        num_layers = getattr(model, "layers", None)
-        self.kv_cache = KVCache(len(num_layers) if num_layers is not None else 1, capacity, cfg.num_kv_heads, cfg.head_dim, torch.float32)
+        self.is_draft = isinstance(model, Eagle3Head)
+        self.kv_cache = KVCache(cfg.num_layers, capacity, cfg.num_kv_heads, cfg.head_dim, torch.float32)
         self.attn_backend = create_backend(
             backend, BackendContext(memory.req_to_token_pool, self.kv_cache, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
         )
@@ -81,7 +82,7 @@ class ModelRunner:
         return self._run(fb, hidden)
 
     def _run(self, fb: ForwardBatch, hidden: Optional[torch.Tensor]):
-        if hasattr(self.model, "fc"):
+        if self.is_draft:
             if hidden is None:
                 hidden = torch.zeros(fb.num_tokens, self.model.config.hidden_size)
             return self.model(fb.input_ids, fb.positions, hidden, fb)
