@@ -14,7 +14,7 @@ from typing import Callable, Iterable, List, Optional, Sequence
 
 import torch
 
-from workbench.backends import BackendContext, backend_names, create_backend
+from workbench.backends import AttentionBackend, BackendContext, backend_names, create_backend
 from workbench.engine.forward_batch import ForwardBatch
 from workbench.engine.model_runner import init_metadata_for
 from workbench.forward_mode import CaptureHiddenMode, ForwardMode
@@ -79,7 +79,7 @@ def spec_cases(revision: str) -> List[SpecCase]:
     ]
 
 
-def minimal_batch(mode: str, backend) -> ForwardBatch:
+def minimal_batch(mode: str, backend: "AttentionBackend") -> ForwardBatch:
     """A small valid batch for ``mode`` over a fresh pool: two requests with prefixes 3 and 5."""
     pool = ReqToTokenPool(4, 64)
     pool.req_to_token[1:3, :16] = torch.arange(1, 33, dtype=torch.int32).view(2, 16)

@@ -8,7 +8,7 @@ import torch
 
 from workbench.forward_mode import CaptureHiddenMode
 from workbench.spec import fix, regressed
-from workbench.spec.inputs import EagleDraftInput
+from workbench.spec.inputs import EagleDraftInput, SpecInput
 
 
 @dataclass(frozen=True)
@@ -18,14 +18,14 @@ class Revision:
     draft_extend_class: type
     expected_dp_triton: str  # "ok" or "crashed": the outcome DESIGN §3 predicts on triton + DP attention
 
-    def draft_extend_input(self, hidden_states: torch.Tensor, verified_id: torch.Tensor, accept_length: torch.Tensor):
+    def draft_extend_input(self, hidden_states: torch.Tensor, verified_id: torch.Tensor, accept_length: torch.Tensor) -> SpecInput:
         """spec_info of a (non-idle) draft-extend pass. hidden_states (T, 3H), verified_id (T,), accept_length (bs,)."""
         return self.draft_extend_class(
             hidden_states=hidden_states, verified_id=verified_id, accept_length=accept_length,
             capture_hidden_mode=CaptureHiddenMode.LAST,
         )
 
-    def idle_draft_extend_input(self, hidden_size: int, dtype: torch.dtype, topk: int):
+    def idle_draft_extend_input(self, hidden_size: int, dtype: torch.dtype, topk: int) -> SpecInput:
         """spec_info of an idle rank's draft-extend pass, built as upstream does."""
         if self.draft_extend_class is EagleDraftInput:
             return EagleDraftInput.create_idle_input("cpu", hidden_size, dtype, topk, CaptureHiddenMode.LAST)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import torch
 
@@ -14,7 +14,7 @@ from workbench.config import RunConfig
 from workbench.engine.eagle_worker import EagleWorker
 from workbench.engine.scheduler import AnyRank, Scheduler
 from workbench.engine.schedule_batch import Req
-from workbench.engine.worker import GreedyWorker
+from workbench.engine.worker import GreedyWorker, WorkerBase
 from workbench.metrics import Metrics
 from workbench.models.loader import load_models
 from workbench.models.tokenizer import encode
@@ -23,7 +23,7 @@ from workbench.revisions import get_revision
 MAX_CONTEXT = 512
 
 
-def build_worker(cfg: RunConfig, dp_comm: Optional[object] = None, metrics: Optional[Metrics] = None):
+def build_worker(cfg: RunConfig, dp_comm: Optional[object] = None, metrics: Optional[Metrics] = None) -> WorkerBase:
     target, draft = load_models(cfg.model_dir)
     if cfg.mode == "greedy":
         return GreedyWorker(target, cfg.backend, cfg.max_running, MAX_CONTEXT, dp_comm=dp_comm, metrics=metrics)
@@ -35,7 +35,8 @@ def build_worker(cfg: RunConfig, dp_comm: Optional[object] = None, metrics: Opti
 
 def run_rank(
     cfg: RunConfig, prompts: List[str], prompt_ids: List[int], rank: int = 0,
-    dp_comm: Optional[object] = None, any_rank: Optional[AnyRank] = None, on_start=None,
+    dp_comm: Optional[object] = None, any_rank: Optional[AnyRank] = None,
+    on_start: Optional[Callable[[WorkerBase], None]] = None,
 ) -> dict:
     """Run this rank's share of the prompts. Never raises: a failure becomes a ``crash`` entry.
 

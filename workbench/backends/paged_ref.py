@@ -7,10 +7,13 @@ the same padded layout, built once per batch and reused by every layer.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from workbench.engine.forward_batch import ForwardBatch
 
 
 @dataclass
@@ -102,9 +105,10 @@ class StandInBackend:
     def kernel_is_stand_in(self) -> bool:
         return True
 
-    def forward_decode(self, q: torch.Tensor, layer_id: int, forward_batch) -> torch.Tensor:
+    def forward_decode(self, q: torch.Tensor, layer_id: int, forward_batch: "ForwardBatch") -> torch.Tensor:
         k_cache, v_cache = forward_batch.kv_cache.get_kv(layer_id)
         return padded_attention(q, k_cache, v_cache, forward_batch.attn_metadata.layout, self.ctx.scaling)
 
-    def forward_extend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, forward_batch) -> torch.Tensor:
+    def forward_extend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
+                       forward_batch: "ForwardBatch") -> torch.Tensor:
         return self.forward_decode(q, layer_id, forward_batch)

@@ -84,7 +84,8 @@ class TritonBackend(AttentionBackend):
         )
         return o
 
-    def forward_extend(self, q, k, v, layer_id: int, forward_batch: ForwardBatch) -> torch.Tensor:
+    def forward_extend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
+                       forward_batch: ForwardBatch) -> torch.Tensor:
         md: TritonMetadata = forward_batch.attn_metadata
         k_buf, v_buf = forward_batch.kv_cache.get_kv(layer_id)
         o = torch.empty_like(q)

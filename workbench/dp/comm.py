@@ -2,13 +2,16 @@
 the MLP on every rank's tokens, sharded over the intermediate dimension across ranks."""
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import TYPE_CHECKING, Dict, List, Tuple
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
 from workbench.models.layers import SwiGLU
+
+if TYPE_CHECKING:
+    from workbench.engine.forward_batch import ForwardBatch
 
 
 class DPCommunicator:
@@ -23,7 +26,7 @@ class DPCommunicator:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return bool(t.item())
 
-    def begin_forward(self, fb) -> None:
+    def begin_forward(self, fb: "ForwardBatch") -> None:
         """All-gather every rank's token count for this forward (the DP sync of SGLang)."""
         out = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world_size)]
         dist.all_gather(out, torch.tensor([fb.num_tokens], dtype=torch.int64))

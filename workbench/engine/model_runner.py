@@ -6,18 +6,18 @@ KV buffers and its own backend instance.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple, Union
 
 import torch
 
-from workbench.backends import BackendContext, create_backend
+from workbench.backends import AttentionBackend, BackendContext, create_backend
 from workbench.engine.forward_batch import ForwardBatch
 from workbench.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.mem.pool import KVCache, ReqToTokenPool, TokenSlotAllocator
 from workbench.models.eagle3 import Eagle3Head
 
 
-def init_metadata_for(backend, fb: ForwardBatch) -> bool:
+def init_metadata_for(backend: "AttentionBackend", fb: ForwardBatch) -> bool:
     """``init_forward_metadata`` as the model runner calls it: an IDLE batch of size 0 (no DP
     padding) never reaches it. Returns whether it was called."""
     if fb.forward_mode.is_idle() and fb.batch_size == 0:
@@ -66,8 +66,8 @@ class ModelRunner:
         )
 
     @torch.inference_mode()
-    def forward(self, fb: ForwardBatch, hidden: Optional[torch.Tensor] = None):
-        """Runs the model; returns what it returns (target: (hidden, aux); draft: hidden)."""
+    def forward(self, fb: ForwardBatch, hidden: Optional[torch.Tensor] = None) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+        """Runs the model: the target returns (hidden (T, H), aux (T, 3H)), the draft hidden (T, H)."""
         if fb.dp_comm is not None:
             fb.dp_comm.begin_forward(fb)
         if fb.forward_mode.is_idle():
@@ -75,7 +75,7 @@ class ModelRunner:
         self.attn_backend.init_forward_metadata(fb)
         return self._run(fb, hidden)
 
-    def forward_idle(self, fb: ForwardBatch, hidden: Optional[torch.Tensor]):
+    def forward_idle(self, fb: ForwardBatch, hidden: Optional[torch.Tensor]) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
         """As upstream: metadata only for a non-empty (padded) idle batch; the layers still run so
         the MLP collectives line up across DP ranks."""
         init_metadata_for(self.attn_backend, fb)

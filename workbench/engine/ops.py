@@ -8,6 +8,8 @@ them. The other backends use the torch versions: in Triton's CPU interpreter eac
 from __future__ import annotations
 
 import kernels  # first: selects Triton's interpreter on a machine without a GPU
+from typing import Tuple
+
 import torch
 
 
@@ -38,7 +40,7 @@ def assign_req_to_token(
 
 
 def draft_extend_positions(prefix: torch.Tensor, n_new: torch.Tensor, packed_tokens: torch.Tensor,
-                           use_kernels: bool = False):
+                           use_kernels: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     """Positions (T,) = prefix[i] + arange(n_new[i]) per request, and each request's last token (bs,)."""
     if not use_kernels:
         return ragged_arange(prefix, n_new), packed_tokens[torch.cumsum(n_new, 0) - 1]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -13,6 +13,10 @@ from workbench.engine.schedule_batch import Req, ScheduleBatch
 from workbench.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.mem.pool import ReqToTokenPool, TokenSlotAllocator
 from workbench.metrics import Metrics
+
+if TYPE_CHECKING:
+    from workbench.backends.base import AttentionBackend
+    from workbench.engine.forward_batch import ForwardBatch
 
 
 class WorkerBase:
@@ -34,17 +38,17 @@ class WorkerBase:
         self.current: Dict[str, object] = {}  # phase / forward_mode / batch_size of the forward in flight
 
     @property
-    def backend(self):
+    def backend(self) -> "AttentionBackend":
         return self.target.attn_backend
 
     @contextmanager
-    def phase(self, name: str):
+    def phase(self, name: str) -> Iterator[None]:
         t0 = time.perf_counter()
         self.current = {"phase": name}
         yield
         self.metrics.add_latency(name, time.perf_counter() - t0)
 
-    def run(self, runner: ModelRunner, fb, hidden: Optional[torch.Tensor] = None):
+    def run(self, runner: ModelRunner, fb: "ForwardBatch", hidden: Optional[torch.Tensor] = None) -> Any:
         self.current.update(forward_mode=fb.forward_mode.name, batch_size=fb.batch_size)
         return runner.forward(fb, hidden)
 
@@ -57,8 +61,8 @@ class WorkerBase:
                     f"exceeds the context of {self.max_context_len} tokens"
                 )
 
-    def prefill_target(self, reqs: List[Req]):
-        """Target EXTEND over the prompts. Returns (batch, hidden (T, H), aux (T, 3H), lens (bs,))."""
+    def prefill_target(self, reqs: List[Req]) -> Tuple[ScheduleBatch, "ForwardBatch", torch.Tensor, torch.Tensor]:
+        """Target EXTEND over the prompts. Returns (batch, its ForwardBatch, aux (T, 3H), slots (T,))."""
         pool = self.memory.req_to_token_pool
         rows = torch.tensor(pool.alloc(len(reqs)), dtype=torch.int64)
         for r, row in zip(reqs, rows.tolist()):

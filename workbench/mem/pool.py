@@ -5,7 +5,7 @@ Slot 0 is never handed out: padded rows of DP IDLE batches write and read there 
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List, Tuple
 
 import torch
 
@@ -71,5 +71,5 @@ class KVCache:
         self.k_buffers[layer_id][loc] = k.to(self.k_buffers[layer_id].dtype)
         self.v_buffers[layer_id][loc] = v.to(self.v_buffers[layer_id].dtype)
 
-    def get_kv(self, layer_id: int):
+    def get_kv(self, layer_id: int) -> Tuple[torch.Tensor, torch.Tensor]:
         return self.k_buffers[layer_id], self.v_buffers[layer_id]

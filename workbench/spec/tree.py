@@ -9,6 +9,7 @@ lower index) ahead of its children, so every kept node's parent is kept too.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Tuple
 
 import torch
 
@@ -89,7 +90,7 @@ def ancestor_mask(parent: torch.Tensor) -> torch.Tensor:
     return anc
 
 
-def child_links(parent: torch.Tensor):
+def child_links(parent: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """(first child, next sibling) per node, (bs, N) each, -1 where none; children in node order."""
     bs, n = parent.shape
     nodes = torch.arange(n).expand(bs, n)
@@ -107,7 +108,7 @@ def child_links(parent: torch.Tensor):
     return first[:, :n], sibling
 
 
-def greedy_verify(tree: DraftTree, target_pred: torch.Tensor):
+def greedy_verify(tree: DraftTree, target_pred: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Walk first-child / next-sibling links, accepting a child whose token equals the target's
     greedy prediction at its parent.
 
