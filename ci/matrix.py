@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 EXPECT_FIELDS = ("status", "exception_type", "rank", "phase", "forward_mode", "batch_size", "message_contains")
 PRIMARY = "primary"

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from workbench.api import reproduce
 from workbench.config import ConfigError

@@ -6,7 +6,6 @@ import os
 
 import kernels
 import pytest
-import torch
 
 from workbench import reproduce
 from workbench.backends.triton import TritonBackend

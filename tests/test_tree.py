@@ -1,7 +1,6 @@
 """Tree drafting and greedy verification against brute-force references on random trees."""
 from __future__ import annotations
 
-import itertools
 
 import pytest
 import torch

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Union
+from typing import Union
 
 from workbench.config import RunConfig
 from workbench.models.loader import load_models, load_prompts

@@ -4,7 +4,6 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
-import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path

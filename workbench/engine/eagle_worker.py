@@ -92,9 +92,12 @@ class EagleWorker(WorkerBase):
     def _idle_draft_input(self) -> EagleDraftInput:
         return EagleDraftInput.create_idle_input("cpu", self.hidden_size, torch.float32, self.topk, CaptureHiddenMode.NULL)
 
+    def _draft_topk(self, hidden: torch.Tensor):
+        """hidden (rows, H) -> (probabilities, tokens) of the draft's topk next tokens, (rows, topk) each."""
+        return torch.softmax(self.draft.model.logits(hidden), dim=-1).topk(self.topk, dim=-1)
+
     def _set_next_draft(self, batch: ScheduleBatch, hidden: torch.Tensor) -> None:
-        probs = torch.softmax(self.draft.model.logits(hidden), dim=-1)
-        batch.topk_p, batch.topk_index = probs.topk(self.topk, dim=-1)
+        batch.topk_p, batch.topk_index = self._draft_topk(hidden)
         batch.hidden = hidden
 
     def _draft(self, batch: ScheduleBatch) -> DraftTree:
@@ -120,7 +123,7 @@ class EagleWorker(WorkerBase):
                 own = torch.cat((path_slots, new.view(bs, k, 1)), dim=2).flatten(0, 1)
                 assign_req_to_token(table, branch_rows, prefix, torch.full((bs * k,), i), own.flatten(), self.use_kernels)
                 seq_lens = prefix + i
-                kv_indptr, kv_indices = seq_lens_kv_metadata(table, branch_rows, seq_lens)
+                kv_indptr, kv_indices = seq_lens_kv_metadata(table, branch_rows, seq_lens, self.indices_builder)
                 spec = EagleDraftInput(hidden_states=hidden, verified_id=tokens.flatten(), kv_indptr=kv_indptr,
                                        kv_indices=kv_indices, capture_hidden_mode=CaptureHiddenMode.LAST, num_tokens_per_req=k)
                 fb = self.draft.make_batch(
@@ -128,7 +131,7 @@ class EagleWorker(WorkerBase):
                     seq_lens=seq_lens, out_cache_loc=new, spec_info=spec, capture_hidden_mode=CaptureHiddenMode.LAST,
                 )
                 out = self.run(self.draft, fb, hidden)
-                child_p, child_t = torch.softmax(self.draft.model.logits(out), -1).topk(k, dim=-1)
+                child_p, child_t = self._draft_topk(out)
                 expand = (scores.unsqueeze(2) * child_p.view(bs, k, k)).flatten(1)
                 child_t = child_t.view(bs, k * k)
                 base = k + (i - 1) * k * k
@@ -174,7 +177,6 @@ class EagleWorker(WorkerBase):
 
     def _accept(self, batch, tree, path, accept_len, bonus, slots) -> torch.Tensor:
         """Keep the KV of root + accepted nodes, free the rest, append tokens. Returns done (bs,)."""
-        bs = len(batch)
         keep_n = accept_len + 1
         valid = path >= 0
         kept = slots.gather(1, path.clamp(min=0))[valid]

@@ -5,6 +5,7 @@ import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
+import kernels  # first: selects Triton's interpreter on a machine without a GPU
 import torch
 
 from workbench.engine.model_runner import Memory, ModelRunner
@@ -35,6 +36,7 @@ class WorkerBase:
         self.target = ModelRunner(target, backend, self.memory, capacity, dp_comm)
         self.metrics = metrics or Metrics()
         self.use_kernels = backend == "triton"  # bookkeeping through the Triton helpers, as upstream's triton path
+        self.indices_builder = kernels.build_kv_indices if self.use_kernels else None  # None: the torch builder
         self.current: Dict[str, object] = {}  # phase / forward_mode / batch_size of the forward in flight
 
     @property
