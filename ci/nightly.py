@@ -25,7 +25,7 @@ from typing import Dict, List, Optional
 from ci import expect
 from ci.history import History
 from ci.matrix import MatrixError, load_matrix, parse_shard
-from ci.pool import default_jobs, run_cells, thread_env, usable_cores
+from ci.cell_runner import default_jobs, run_cells, thread_env, usable_cores
 from ci.report import write_report
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 
 from workbench.contracts import SpecCase, run_matrix
-from workbench.spec.inputs import SpecInput, SpecInputType
+from workbench.speculative.spec_info import SpecInput, SpecInputType
 
 
 def test_only_the_pr24860_hole_fails():

@@ -10,7 +10,8 @@ import torch
 from workbench.forward_mode import CaptureHiddenMode
 from workbench.metrics import Metrics, loop_period, loop_summary
 from workbench.revisions import REVISIONS, get_revision
-from workbench.spec import fix, regressed
+from workbench.speculative import eagle_draft_extend_pr24860 as regressed
+from workbench.speculative import eagle_draft_extend_pr28221 as fix
 
 
 def test_revisions_decide_the_draft_extend_class_and_the_field():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workbench.spec.tree import build_tree, greedy_verify
+from workbench.speculative.eagle_tree import build_tree, greedy_verify
 
 
 def random_candidates(bs: int, steps: int, topk: int, vocab: int, gen: torch.Generator):

@@ -20,7 +20,7 @@ def __getattr__(name: str) -> Any:
 
         return RunResult
     if name in ("apply_fix", "undo_fix", "fix_applied"):
-        from workbench.spec import fix
+        from workbench.speculative import eagle_draft_extend_pr28221 as fix
 
         return getattr(fix, name)
     if name == "REVISIONS":

@@ -7,7 +7,7 @@ from typing import Union
 from workbench.config import RunConfig
 from workbench.models.loader import load_models, load_prompts
 from workbench.record import RunResult, build_record
-from workbench.spec.fix import apply_fix, fix_applied
+from workbench.speculative.eagle_draft_extend_pr28221 import apply_fix, fix_applied
 
 
 def make_config(config: Union[RunConfig, dict, None] = None, **overrides) -> RunConfig:

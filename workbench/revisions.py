@@ -7,8 +7,10 @@ from typing import Dict
 import torch
 
 from workbench.forward_mode import CaptureHiddenMode
-from workbench.spec import fix, regressed
-from workbench.spec.inputs import EagleDraftInput, SpecInput
+from workbench.speculative import eagle_draft_extend_pr24860 as regressed
+from workbench.speculative import eagle_draft_extend_pr28221 as fix
+from workbench.speculative.eagle_info import EagleDraftInput
+from workbench.speculative.spec_info import SpecInput
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Callable, List, Optional
 import torch
 
 from workbench.config import RunConfig
-from workbench.engine.eagle_worker import EagleWorker
+from workbench.speculative.eagle_worker import EagleWorker
 from workbench.engine.scheduler import AnyRank, Scheduler
 from workbench.engine.schedule_batch import Req
 from workbench.engine.worker import GreedyWorker, WorkerBase

@@ -69,7 +69,7 @@ def rank_main(rank: int, world: int, init_method: str, cfg_dict: dict, prompts: 
 
     from workbench.dp.comm import DPCommunicator
     from workbench.runner import run_rank
-    from workbench.spec.fix import apply_fix
+    from workbench.speculative.eagle_draft_extend_pr28221 import apply_fix
 
     import torch
 

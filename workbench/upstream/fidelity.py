@@ -18,7 +18,7 @@ import torch
 from workbench.backends import backend_names
 from workbench.backends.fallback import seq_lens_kv_metadata
 from workbench.contracts import minimal_batch, probe, spec_cases
-from workbench.spec.inputs import SpecInput, SpecInputType
+from workbench.speculative.spec_info import SpecInput, SpecInputType
 
 SNAPSHOT = Path(__file__).resolve().parent.parent / "assets" / "upstream_snapshot.json"
 UPSTREAM_FILE = {"triton": "triton_backend.py", "flashinfer": "flashinfer_backend.py",

@@ -2,36 +2,17 @@
 
 ``EagleDraftInput`` rides on draft passes (and, before PR #24860, on draft-extend too);
 ``EagleVerifyInput`` on target-verify. The draft-extend class of PR #24860 lives in
-``workbench.spec.regressed`` and the fixed one of PR #28221 in ``workbench.spec.fix``.
+``eagle_draft_extend_pr24860`` and the fixed one of PR #28221 in ``eagle_draft_extend_pr28221``.
 """
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
 from workbench.forward_mode import CaptureHiddenMode
-
-
-class SpecInputType(enum.IntEnum):
-    EAGLE_DRAFT = 1
-    EAGLE_VERIFY = 2
-    EAGLE_DRAFT_EXTEND = 3
-
-
-class SpecInput:
-    """Base of every spec-info object; it declares no metadata fields of its own."""
-
-    def __init__(self, spec_input_type: SpecInputType) -> None:
-        self.spec_input_type = spec_input_type
-
-    def is_draft_input(self) -> bool:
-        return self.spec_input_type in (SpecInputType.EAGLE_DRAFT, SpecInputType.EAGLE_DRAFT_EXTEND)
-
-    def is_verify_input(self) -> bool:
-        return self.spec_input_type == SpecInputType.EAGLE_VERIFY
+from workbench.speculative.spec_info import SpecInput, SpecInputType
 
 
 @dataclass

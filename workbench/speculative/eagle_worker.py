@@ -15,8 +15,8 @@ from workbench.engine.worker import WorkerBase
 from workbench.backends.fallback import seq_lens_kv_metadata
 from workbench.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.revisions import Revision
-from workbench.spec.inputs import EagleDraftInput, EagleVerifyInput
-from workbench.spec.tree import DraftTree, build_tree, greedy_verify
+from workbench.speculative.eagle_info import EagleDraftInput, EagleVerifyInput
+from workbench.speculative.eagle_tree import DraftTree, build_tree, greedy_verify
 
 
 class EagleWorker(WorkerBase):

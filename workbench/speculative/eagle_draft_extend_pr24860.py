@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 
 from workbench.forward_mode import CaptureHiddenMode
-from workbench.spec.inputs import SpecInput, SpecInputType
+from workbench.speculative.spec_info import SpecInput, SpecInputType
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Two forms: ``EagleDraftExtendInput`` below is the class as PR #28221 left it (the ``pr-28221``
 revision installs it), and ``apply_fix`` / ``undo_fix`` patch the regressed class of
-``workbench.spec.regressed`` in place, for notebooks. With ``kv_indptr`` None a backend takes
+``workbench.speculative.eagle_draft_extend_pr24860`` in place, for notebooks. With ``kv_indptr`` None a backend takes
 the seq_lens fallback (``workbench.backends.fallback``), exactly as before PR #24860.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from workbench.spec import regressed
+from workbench.speculative import eagle_draft_extend_pr24860 as regressed
 
 FIELD = "kv_indptr"
 _GENERATED = ("__init__", "__repr__", "__eq__", "__dataclass_fields__", "__dataclass_params__", "__match_args__")

@@ -1,1 +1,0 @@
-"""EAGLE spec-info inputs, the draft tree, greedy tree verification, and the kv_indptr fix."""
