@@ -46,4 +46,4 @@ def reproduce(config: Union[RunConfig, dict, None] = None, **overrides) -> RunRe
     res = run_rank(cfg, prompts, list(range(len(prompts))))
     extra = {"slots_leaked": res["slots_capacity"] - res["slots_free"]} if "slots_free" in res else {}
     return RunResult(build_record(cfg, prompts, res["outputs"], res["metrics"], res["wall_s"], res["crash"],
-                                  res["kernel"], res["kernel_stand_in"], extra=extra))
+                                  res["kernel"], res["kernel_stand_in"], extra=extra, timing=res))

@@ -24,6 +24,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--model-dir", default=None)
+    p.add_argument("--dtype", default="float32", help="float32 or bfloat16")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the untimed warm-up request")
 
 
 def _config(args: argparse.Namespace, **extra) -> dict:
@@ -38,7 +41,7 @@ def _config(args: argparse.Namespace, **extra) -> dict:
         backend=args.backend, revision=args.revision, dp=args.dp, steps=args.steps, topk=args.topk,
         draft_tokens=args.draft_tokens, prompts=prompts, max_new_tokens=args.max_new_tokens,
         max_running=args.max_running, dp_policy=args.dp_policy, seed=args.seed, timeout_s=args.timeout,
-        model_dir=args.model_dir, **extra,
+        model_dir=args.model_dir, dtype=args.dtype, device=args.device, warmup=args.warmup, **extra,
     )
 
 
@@ -76,7 +79,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     b = sub.add_parser("bench", help="plain greedy vs EAGLE3 on the same backend(s): accept length, tokens/s, speedup")
     _add_run_args(b)
     b.add_argument("--backends", nargs="+", default=None)
-    b.add_argument("--repeats", type=int, default=1)
+    b.add_argument("--repeats", type=int, default=5, help="runs per backend and mode, interleaved")
     b.add_argument("--json", default=None)
     b.set_defaults(func=cmd_bench)
     up = sub.add_parser("upstream", help="survey / replay the real SGLang releases (see workbench.upstream)")

@@ -9,6 +9,8 @@ from workbench.backends import backend_names
 from workbench.revisions import REVISIONS
 
 DP_POLICIES = ("balanced", "pack")
+DTYPES = ("float32", "bfloat16")
+DEVICES = ("cpu", "cuda")
 
 
 class ConfigError(ValueError):
@@ -33,6 +35,9 @@ class RunConfig:
     timeout_s: float = 600.0
     fault: Optional[str] = None  # test hook: "raise@rank1" or "sigkill@rank1"
     model_dir: Optional[str] = None
+    dtype: str = "float32"  # weights, activations and KV cache; "bfloat16" casts both models after loading
+    device: str = "cpu"  # where the engine's tensors live; only "cpu" is wired through the engine so far
+    warmup: bool = True  # one short request before timing (dp 1), counted in setup_s
     extra: dict = field(default_factory=dict)
 
     def validate(self) -> "RunConfig":
@@ -47,6 +52,16 @@ class RunConfig:
             bad("mode", self.mode, "eagle, greedy")
         if self.dp_policy not in DP_POLICIES:
             bad("dp_policy", self.dp_policy, ", ".join(DP_POLICIES))
+        if self.dtype not in DTYPES:
+            bad("dtype", self.dtype, ", ".join(DTYPES))
+        if self.device not in DEVICES:
+            bad("device", self.device, ", ".join(DEVICES))
+        if self.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                bad("device", self.device, "cpu (no CUDA device is visible on this machine)")
+            bad("device", self.device, "cpu (the engine does not place its tensors on cuda yet)")
         for name in ("dp", "steps", "topk", "max_new_tokens", "max_running"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 bad(name, getattr(self, name), "an integer >= 1")

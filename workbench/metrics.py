@@ -1,12 +1,31 @@
-"""Per-run metrics: latency samples per phase and EAGLE acceptance statistics (DESIGN §7)."""
+"""Per-run metrics: latency samples named for what they time, and EAGLE acceptance statistics (DESIGN §7).
+
+Timing covers generation only (first prefill to last token); everything before it (model load,
+rank start, warm-up, the Triton interpreter's first launches) is ``setup_s``. Samples of DP ranks
+without requests (IDLE batches) are kept apart from those of ranks holding requests.
+"""
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 ACCEPT_RATE_DENOMINATOR = "draft tokens proposed: (num_draft_tokens - 1) per request per verify step"
 LOOP_DEFINITION = "output ends in >= 3 exact repeats of a period of 1..32 tokens covering >= 24 tokens"
+SAMPLE_KINDS = ("latency_s", "latency_s_idle", "forward_s", "forward_s_idle", "metadata_s", "attention_s", "collective_s")
+SAMPLE_DEFINITIONS = {
+    "latency_s": "one phase of one scheduling round (prefill; draft = steps draft forwards; verify; draft-extend; "
+                 "decode), on a rank holding requests",
+    "latency_s_idle": "the same phases on a DP rank without requests (IDLE batches)",
+    "forward_s": "one forward pass, keyed model/FORWARD_MODE (metadata + layers + DP collectives)",
+    "forward_s_idle": "one IDLE forward pass of a rank without requests",
+    "metadata_s": "one init_forward_metadata call, keyed model/FORWARD_MODE",
+    "attention_s": "attention (KV write + kernel) summed over the layers of one forward, keyed model/FORWARD_MODE",
+    "collective_s": "DP collectives per forward (token-count all_gather, MLP all_gather + all_reduce with their "
+                    "shard compute), and any_rank all_reduce per scheduling decision",
+}
+TIMING_DEFINITION = ("tokens_per_s = tokens_generated / generation_s; generation_s spans the first prefill to the "
+                     "last token (DP: earliest rank start to latest rank end); setup_s is everything before it")
 
 
 def loop_period(tokens: List[int], max_period: int = 32, repeats: int = 3, min_span: int = 24) -> Optional[int]:
@@ -28,21 +47,54 @@ def loop_summary(outputs: List[Optional[List[int]]]) -> dict:
     return {"share": len(looping) / n if n else None, "prompts": looping, "definition": LOOP_DEFINITION}
 
 
+def _samples() -> Dict[str, List[float]]:
+    return defaultdict(list)
+
+
 @dataclass
 class Metrics:
-    latency_s: Dict[str, List[float]] = field(default_factory=lambda: defaultdict(list))
+    samples: Dict[str, Dict[str, List[float]]] = field(default_factory=lambda: {k: _samples() for k in SAMPLE_KINDS})
     accept_length_per_step: List[int] = field(default_factory=list)  # accepted drafts + 1 (bonus), per request per verify
     proposed_per_step: int = 0  # draft tokens proposed per request per verify step
     max_depth: int = 0  # steps: the deepest a path can go
+    muted: bool = False  # warm-up: nothing is recorded
+    idle_probe: Optional[Callable[[], bool]] = None  # is the phase just timed one of a rank without requests?
 
-    def add_latency(self, phase: str, seconds: float) -> None:
-        self.latency_s[phase].append(seconds)
+    @property
+    def latency_s(self) -> Dict[str, List[float]]:
+        return self.samples["latency_s"]
+
+    def add_latency(self, phase: str, seconds: float, idle: Optional[bool] = None) -> None:
+        if self.muted:
+            return
+        if idle is None:
+            idle = bool(self.idle_probe and self.idle_probe())
+        self.samples["latency_s_idle" if idle else "latency_s"][phase].append(seconds)
+
+    def add_sample(self, kind: str, key: str, seconds: float) -> None:
+        if not self.muted:
+            self.samples[kind][key].append(seconds)
 
     def add_accepts(self, accepted_drafts: List[int]) -> None:
-        self.accept_length_per_step.extend(a + 1 for a in accepted_drafts)
+        if not self.muted:
+            self.accept_length_per_step.extend(a + 1 for a in accepted_drafts)
 
-    def summary(self, tokens_generated: int, wall_s: float) -> dict:
-        """The ``metrics`` block of a run record."""
+    def merge_samples(self, samples: Dict[str, Dict[str, List[float]]], skip: tuple = ()) -> None:
+        """Add another rank's samples (``skip``: kinds already streamed)."""
+        for kind, by_key in samples.items():
+            if kind in skip or kind not in self.samples:
+                continue
+            for key, values in by_key.items():
+                self.samples[kind][key].extend(values)
+
+    def export_samples(self) -> Dict[str, Dict[str, List[float]]]:
+        return {kind: {k: list(v) for k, v in by_key.items()} for kind, by_key in self.samples.items()}
+
+    def summary(self, tokens_generated: int, wall_s: float, generation_s: Optional[float] = None,
+                setup_s: Optional[float] = None) -> dict:
+        """The ``metrics`` block of a run record. ``wall_s``: the whole run; ``generation_s`` (default
+        ``wall_s``): first prefill to last token, the denominator of tokens_per_s."""
+        gen = wall_s if generation_s is None else generation_s
         steps = self.accept_length_per_step
         n = len(steps)
         accepted = sum(a - 1 for a in steps)
@@ -56,8 +108,12 @@ class Metrics:
             "acceptance_rate": (accepted / (n * self.proposed_per_step)) if n and self.proposed_per_step else None,
             "acceptance_rate_denominator": ACCEPT_RATE_DENOMINATOR,
             "acceptance_per_position": per_pos,
-            "latency_s": {k: list(v) for k, v in self.latency_s.items()},
+            **self.export_samples(),
+            "sample_definitions": SAMPLE_DEFINITIONS,
             "tokens_generated": tokens_generated,
             "wall_s": wall_s,
-            "tokens_per_s": tokens_generated / wall_s if wall_s > 0 else None,
+            "generation_s": gen,
+            "setup_s": setup_s,
+            "tokens_per_s": tokens_generated / gen if gen and gen > 0 else None,
+            "timing_definition": TIMING_DEFINITION,
         }

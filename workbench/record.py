@@ -20,9 +20,11 @@ def outputs_sha256(outputs: List[Optional[List[int]]]) -> str:
     return hashlib.sha256(json.dumps(outputs, separators=(",", ":")).encode()).hexdigest()
 
 
-def environment(backend_kernel: Optional[str]) -> dict:
+def environment(backend_kernel: Optional[str], device: Optional[str] = None) -> dict:
+    """Versions and platform; ``device`` is where the run's tensors were (``gpu`` only names a visible GPU)."""
     env = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
-           "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", "kernel": backend_kernel}
+           "device": device, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+           "kernel": backend_kernel}
     try:
         env["triton"] = importlib.metadata.version("triton")  # metadata only: importing triton here would
     except importlib.metadata.PackageNotFoundError:  # pre-empt kernels' interpreter selection
@@ -35,8 +37,10 @@ def environment(backend_kernel: Optional[str]) -> dict:
 def build_record(
     cfg: RunConfig, prompts: List[str], outputs: Dict[int, List[int]], metrics: Metrics, wall_s: float,
     crash: Optional[dict], kernel: Optional[str], kernel_stand_in: Optional[bool], status: Optional[str] = None,
-    extra: Optional[dict] = None,
+    extra: Optional[dict] = None, timing: Optional[dict] = None,
 ) -> dict:
+    """``timing``: generation_s, setup_s, warmup_s and device as ``run_rank`` reports them."""
+    timing = timing or {}
     ordered = [outputs.get(i) for i in range(len(prompts))]
     tokens = sum(len(o) for o in ordered if o)
     config = cfg.to_dict()
@@ -45,10 +49,11 @@ def build_record(
         "status": status or ("ok" if not crash else "error" if crash.get("phase") == "setup" else "crashed"),
         "config": config,
         "crash": crash,
-        "metrics": {**metrics.summary(tokens, wall_s), "repetition_loops": loop_summary(ordered)},
+        "metrics": {**metrics.summary(tokens, wall_s, timing.get("generation_s"), timing.get("setup_s")),
+                    "warmup_s": timing.get("warmup_s"), "repetition_loops": loop_summary(ordered)},
         "outputs": ordered,
         "outputs_sha256": outputs_sha256(ordered) if not crash else None,
-        "env": environment(kernel),
+        "env": environment(kernel, timing.get("device")),
     }
     rec.update(extra or {})
     return rec

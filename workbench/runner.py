@@ -19,6 +19,7 @@ from workbench.metrics import Metrics
 from workbench.models.loader import load_models
 from workbench.models.tokenizer import encode
 from workbench.revisions import get_revision
+from workbench.timing import apply_dtype, instrument, instrument_comm, tensor_device, warm_up
 
 MAX_CONTEXT = 512
 
@@ -41,21 +42,33 @@ def run_rank(
     """Run this rank's share of the prompts. Never raises: a failure becomes a ``crash`` entry.
 
     Returns {"outputs": {prompt index: token ids}, "metrics": Metrics, "crash": None | dict,
-    "backend": name, "kernel": label, "wall_s": seconds}.
+    "backend": name, "kernel": label, "device": where the tensors are, "wall_s": seconds,
+    "setup_s": seconds before the first prefill, "generation_s": first prefill to last token,
+    "gen_start" / "gen_end": epoch seconds of both ends (DP merges ranks with them)}.
     """
     torch.manual_seed(cfg.seed)
     metrics = Metrics()
-    out = {"outputs": {}, "metrics": metrics, "crash": None, "kernel": None, "kernel_stand_in": None}
+    out = {"outputs": {}, "metrics": metrics, "crash": None, "kernel": None, "kernel_stand_in": None,
+           "warmup_s": None, "gen_start": None, "gen_end": None, "generation_s": None}
     worker, sched = None, None
     t0 = time.perf_counter()
+    gen_t0 = None
     try:
         worker = build_worker(cfg, dp_comm, metrics)
+        apply_dtype(worker, cfg.dtype)
+        instrument(worker, metrics)
+        if dp_comm is not None:
+            instrument_comm(dp_comm, metrics)
         out["kernel"], out["kernel_stand_in"] = worker.backend.kernel, worker.backend.kernel_is_stand_in
+        out["device"] = tensor_device(worker)
         if on_start is not None:
             on_start(worker)
+        if cfg.warmup and dp_comm is None:  # under DP the warm-up's last round would run the regressed path
+            out["warmup_s"] = warm_up(worker, metrics, lambda: Scheduler(worker, cfg.max_running, any_rank), Req)
         reqs = [Req(i, encode(prompts[i]), cfg.max_new_tokens) for i in prompt_ids]
         sched = Scheduler(worker, cfg.max_running, any_rank)
         sched.add(reqs)
+        gen_t0, out["gen_start"] = time.perf_counter(), time.time()
         for r in sched.run():
             out["outputs"][r.rid] = r.output_ids
         out["slots_free"] = worker.memory.allocator.available()
@@ -69,5 +82,9 @@ def run_rank(
         }
         for r in (sched.finished if sched is not None else []):  # requests done before the crash stay
             out["outputs"][r.rid] = r.output_ids
-    out["wall_s"] = time.perf_counter() - t0
+    end = time.perf_counter()
+    out["wall_s"] = end - t0
+    out["setup_s"] = (gen_t0 if gen_t0 is not None else end) - t0
+    if gen_t0 is not None:
+        out["generation_s"], out["gen_end"] = end - gen_t0, time.time()
     return out

@@ -54,6 +54,7 @@ class Collector:
             self.metrics.add_accepts(payload)
         elif kind == "done":
             self.results[rank] = payload
+            self.metrics.merge_samples(payload.get("samples") or {}, skip=("latency_s", "latency_s_idle"))
             if payload.get("crash"):
                 self.crashes.append(payload["crash"])
                 return True
@@ -63,7 +64,23 @@ class Collector:
         self.results[rank] = {"outputs": {}}
         self.crashes.append(signal_crash(rank, exitcode, self.last_forward.get(rank), log))
 
-    def record(self, prompts: List[str], wall_s: float, status: Optional[str], dp_info: dict) -> dict:
+    def timing(self, started: Optional[float] = None) -> dict:
+        """Generation time from the ranks' own stamps: earliest first prefill to latest last token
+        (epoch seconds); setup from ``started`` (epoch seconds, the launch) to the first prefill."""
+        starts = [r["gen_start"] for r in self.results.values() if r.get("gen_start") is not None]
+        ends = [r["gen_end"] for r in self.results.values() if r.get("gen_end") is not None]
+        devices = sorted({r["device"] for r in self.results.values() if r.get("device")})
+        out = {"device": ", ".join(devices) or None, "generation_s": None, "setup_s": None,
+               "rank_setup_s": {str(k): r.get("setup_s") for k, r in sorted(self.results.items())}}
+        if starts and len(ends) == len(starts) == self.cfg.dp:
+            out["generation_s"] = max(ends) - min(starts)
+        if starts and started is not None:
+            out["setup_s"] = min(starts) - started
+        return out
+
+    def record(self, prompts: List[str], wall_s: float, status: Optional[str], dp_info: dict,
+               started: Optional[float] = None) -> dict:
+        """``started``: epoch seconds the launch began (setup_s counts from it)."""
         outputs: Dict[int, List[int]] = {}
         for res in self.results.values():
             outputs.update({int(k): v for k, v in res.get("outputs", {}).items()})
@@ -79,5 +96,7 @@ class Collector:
             crash = {"rank": None, "phase": None, "forward_mode": None, "batch_size": None, "exception_type": "Timeout",
                      "message": f"run exceeded {self.cfg.timeout_s} s; last forward per rank: {self.last_forward}",
                      "traceback": None}
+        timing = self.timing(started)
+        extra["dp"]["rank_setup_s"] = timing.pop("rank_setup_s")
         return build_record(self.cfg, prompts, outputs, self.metrics, wall_s, crash, first.get("kernel"),
-                            first.get("kernel_stand_in"), status=status, extra=extra)
+                            first.get("kernel_stand_in"), status=status, extra=extra, timing=timing)

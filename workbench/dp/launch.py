@@ -43,7 +43,7 @@ def _pump(stream, q: "queue_mod.Queue") -> None:
 
 def run_dp(cfg: RunConfig, prompts: List[str]) -> dict:
     """Returns the merged run record (status ok / crashed / timeout)."""
-    t0 = time.perf_counter()
+    t0, started = time.perf_counter(), time.time()
     plan = assign(len(prompts), cfg.dp, cfg.dp_policy, cfg.max_running)
     init = f"tcp://127.0.0.1:{free_port()}"
     workdir = Path(tempfile.mkdtemp(prefix="wb-dp-"))
@@ -97,4 +97,4 @@ def run_dp(cfg: RunConfig, prompts: List[str]) -> dict:
         for log in logs:
             log.close()
     return col.record(prompts, time.perf_counter() - t0, status,
-                      {"assignment": plan, "init_method": init, "logs": str(workdir)})
+                      {"assignment": plan, "init_method": init, "logs": str(workdir)}, started=started)

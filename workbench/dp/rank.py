@@ -49,12 +49,16 @@ def _hooks(cfg: RunConfig, rank: int, queue):
                 raise RuntimeError(f"fault injected on rank {rank} (test hook {cfg.fault})")
             return run(runner, fb, hidden)
 
-        def latency(phase, s):
-            queue.put(("latency", rank, (phase, s)))
-            add_latency(phase, s)
+        def latency(phase, s, idle=None):
+            if worker.metrics.muted:
+                return
+            idle = bool(worker.metrics.idle_probe and worker.metrics.idle_probe()) if idle is None else idle
+            queue.put(("latency", rank, (phase, s, idle)))
+            add_latency(phase, s, idle)
 
         def accepts(a):
-            queue.put(("accepts", rank, list(a)))
+            if not worker.metrics.muted:
+                queue.put(("accepts", rank, list(a)))
             add_accepts(a)
 
         worker.run, worker.metrics.add_latency, worker.metrics.add_accepts = traced_run, latency, accepts
@@ -86,9 +90,9 @@ def rank_main(rank: int, world: int, init_method: str, cfg_dict: dict, prompts: 
     if cfg.apply_fix_in_place:
         apply_fix()
     comm = DPCommunicator(rank, world)
-    res = run_rank(cfg, prompts, ids, rank, comm, comm.any_rank, on_start=_hooks(cfg, rank, queue))
-    m = res.pop("metrics")
-    res["latency_s"], res["accepts"] = {k: list(v) for k, v in m.latency_s.items()}, list(m.accept_length_per_step)
+    res = run_rank(cfg, prompts, ids, rank, comm, lambda flag: comm.any_rank(flag), on_start=_hooks(cfg, rank, queue))
+    m = res.pop("metrics")  # phase latencies and accepts were streamed; the other samples go with the result
+    res["samples"], res["accepts"] = m.export_samples(), list(m.accept_length_per_step)
     queue.put(("done", rank, res))
     if res["crash"] is None:
         dist.destroy_process_group()

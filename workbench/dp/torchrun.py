@@ -53,7 +53,8 @@ def merge(directory: Path) -> dict:
             col.feed(*json.loads(line))
         if r not in col.results:
             col.rank_died(r, None, None)
-    wall = max((sum(v) for v in col.metrics.latency_s.values()), default=0.0)
+    timing = col.timing()
+    wall = timing["generation_s"] or 0.0  # torchrun's own start is not ours to see: wall = generation span
     return col.record(job["prompts"], wall, None, {"assignment": job["assignment"], "init_method": "env:// (torchrun)",
                                                     "logs": str(directory)})
 
