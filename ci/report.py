@@ -9,6 +9,7 @@ from typing import Dict, List
 
 from ci.expect import describe, describe_expect, parity_groups
 from workbench import plots
+from workbench.comparison_report import comparison_section
 
 CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:12px}
 td,th{border:1px solid #ddd;padding:4px 6px;vertical-align:top;text-align:left}th{background:#f5f5f5}
@@ -116,7 +117,8 @@ def write_report(out: Path, summary: dict, cells: List[dict], trend_rows: List[d
     table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(_row(c) for c in cells)}</tbody></table>"
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>Workbench nightly {html.escape(str(summary['night']))}"
             f"</title><style>{CSS}</style></head><body><h1>EAGLE3 + DP attention nightly</h1>{banner}{meta}"
-            f"<h2>Results</h2>{table}<h2>Output parity</h2>{_parity_table(cells)}<h2>Plots</h2>{imgs}</body></html>")
+            f"<h2>Results</h2>{table}<h2>Output parity</h2>{_parity_table(cells)}<h2>Plots</h2>{imgs}"
+            f"{comparison_section(cells, out / 'plots' / 'comparison')}</body></html>")
     path = out / "report.html"
     path.write_text(page)
     return path

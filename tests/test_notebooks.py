@@ -92,13 +92,18 @@ def test_02_fix_is_lossless_and_undo_brings_the_crash_back(tmp_path):
 
 
 def test_03_compares_backends_with_labelled_plots(tmp_path):
-    bundle, nb = _run("03_backend_comparison", tmp_path, backends=["fa3", "torch_native"], dp=1, expect="ok")
+    bundle, nb = _run("03_backend_comparison", tmp_path, backends=["fa3", "torch_native"], dp=1, expect="ok",
+                      repeats=2, sweep_backends=["torch_native", "fa3"], sweep_dtypes=["float32"],
+                      sweep_num_prompts=1, sweep_max_new_tokens=8)
     runs = bundle["runs"]
-    assert sorted(runs) == ["eagle/fa3", "eagle/torch_native", "greedy/fa3", "greedy/torch_native"]
+    assert sorted(runs) == [f"{m}/{b}/dp1#{i}" for b in ("fa3", "torch_native") for m in ("eagle", "greedy") for i in (0, 1)]
     assert all(r["status"] == "ok" for r in runs.values())
     assert len({r["outputs_sha256"] for r in runs.values()}) == 1, "EAGLE3 must be lossless on every backend"
-    assert runs["eagle/fa3"]["config"]["kernel_stand_in"] is True
-    assert len(_outputs(nb, "display_data")) >= 5
+    assert runs["eagle/fa3/dp1#0"]["config"]["kernel_stand_in"] is True
+    assert {r["backend"] for r in bundle["compare"]["rows"]} == {"fa3", "torch_native"}
+    assert bundle["sweep"]["findings"] == ["float32: all 2 backends agree exactly (same tokens, same acceptance) "
+                                           "at every setting; one curve stands for all."]
+    assert len(_outputs(nb, "display_data")) >= 8
     recs = list(runs.values())
     for fig in (plots.phase_latency(recs), plots.accept_length_hist(recs), plots.acceptance_per_position(recs),
                 plots.speedup(recs), plots.crash_matrix(recs)):

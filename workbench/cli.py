@@ -1,4 +1,4 @@
-"""Command line: ``workbench run``, ``workbench bench``, ``workbench upstream``, ``workbench contracts``."""
+"""Command line: ``workbench run``, ``workbench bench``, ``workbench compare``, ``workbench sweep``, ``workbench upstream``, ``workbench contracts``."""
 from __future__ import annotations
 
 import argparse
@@ -64,6 +64,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from workbench.compare import compare
+
+    compare(_config(args), backends=args.backends, repeats=args.repeats, dps=args.dps, json_out=args.json)
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from workbench.sweep import save, sweep
+
+    settings = [tuple(int(x) for x in s.split(",")) for s in args.settings]
+    doc = sweep(_config(args), args.backends, settings, args.dtypes, verbose=True)
+    print("\n".join(doc["findings"]))
+    if args.json:
+        print(f"sweep written to {save(doc, Path(args.json))}")
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     from workbench.config import ConfigError
     from workbench.models.loader import CheckpointError
@@ -82,6 +100,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     b.add_argument("--repeats", type=int, default=5, help="runs per backend and mode, interleaved")
     b.add_argument("--json", default=None)
     b.set_defaults(func=cmd_bench)
+    c = sub.add_parser("compare", help="backends x greedy/EAGLE3 (x dp), repeats interleaved: medians, intervals, speedups")
+    _add_run_args(c)
+    c.add_argument("--backends", nargs="+", default=["triton", "flashinfer", "fa3", "torch_native"])
+    c.add_argument("--repeats", type=int, default=5, help="runs per backend, mode and dp, interleaved")
+    c.add_argument("--dps", type=int, nargs="+", default=[1], help="DP sizes to compare (e.g. 1 2)")
+    c.add_argument("--json", default=None)
+    c.set_defaults(func=cmd_compare)
+    sw = sub.add_parser("sweep", help="acceptance over (steps, topk, draft_tokens) per backend and dtype")
+    _add_run_args(sw)
+    sw.add_argument("--backends", nargs="+", default=["torch_native"])
+    sw.add_argument("--dtypes", nargs="+", default=["float32"], help="float32 and/or bfloat16")
+    sw.add_argument("--settings", nargs="+", default=["1,1,2", "3,1,4", "3,2,6", "5,4,16", "6,10,32"],
+                    help="steps,topk,draft_tokens triples")
+    sw.add_argument("--json", default=None)
+    sw.set_defaults(func=cmd_sweep)
     up = sub.add_parser("upstream", help="survey / replay the real SGLang releases (see workbench.upstream)")
     up.add_argument("rest", nargs=argparse.REMAINDER)
     up.set_defaults(func=lambda a: _delegate("workbench.upstream.cli", a.rest))
@@ -91,7 +124,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = ap.parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, CheckpointError) as e:
+    except (ConfigError, CheckpointError, ValueError) as e:
         print(f"workbench: error: {e}", file=sys.stderr)
         return 2
 

@@ -123,13 +123,14 @@ def show(fig: Any) -> None:
 
 
 def save_bundle(path: Union[str, Path], notebook: str, parameters: dict, runs: Mapping[str, RecordLike],
-                primary: str) -> Path:
-    """Write the notebook record (parameters + run records by role) as JSON; returns the path."""
+                primary: str, extra: Optional[dict] = None) -> Path:
+    """Write the notebook record (parameters + run records by role, plus ``extra`` top-level
+    entries such as a comparison or a sweep document) as JSON; returns the path."""
     if primary not in runs:
         raise ValueError(f"primary run {primary!r} is not among the runs {sorted(runs)}")
     recs = {role: as_record(r) for role, r in runs.items()}
     doc = {"schema": SCHEMA, "notebook": notebook, "parameters": parameters, "primary": primary,
-           "status": recs[primary]["status"], "runs": recs}
+           "status": recs[primary]["status"], "runs": recs, **(extra or {})}
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(doc, indent=1, default=str))
