@@ -50,9 +50,7 @@ def speedup_intervals(doc: dict, path: Union[str, Path, None] = None) -> Figure:
     """EAGLE3 over greedy tokens/s per backend and dp: median with its 95 % interval; 1.0 marked."""
     items = [s for s in doc["speedup"] if s["speedup"]]
     if not items:
-        fig = empty(new_figure(6, 2.5), "no speedup: greedy and EAGLE3 were not both run")
-        save(fig, path)
-        return fig
+        return _nothing("no speedup: greedy and EAGLE3 were not both run", path)
     fig = new_figure(6.4, 0.5 * len(items) + 1.6)
     ax = fig.add_subplot()
     for i, s in enumerate(items):
@@ -68,35 +66,37 @@ def speedup_intervals(doc: dict, path: Union[str, Path, None] = None) -> Figure:
     return fig
 
 
-def _grouped(ax, rows: List[dict], field: str, keys: List[str], log: bool = True) -> None:
-    width = 0.8 / max(1, len(rows))
-    for i, r in enumerate(rows):
-        ms, lo, hi = [], [], []
-        for k in keys:
-            m, e = _err(r[field].get(k))
-            ms.append(m)
-            lo.append(e[0][0])
-            hi.append(e[1][0])
-        xs = [j + (i - (len(rows) - 1) / 2) * width for j in range(len(keys))]
-        ax.bar(xs, ms, width=width, yerr=[lo, hi], capsize=2, label=r["label"])
-    ax.set_xticks(range(len(keys)), [k.replace("/", "\n") for k in keys], fontsize=7.5)
-    if log:
-        ax.set_yscale("log")
-    ax.grid(axis="y", alpha=0.3)
+def _nothing(message: str, path: Union[str, Path, None]) -> Figure:
+    fig = empty(new_figure(6, 2.5), message)
+    save(fig, path)
+    return fig
+
+
+def _eagle_rows(doc: dict, dp: int, field: str):
+    """EAGLE3 rows at ``dp`` and the model/forward-mode keys of ``field`` they hold, in first-seen order."""
+    rows = [r for r in doc["rows"] if r["mode"] == "eagle" and r["dp"] == dp]
+    return rows, list(dict.fromkeys(k for r in rows for k in r[field]))
+
+
+def _offsets(i: int, n: int, count: int) -> List[float]:
+    width = 0.8 / n
+    return [j + (i - (n - 1) / 2) * width for j in range(count)]
 
 
 def metadata_cost(doc: dict, path: Union[str, Path, None] = None, dp: int = 1) -> Figure:
     """``init_forward_metadata`` per call (ms, median of per-run medians, 95 % interval) per backend and forward mode."""
-    rows = [r for r in doc["rows"] if r["mode"] == "eagle" and r["dp"] == dp] or \
-        [r for r in doc["rows"] if r["dp"] == dp]
-    keys = list(dict.fromkeys(k for r in rows for k in r["metadata_ms"]))
+    rows, keys = _eagle_rows(doc, dp, "metadata_ms")
     if not keys:
-        fig = empty(new_figure(6, 2.5), "no init_forward_metadata samples")
-        save(fig, path)
-        return fig
+        return _nothing("no init_forward_metadata samples of EAGLE3 runs", path)
     fig = new_figure(max(6.5, 1.3 * len(keys)), 4.0)
     ax = fig.add_subplot()
-    _grouped(ax, rows, "metadata_ms", keys)
+    for i, r in enumerate(rows):
+        errs = [_err(r["metadata_ms"].get(k)) for k in keys]
+        ax.bar(_offsets(i, len(rows), len(keys)), [m for m, _ in errs], width=0.8 / len(rows), capsize=2,
+               yerr=[[e[0][0] for _, e in errs], [e[1][0] for _, e in errs]], label=r["label"])
+    ax.set_xticks(range(len(keys)), [k.replace("/", "\n") for k in keys], fontsize=7.5)
+    ax.set_yscale("log")
+    ax.grid(axis="y", alpha=0.3)
     ax.set_ylabel("ms per init_forward_metadata call (log)")
     ax.set_xlabel("model / forward mode")
     ax.legend(fontsize=7.5, title="backend")
@@ -107,17 +107,14 @@ def metadata_cost(doc: dict, path: Union[str, Path, None] = None, dp: int = 1) -
 
 def attention_split(doc: dict, path: Union[str, Path, None] = None, dp: int = 1) -> Figure:
     """Per forward (ms): attention (KV write + kernel, all layers) against the rest, per backend and forward mode."""
-    rows = [r for r in doc["rows"] if r["mode"] == "eagle" and r["dp"] == dp]
-    keys = list(dict.fromkeys(k for r in rows for k in r["forward_ms"]))
+    rows, keys = _eagle_rows(doc, dp, "forward_ms")
     if not keys:
-        fig = empty(new_figure(6, 2.5), "no EAGLE3 forward samples")
-        save(fig, path)
-        return fig
+        return _nothing("no EAGLE3 forward samples", path)
     fig = new_figure(max(6.5, 1.6 * len(keys)), 4.2)
     ax = fig.add_subplot()
     width = 0.8 / len(rows)
     for i, r in enumerate(rows):
-        xs = [j + (i - (len(rows) - 1) / 2) * width for j in range(len(keys))]
+        xs = _offsets(i, len(rows), len(keys))
         att = [(r["attention_ms"].get(k) or {}).get("median", 0.0) for k in keys]
         total = [(r["forward_ms"].get(k) or {}).get("median", 0.0) for k in keys]
         bars = ax.bar(xs, att, width=width, label=f"{r['label']}: attention")
