@@ -83,6 +83,8 @@ def test_cuda_and_unknown_dtype_are_refused_before_anything_runs():
         make_config(device="cuda")
     with pytest.raises(ConfigError, match="invalid dtype 'float16'; valid: float32, bfloat16"):
         make_config(dtype="float16")
+    with pytest.raises(ConfigError, match="invalid dtype 'bfloat16'; valid: float32 at dp 2"):
+        make_config(dtype="bfloat16", dp=2)
 
 
 def test_agreement_counts_identical_prompts_and_the_shared_prefix():

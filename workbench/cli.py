@@ -74,8 +74,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from workbench.sweep import save, sweep
 
-    settings = [tuple(int(x) for x in s.split(",")) for s in args.settings]
-    doc = sweep(_config(args), args.backends, settings, args.dtypes, verbose=True)
+    if args.merge:
+        from workbench.sweep import merge
+
+        doc = merge([json.loads(Path(p).read_text()) for p in args.merge])
+    else:
+        settings = [tuple(int(x) for x in s.split(",")) for s in args.settings]
+        doc = sweep(_config(args), args.backends, settings, args.dtypes, verbose=True)
     print("\n".join(doc["findings"]))
     if args.json:
         print(f"sweep written to {save(doc, Path(args.json))}")
@@ -113,6 +118,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     sw.add_argument("--dtypes", nargs="+", default=["float32"], help="float32 and/or bfloat16")
     sw.add_argument("--settings", nargs="+", default=["1,1,2", "3,1,4", "3,2,6", "5,4,16", "6,10,32"],
                     help="steps,topk,draft_tokens triples")
+    sw.add_argument("--merge", nargs="+", default=None, help="merge sweep JSONs run in parts (nothing is run)")
     sw.add_argument("--json", default=None)
     sw.set_defaults(func=cmd_sweep)
     up = sub.add_parser("upstream", help="survey / replay the real SGLang releases (see workbench.upstream)")

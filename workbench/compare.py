@@ -51,10 +51,13 @@ def summarize_runs(records: Sequence[dict]) -> dict:
         if total:
             attention_share.append(sum(sum(att.get(k, [])) for k in fwd) / total)
     collective = _per_run(records, "collective_s", "forward/busy")
+    forward_total = [sum(sum(v) for v in r["metrics"]["forward_s"].values()) for r in records]
+    collective_total = _per_run(records, "collective_s", "forward/busy", reduce=sum)
     return {
         "backend": first["config"]["backend"], "label": record_label(first, sep=" "), "kernel": first["config"]["kernel"],
         "kernel_stand_in": first["config"]["kernel_stand_in"], "mode": first["config"]["mode"],
         "dp": first["config"]["dp"], "device": first["env"]["device"], "dtype": first["config"].get("dtype"),
+        "torch_threads_per_rank": first["env"].get("torch_threads"),
         "repeats": len(records), "outputs_sha256": sorted({r["outputs_sha256"] for r in records}),
         "tokens_per_s": summarize(m("tokens_per_s")), "tokens_per_s_values": m("tokens_per_s"),
         "generation_s": summarize(m("generation_s")), "setup_s": summarize(m("setup_s")),
@@ -70,6 +73,8 @@ def summarize_runs(records: Sequence[dict]) -> dict:
         "attention_ms": {k: summarize([1000 * v for v in _per_run(records, "attention_s", k)]) for k in fwd_keys},
         "attention_share": summarize(attention_share),
         "collective_ms_per_forward": summarize([1000 * v for v in collective]) if collective else None,
+        "forward_s_per_run": summarize(forward_total),  # all busy forwards of a run (per rank under DP, summed)
+        "collective_s_per_run": summarize(collective_total) if collective_total else None,
     }
 
 
@@ -102,7 +107,9 @@ def dp_cost(rows: List[dict]) -> List[dict]:
         out.append({"backend": b, "mode": mode, "dp": dp, "tokens_per_s_dp1": fmt(base["tokens_per_s"]),
                     f"tokens_per_s_dp{dp}": fmt(r["tokens_per_s"]), "verdict": _verdict(base["tokens_per_s"], r["tokens_per_s"]),
                     "collective_ms_per_forward": fmt(coll, digits=2), "forwards_per_rank": forwards / dp,
-                    "collective_s_per_run": None if not coll else coll["median"] * forwards / dp / 1000,
+                    "forward_s_dp1": fmt(base["forward_s_per_run"], digits=2),
+                    f"forward_s_dp{dp}_all_ranks": fmt(r["forward_s_per_run"], digits=2),
+                    f"collective_s_dp{dp}_all_ranks": fmt(r["collective_s_per_run"], digits=2),
                     "generation_s_dp1": fmt(base["generation_s"], digits=2), f"generation_s_dp{dp}": fmt(r["generation_s"], digits=2),
                     "setup_s_dp1": fmt(base["setup_s"], digits=2), f"setup_s_dp{dp}": fmt(r["setup_s"], digits=2)})
     return out
@@ -159,8 +166,11 @@ def format_text(doc: dict) -> str:
     for d in doc["dp_cost"]:
         at_dp = d["tokens_per_s_dp%d" % d["dp"]]
         lines.append(f"dp{d['dp']} vs dp1  {d['backend']} {d['mode']}: tokens/s {d['tokens_per_s_dp1']} -> "
-                     f"{at_dp} ({d['verdict']}); collectives {d['collective_ms_per_forward']} ms "
-                     f"per forward x {d['forwards_per_rank']:.0f} forwards per rank")
+                     f"{at_dp} ({d['verdict']}); generation {d['generation_s_dp1']} -> {d['generation_s_dp%d' % d['dp']]} s; "
+                     f"forwards {d['forward_s_dp1']} s -> {d['forward_s_dp%d_all_ranks' % d['dp']]} s over all ranks, "
+                     f"of which DP collectives {d['collective_s_dp%d_all_ranks' % d['dp']]} s "
+                     f"({d['collective_ms_per_forward']} ms per forward); setup {d['setup_s_dp1']} -> "
+                     f"{d['setup_s_dp%d' % d['dp']]} s (not in tokens/s)")
     same = [p for p in doc["pairs"] if p["verdict"] == "not different"]
     lines.append(f"tokens/s pairs not different (intervals overlap): " +
                  ("; ".join(f"{p['a']} ~ {p['b']} ({p['mode']}, dp{p['dp']})" for p in same) or "none"))

@@ -17,6 +17,7 @@ def compare_table(doc: dict) -> Table:
     for r in doc["rows"]:
         rows.append({
             "backend (kernel)": f"{r['label']}: {r['kernel']}", "mode": r["mode"], "dp": r["dp"], "device": r["device"],
+            "threads per rank": r.get("torch_threads_per_rank"),
             "tokens/s": fmt(r["tokens_per_s"]), "generation s": fmt(r["generation_s"], digits=2),
             "setup s (not in tokens/s)": fmt(r["setup_s"], digits=2), "attention % of forward": fmt(r["attention_share"], 100, 0),
             "DP collectives ms/forward": fmt(r["collective_ms_per_forward"], digits=2) if r["collective_ms_per_forward"] else "",
@@ -45,7 +46,9 @@ def verdicts(doc: dict) -> List[str]:
     for d in doc["dp_cost"]:
         at = d["tokens_per_s_dp%d" % d["dp"]]
         lines.append(f"dp {d['dp']} vs dp 1, {d['backend']} {d['mode']}: {d['tokens_per_s_dp1']} -> {at} tokens/s "
-                     f"({d['verdict']}); DP collectives {d['collective_ms_per_forward']} ms per forward")
+                     f"({d['verdict']}); forwards {d['forward_s_dp1']} s -> {d['forward_s_dp%d_all_ranks' % d['dp']]} s "
+                     f"(all ranks), of which DP collectives {d['collective_s_dp%d_all_ranks' % d['dp']]} s, "
+                     f"{d['collective_ms_per_forward']} ms per forward")
     return lines
 
 

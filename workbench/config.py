@@ -54,6 +54,9 @@ class RunConfig:
             bad("dp_policy", self.dp_policy, ", ".join(DP_POLICIES))
         if self.dtype not in DTYPES:
             bad("dtype", self.dtype, ", ".join(DTYPES))
+        if self.dtype != "float32" and self.dp > 1:
+            bad("dtype", self.dtype, f"float32 at dp {self.dp} (idle ranks' inputs are float32 in the engine; "
+                                     "bfloat16 runs at dp 1)")
         if self.device not in DEVICES:
             bad("device", self.device, ", ".join(DEVICES))
         if self.device == "cuda":

@@ -53,7 +53,7 @@ def build_record(
                     "warmup_s": timing.get("warmup_s"), "repetition_loops": loop_summary(ordered)},
         "outputs": ordered,
         "outputs_sha256": outputs_sha256(ordered) if not crash else None,
-        "env": environment(kernel, timing.get("device")),
+        "env": {**environment(kernel, timing.get("device")), "torch_threads": timing.get("torch_threads")},
     }
     rec.update(extra or {})
     return rec

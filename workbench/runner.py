@@ -60,7 +60,7 @@ def run_rank(
         if dp_comm is not None:
             instrument_comm(dp_comm, metrics)
         out["kernel"], out["kernel_stand_in"] = worker.backend.kernel, worker.backend.kernel_is_stand_in
-        out["device"] = tensor_device(worker)
+        out["device"], out["torch_threads"] = tensor_device(worker), torch.get_num_threads()
         if on_start is not None:
             on_start(worker)
         if cfg.warmup and dp_comm is None:  # under DP the warm-up's last round would run the regressed path

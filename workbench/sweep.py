@@ -111,6 +111,19 @@ def sweep(config: dict, backends: Sequence[str], settings: Sequence[Sequence[int
     }
 
 
+def merge(docs: Sequence[dict]) -> dict:
+    """One sweep from parts run separately (e.g. per dtype, in parallel) on the same prompts, length
+    and fp32 greedy reference; refuses parts that differ in those."""
+    first = docs[0]
+    for d in docs[1:]:
+        for k in ("prompts", "max_new_tokens", "reference"):
+            if d[k] != first[k]:
+                raise ValueError(f"sweep parts differ in {k}: {d[k]!r} vs {first[k]!r}; valid: parts of one sweep")
+    rows = [r for d in docs for r in d["rows"]]
+    return {**first, "measured": max(d["measured"] for d in docs), "rows": rows, "findings": findings(rows),
+            "parts": len(docs)}
+
+
 def save(doc: dict, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1))

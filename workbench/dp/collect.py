@@ -70,7 +70,9 @@ class Collector:
         starts = [r["gen_start"] for r in self.results.values() if r.get("gen_start") is not None]
         ends = [r["gen_end"] for r in self.results.values() if r.get("gen_end") is not None]
         devices = sorted({r["device"] for r in self.results.values() if r.get("device")})
+        threads = sorted({r["torch_threads"] for r in self.results.values() if r.get("torch_threads")})
         out = {"device": ", ".join(devices) or None, "generation_s": None, "setup_s": None,
+               "torch_threads": threads[0] if len(threads) == 1 else threads or None,
                "rank_setup_s": {str(k): r.get("setup_s") for k, r in sorted(self.results.items())}}
         if starts and len(ends) == len(starts) == self.cfg.dp:
             out["generation_s"] = max(ends) - min(starts)
