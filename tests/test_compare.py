@@ -97,9 +97,14 @@ def test_identical_backends_are_one_group_and_one_finding_line():
                acceptance_per_position=[0.8, 0.5, 0.2])
     rows = [{**row, "backend": b, "label": b} for b in ("torch_native", "fa3")]
     assert len(groups(rows)) == 1 and groups(rows)[0]["labels"] == ["fa3", "torch_native"]
-    assert "agree exactly" in findings(rows)[0]
-    rows[1] = {**rows[1], "outputs_sha256": "y", "dtype": "float32"}
-    assert len(groups(rows)) == 2 and "differ at 1 of 1" in findings(rows)[0]
+    rows = [{**r, "agreement_with_fp32_greedy": {"identical_prompts": 2, "prompts": 2, "prefix_share": 1.0}} for r in rows]
+    assert findings(rows) == ["float32: all 2 backends agree exactly (same tokens, same acceptance) at every setting; "
+                              "one curve stands for all; every output equals the fp32 greedy output."]
+    rows[1] = {**rows[1], "outputs_sha256": "y",
+               "agreement_with_fp32_greedy": {"identical_prompts": 1, "prompts": 2, "prefix_share": 0.75}}
+    assert len(groups(rows)) == 2
+    assert findings(rows) == ["float32: backends differ at 1 of 1 settings ([3, 2, 6]); outputs leave the fp32 greedy "
+                              "output at [3, 2, 6] (1/2 prompts identical, prefix agreement 0.75)."]
 
 
 def test_bfloat16_runs_and_the_shipped_sweep_is_labelled():

@@ -101,8 +101,9 @@ def test_03_compares_backends_with_labelled_plots(tmp_path):
     assert len({r["outputs_sha256"] for r in runs.values()}) == 1, "EAGLE3 must be lossless on every backend"
     assert runs["eagle/fa3/dp1#0"]["config"]["kernel_stand_in"] is True
     assert {r["backend"] for r in bundle["compare"]["rows"]} == {"fa3", "torch_native"}
-    assert bundle["sweep"]["findings"] == ["float32: all 2 backends agree exactly (same tokens, same acceptance) "
-                                           "at every setting; one curve stands for all."]
+    assert bundle["sweep"]["findings"] == ["float32: all 2 backends agree exactly (same tokens, same acceptance) at "
+                                           "every setting; one curve stands for all; every output equals the fp32 "
+                                           "greedy output."]
     assert len(_outputs(nb, "display_data")) >= 8
     recs = list(runs.values())
     for fig in (plots.phase_latency(recs), plots.accept_length_hist(recs), plots.acceptance_per_position(recs),

@@ -62,21 +62,36 @@ def groups(rows: List[dict]) -> List[dict]:
     return list(merged.values())
 
 
+def _follows_reference(rows: List[dict]) -> str:
+    """Where outputs leave the fp32 greedy output: the settings and how many prompts still match."""
+    off = [r for r in rows if r["agreement_with_fp32_greedy"]
+           and r["agreement_with_fp32_greedy"]["identical_prompts"] < r["agreement_with_fp32_greedy"]["prompts"]]
+    if not off:
+        return "every output equals the fp32 greedy output"
+    where = sorted({(tuple(r["setting"]), r["agreement_with_fp32_greedy"]["identical_prompts"],
+                     r["agreement_with_fp32_greedy"]["prompts"], round(r["agreement_with_fp32_greedy"]["prefix_share"], 3))
+                    for r in off})
+    return "outputs leave the fp32 greedy output at " + "; ".join(
+        f"{list(s)} ({same}/{n} prompts identical, prefix agreement {share})" for s, same, n, share in where)
+
+
 def findings(rows: List[dict]) -> List[str]:
-    """One line per dtype: do the backends agree exactly, and where not, how they differ."""
+    """One line per dtype: do the backends agree exactly, and how far the outputs follow fp32 greedy."""
     lines = []
     for dtype in sorted({r["dtype"] for r in rows}):
-        settings = sorted({tuple(r["setting"]) for r in rows if r["dtype"] == dtype})
-        split = [s for s in settings if len(groups([r for r in rows if r["dtype"] == dtype and tuple(r["setting"]) == s])) > 1]
-        backends = sorted({r["label"] for r in rows if r["dtype"] == dtype})
+        mine = [r for r in rows if r["dtype"] == dtype]
+        settings = sorted({tuple(r["setting"]) for r in mine})
+        split = [s for s in settings if len(groups([r for r in mine if tuple(r["setting"]) == s])) > 1]
+        backends = sorted({r["label"] for r in mine})
         if len(backends) < 2:
-            lines.append(f"{dtype}: one backend measured ({', '.join(backends)}).")
+            head = f"{dtype}: one backend measured ({', '.join(backends)})"
         elif not split:
-            lines.append(f"{dtype}: all {len(backends)} backends agree exactly (same tokens, same acceptance) "
-                         f"at every setting; one curve stands for all.")
+            head = (f"{dtype}: all {len(backends)} backends agree exactly (same tokens, same acceptance) at every "
+                    f"setting; one curve stands for all")
         else:
-            lines.append(f"{dtype}: backends differ at {len(split)} of {len(settings)} settings "
-                         f"({', '.join(str(list(s)) for s in split)}): see the agreement column.")
+            head = (f"{dtype}: backends differ at {len(split)} of {len(settings)} settings "
+                    f"({', '.join(str(list(s)) for s in split)})")
+        lines.append(f"{head}; {_follows_reference(mine)}.")
     return lines
 
 
@@ -142,5 +157,6 @@ def provenance(doc: dict) -> str:
     """``shipped measurement of <date> (torch x, triton y, ...)`` or ``measured live now``."""
     v = doc.get("versions") or {}
     what = "shipped measurement" if doc.get("shipped") else "measured live"
+    backends = ", ".join(sorted({r["label"] for r in doc["rows"]}))
     return (f"{what} of {doc.get('measured')} ({doc['prompts']} prompts x {doc.get('max_new_tokens')} tokens; "
-            f"python {v.get('python')}, torch {v.get('torch')}, triton {v.get('triton')})")
+            f"backends {backends}; python {v.get('python')}, torch {v.get('torch')}, triton {v.get('triton')})")

@@ -22,7 +22,7 @@ def acceptance_sweep(doc: dict, path: Union[str, Path, None] = None) -> Figure:
     settings = list(dict.fromkeys(tuple(r["setting"]) for r in rows))
     fig = new_figure(12, 4.6)
     left, right = fig.subplots(1, 2)
-    merged = groups(rows)
+    merged = sorted(groups(rows), key=lambda g: g["dtype"] != "float32")  # float32 first: the right panel's curves
     series = {}
     for g in merged:
         name = f"{g['dtype']}: {' = '.join(g['labels'])}"
@@ -51,6 +51,6 @@ def acceptance_sweep(doc: dict, path: Union[str, Path, None] = None) -> Figure:
     right.xaxis.get_major_locator().set_params(integer=True)
     right.grid(alpha=0.3)
     right.legend(fontsize=7, title=next(iter(series)), title_fontsize=7)
-    fig.suptitle(f"EAGLE3 acceptance sweep — {provenance(doc)}", fontsize=9.5)
+    fig.suptitle(f"EAGLE3 acceptance sweep\n{provenance(doc)}", fontsize=9)
     save(fig, path)
     return fig
