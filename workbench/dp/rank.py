@@ -9,12 +9,13 @@ import json
 import os
 import signal
 import sys
-import traceback
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import List
 
 from workbench.config import RunConfig
+from workbench.record import crash_from_exception
 
 
 class Emitter:
@@ -79,9 +80,8 @@ def rank_main(rank: int, world: int, init_method: str, cfg_dict: dict, prompts: 
         dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=collective_timeout_s))
     except Exception as e:
-        queue.put(("done", rank, {"crash": {"rank": rank, "phase": "setup", "forward_mode": None, "batch_size": None,
-                                            "exception_type": type(e).__name__, "message": str(e),
-                                            "traceback": traceback.format_exc()}, "outputs": {}}))
+        crash = crash_from_exception(e, rank=rank, where={"phase": "setup"}, time=time.time())
+        queue.put(("done", rank, {"crash": crash, "outputs": {}}))
         return
     if cfg.apply_fix_in_place:
         apply_fix()
