@@ -122,7 +122,7 @@ def _finish(job: Job, out: Path, wall_limit_hit: bool) -> dict:
     record_file = out / job.paths["record"]
     bundle = None
     if record_file.is_file():
-        from workbench.report import load_bundle
+        from workbench.notebook import load_bundle
 
         try:
             bundle = load_bundle(record_file)

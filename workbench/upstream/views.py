@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from workbench.report import Table
+from workbench.notebook import Table
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
@@ -93,10 +93,10 @@ def problems(data: dict, fid: dict, cells: List[dict], replay_releases: List[str
 
 
 def save_record(path: str, params: dict, data: dict, fid: dict, cells: List[dict], found: List[str]) -> Path:
-    """The notebook record (``workbench.report`` bundle): one run record per replayed release
+    """The notebook record (``workbench.notebook`` bundle): one run record per replayed release
     (role ``replay/<version>``) and a ``checks`` record whose status is ok when nothing departs
     from upstream (else ``mismatch``, with the problems)."""
-    from workbench.report import save_bundle
+    from workbench.notebook import save_bundle
 
     checks = {"status": "ok" if not found else "mismatch", "crash": None, "problems": found,
               "config": {"backend": "workbench contracts", "kernel": None, "source": data["source"]},
