@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Union
 
+import kernels
 from workbench.config import RunConfig, make_config
 from workbench.models.loader import load_models, load_prompts
 from workbench.record import RunResult, build_record
@@ -14,6 +15,7 @@ def reproduce(config: Union[RunConfig, dict, None] = None, **overrides) -> RunRe
     """Run the EAGLE3 loop (or plain greedy) with the given backend, revision, DP and spec
     settings; return the run record. A crash is data in the record; bad parameters and bad
     checkpoints raise (ConfigError, CheckpointError) before anything runs."""
+    kernels.setup()  # the Triton interpreter on a CPU-only machine; rank processes inherit the choice
     cfg = make_config(config, **overrides)
     if fix_applied():
         cfg = dataclasses.replace(cfg, apply_fix_in_place=True)

@@ -52,6 +52,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ct.add_argument("rest", nargs=argparse.REMAINDER)
     ct.set_defaults(func=lambda a: _delegate("workbench.contracts", a.rest))
     args = ap.parse_args(argv)
+    import kernels
+
+    kernels.setup()  # where the Triton kernels run, chosen once before anything else loads them
     try:
         return args.func(args)
     except (ConfigError, CheckpointError) as e:
