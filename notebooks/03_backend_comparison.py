@@ -34,7 +34,7 @@
 from IPython.display import display
 
 from workbench import comparison_report as views
-from workbench import plots, report
+from workbench import notebook, plots
 from workbench.compare import compare
 from workbench.sweep import SETTINGS, load_shipped, provenance, sweep
 
@@ -67,9 +67,7 @@ params = dict(backends=backends, revision=revision, dp=dp, dp_policy=dp_policy, 
               model_dir=model_dir, timeout_s=timeout_s, repeats=repeats, compare_dps=compare_dps,
               sweep_live=sweep_live, sweep_backends=sweep_backends, sweep_dtypes=sweep_dtypes,
               sweep_num_prompts=sweep_num_prompts, sweep_max_new_tokens=sweep_max_new_tokens, expect=expect)
-config = dict(revision=revision, dp=dp, dp_policy=dp_policy, steps=steps, topk=topk, draft_tokens=draft_tokens,
-              prompts=report.select_prompts(prompts, num_prompts), max_new_tokens=max_new_tokens,
-              model_dir=model_dir, timeout_s=timeout_s)
+config = notebook.run_config(params)
 
 # %% [markdown]
 # ## Runs: greedy and EAGLE3 per backend, repeated
@@ -89,7 +87,7 @@ views.compare_table(doc)
 
 # %%
 display(views.speedup_table(doc))
-report.show(plots.speedup_intervals(doc))
+notebook.show(plots.speedup_intervals(doc))
 
 # %% [markdown]
 # ## Tokens/s: every repeat and the interval
@@ -97,7 +95,7 @@ report.show(plots.speedup_intervals(doc))
 # are listed as not different.
 
 # %%
-report.show(plots.tokens_per_s_spread(doc))
+notebook.show(plots.tokens_per_s_spread(doc))
 print("\n".join(views.verdicts(doc)))
 
 # %% [markdown]
@@ -109,10 +107,10 @@ print("\n".join(views.verdicts(doc)))
 
 # %%
 display(views.metadata_table(doc))
-report.show(plots.metadata_cost(doc))
+notebook.show(plots.metadata_cost(doc))
 
 # %%
-report.show(plots.attention_split(doc))
+notebook.show(plots.attention_split(doc))
 
 # %% [markdown]
 # ## Latency per phase (all repeats)
@@ -121,7 +119,7 @@ report.show(plots.attention_split(doc))
 
 # %%
 runs = list(records.values())
-report.show(plots.phase_latency(runs, mode="eagle"))
+notebook.show(plots.phase_latency(runs, mode="eagle"))
 
 # %% [markdown]
 # ## Acceptance over (steps, topk, draft tokens), in float32 and bfloat16
@@ -135,12 +133,12 @@ report.show(plots.phase_latency(runs, mode="eagle"))
 
 # %%
 if sweep_live:
-    sweep_doc = sweep({**config, "prompts": report.select_prompts(prompts, sweep_num_prompts),
+    sweep_doc = sweep({**config, "prompts": notebook.select_prompts(prompts, sweep_num_prompts),
                        "max_new_tokens": sweep_max_new_tokens}, sweep_backends, SETTINGS, sweep_dtypes)
     print(provenance(sweep_doc))
     print("\n".join(sweep_doc["findings"]))
     display(views.sweep_table(sweep_doc))
-    report.show(plots.acceptance_sweep(sweep_doc))
+    notebook.show(plots.acceptance_sweep(sweep_doc))
 else:
     sweep_doc = None
 
@@ -149,7 +147,7 @@ shipped = load_shipped()
 print(provenance(shipped))
 print("\n".join(shipped["findings"]))
 display(views.sweep_table(shipped))
-report.show(plots.acceptance_sweep(shipped))
+notebook.show(plots.acceptance_sweep(shipped))
 
 # %% [markdown]
 # ## Record and expectation
@@ -157,11 +155,11 @@ report.show(plots.acceptance_sweep(shipped))
 # shows the data.
 
 # %%
-print("record written to", report.save_bundle(record_path, "03_backend_comparison", params, records,
+print("record written to", notebook.save_bundle(record_path, "03_backend_comparison", params, records,
                                               primary=f"eagle/{backends[0]}/dp{compare_dps[0]}#0",
                                               extra={"compare": doc, "sweep": sweep_doc}))
 
 # %%
-print(report.require(expect, *records.values()))
+print(notebook.require(expect, *records.values()))
 if expect == "ok":
     assert all(s["lossless"] for s in doc["speedup"]), f"EAGLE3 outputs differ from greedy: {doc['speedup']}"

@@ -8,47 +8,11 @@ from pathlib import Path
 from typing import List, Optional
 
 
-def _add_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", default="triton")
-    p.add_argument("--revision", default="pr-28221")
-    p.add_argument("--dp", type=int, default=1)
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--topk", type=int, default=4)
-    p.add_argument("--draft-tokens", type=int, default=16)
-    p.add_argument("--prompts", nargs="+", default=None, help="prompt strings (default: the shipped set)")
-    p.add_argument("--prompts-file", type=Path, default=None, help="JSON list of prompt strings")
-    p.add_argument("--num-prompts", type=int, default=None, help="use the first N prompts")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--max-running", type=int, default=20)
-    p.add_argument("--dp-policy", default="balanced")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=600.0)
-    p.add_argument("--model-dir", default=None)
-    p.add_argument("--dtype", default="float32", help="float32 or bfloat16")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the untimed warm-up request")
-
-
-def _config(args: argparse.Namespace, **extra) -> dict:
-    prompts = args.prompts
-    if args.prompts_file is not None:
-        prompts = json.loads(args.prompts_file.read_text())
-    if args.num_prompts is not None:
-        from workbench.models.loader import load_prompts
-
-        prompts = (prompts or load_prompts())[: args.num_prompts]
-    return dict(
-        backend=args.backend, revision=args.revision, dp=args.dp, steps=args.steps, topk=args.topk,
-        draft_tokens=args.draft_tokens, prompts=prompts, max_new_tokens=args.max_new_tokens,
-        max_running=args.max_running, dp_policy=args.dp_policy, seed=args.seed, timeout_s=args.timeout,
-        model_dir=args.model_dir, dtype=args.dtype, device=args.device, warmup=args.warmup, **extra,
-    )
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from workbench.api import reproduce
+    from workbench.config import config_from_args
 
-    res = reproduce(_config(args, mode=args.mode))
+    res = reproduce(config_from_args(args))
     print(res.summary())
     if args.json:
         print(f"record written to {res.save(args.json)}")
@@ -59,19 +23,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from workbench.bench import bench
+    from workbench.config import config_from_args, make_config
 
-    bench(_config(args), backends=args.backends or [args.backend], repeats=args.repeats, json_out=args.json)
+    config = config_from_args(args)
+    bench(config, backends=args.backends or [make_config(config).backend], repeats=args.repeats, json_out=args.json)
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from workbench.compare import compare
+    from workbench.config import config_from_args
 
-    compare(_config(args), backends=args.backends, repeats=args.repeats, dps=args.dps, json_out=args.json)
+    compare(config_from_args(args), backends=args.backends, repeats=args.repeats, dps=args.dps, json_out=args.json)
     return 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from workbench.config import config_from_args
     from workbench.sweep import save, sweep
 
     if args.merge:
@@ -80,7 +48,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         doc = merge([json.loads(Path(p).read_text()) for p in args.merge])
     else:
         settings = [tuple(int(x) for x in s.split(",")) for s in args.settings]
-        doc = sweep(_config(args), args.backends, settings, args.dtypes, verbose=True)
+        doc = sweep(config_from_args(args), args.backends, settings, args.dtypes, verbose=True)
     print("\n".join(doc["findings"]))
     if args.json:
         print(f"sweep written to {save(doc, Path(args.json))}")
@@ -88,32 +56,31 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from workbench.config import ConfigError
+    from workbench.config import ConfigError, add_run_args
     from workbench.models.loader import CheckpointError
 
     ap = argparse.ArgumentParser(prog="workbench", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="run EAGLE3 (or greedy) once and write the run record")
-    _add_run_args(run)
-    run.add_argument("--mode", default="eagle", help="eagle or greedy")
+    add_run_args(run)
     run.add_argument("--json", default=None, help="write the run record here")
     run.add_argument("--show-traceback", action="store_true")
     run.set_defaults(func=cmd_run)
     b = sub.add_parser("bench", help="plain greedy vs EAGLE3 on the same backend(s): accept length, tokens/s, speedup")
-    _add_run_args(b)
+    add_run_args(b, exclude=("mode",))
     b.add_argument("--backends", nargs="+", default=None)
     b.add_argument("--repeats", type=int, default=5, help="runs per backend and mode, interleaved")
     b.add_argument("--json", default=None)
     b.set_defaults(func=cmd_bench)
     c = sub.add_parser("compare", help="backends x greedy/EAGLE3 (x dp), repeats interleaved: medians, intervals, speedups")
-    _add_run_args(c)
+    add_run_args(c, exclude=("mode", "backend", "dp"))
     c.add_argument("--backends", nargs="+", default=["triton", "flashinfer", "fa3", "torch_native"])
     c.add_argument("--repeats", type=int, default=5, help="runs per backend, mode and dp, interleaved")
     c.add_argument("--dps", type=int, nargs="+", default=[1], help="DP sizes to compare (e.g. 1 2)")
     c.add_argument("--json", default=None)
     c.set_defaults(func=cmd_compare)
     sw = sub.add_parser("sweep", help="acceptance over (steps, topk, draft_tokens) per backend and dtype")
-    _add_run_args(sw)
+    add_run_args(sw, exclude=("mode", "backend", "dtype", "steps", "topk", "draft_tokens"))
     sw.add_argument("--backends", nargs="+", default=["torch_native"])
     sw.add_argument("--dtypes", nargs="+", default=["float32"], help="float32 and/or bfloat16")
     sw.add_argument("--settings", nargs="+", default=["1,1,2", "3,1,4", "3,2,6", "5,4,16", "6,10,32"],
@@ -128,6 +95,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ct.add_argument("rest", nargs=argparse.REMAINDER)
     ct.set_defaults(func=lambda a: _delegate("workbench.contracts", a.rest))
     args = ap.parse_args(argv)
+    import kernels
+
+    kernels.setup()  # where the Triton kernels run, chosen once before anything else loads them
     try:
         return args.func(args)
     except (ConfigError, CheckpointError, ValueError) as e:

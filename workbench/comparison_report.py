@@ -7,7 +7,7 @@ import html
 from pathlib import Path
 from typing import List, Optional
 
-from workbench.report import Table
+from workbench.notebook import Table
 from workbench.stats import fmt
 
 
