@@ -1,17 +1,25 @@
 # Two commands: `make report` (the main job) and `make test`. Each creates or refreshes .venv.
+#   TORCH_INDEX  a pip index for torch alone; on a CPU-only machine without a local torch wheel use
+#                `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu` (PyPI's torch is the
+#                multi-GB CUDA build). Empty (the default): torch comes from pip's usual indexes.
+#   constraints.txt pins the tested set (`make constraints` regenerates it from the current venv).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TORCH_INDEX ?=
+KERNEL := eagle-workbench
+PIP := $(BIN)/pip install -q -c constraints.txt
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[dev]"
+	$(PIP) "torch==2.13.0" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(PIP) -e ".[dev]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python 3 ($(KERNEL))"
 	touch $(STAMP)
 
-.PHONY: venv report test bench lab
+.PHONY: venv report test bench lab constraints
 venv: $(STAMP)
 
 report: $(STAMP)
@@ -23,6 +31,17 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m workbench bench --backends torch_native triton flashinfer fa3
 
+# JupyterLab on the venv's kernel only: the notebooks (metadata: python3) fall back to the one
+# Python kernel there is, eagle-workbench, whatever python3 kernelspec the user has elsewhere.
 lab: $(STAMP)
-	$(BIN)/pip install -q -e ".[dev,lab]"
-	$(BIN)/jupyter lab notebooks/
+	$(PIP) -e ".[dev,lab]"
+	$(BIN)/jupyter lab --KernelSpecManager.allowed_kernelspecs="{'$(KERNEL)'}" \
+		--MappingKernelManager.default_kernel_name=$(KERNEL) notebooks/
+
+# The exact tested set: what `pip freeze` shows in the venv after `make test`, minus the project.
+constraints: $(STAMP)
+	{ echo "# pip freeze after make test (regenerate: make constraints); used as pip -c by the Makefile and CI"; \
+	  $(BIN)/pip freeze --exclude-editable | grep -v -i -e '^eagle-workbench' -e '^#' | sed 's/^torch==\([^+]*\)+.*/torch==\1/'; \
+	} > constraints.txt.new
+	! grep -n ' @ ' constraints.txt.new || { echo "constraints: pin these from an index, not a file or URL" >&2; rm constraints.txt.new; exit 1; }
+	mv constraints.txt.new constraints.txt
