@@ -1,8 +1,10 @@
-"""DP attention: the crash exactly where DESIGN §3 says, the fix (revision and in place), parity
-across backends and DP sizes, and faults on one rank ending every rank quickly."""
+"""DP attention: the crash exactly where docs/design.md §1 says, the fix (revision and in place), parity
+across backends and DP sizes, faults on one rank ending every rank quickly, and no temporary
+folder left behind by any run (ok, crash, fault, timeout)."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,8 +24,20 @@ def one_idle_rank(backend: str, revision: str = "pr-24860"):
     return reproduce(backend=backend, revision=revision, dp=2, dp_policy="pack", prompts=PROMPTS[:1], **SMALL)
 
 
+@pytest.fixture(autouse=True)
+def private_temp_dir(tmp_path, monkeypatch):
+    """Every DP run here uses its own temp dir, which must be empty again when the test ends."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.delenv("WB_LOG_DIR", raising=False)
+    yield tmp
+    assert sorted(p.name for p in tmp.iterdir()) == [], "a run left files in the temp dir"
+
+
 def leftover_rank_processes(res) -> list:
-    tag = res.record["dp"]["logs"]
+    tag = res.record["dp"]["init_method"]
     found = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
@@ -37,8 +51,11 @@ def leftover_rank_processes(res) -> list:
 
 
 @pytest.mark.parametrize("backend", ["triton", "flashinfer"])
-def test_pr24860_crashes_on_the_idle_ranks_draft_extend(backend):
+def test_pr24860_crashes_on_the_idle_ranks_draft_extend(backend, tmp_path, monkeypatch):
+    monkeypatch.setenv("WB_LOG_DIR", str(tmp_path / "logs"))
     res = one_idle_rank(backend)
+    kept = Path(res.record["dp"]["logs"])
+    assert kept.parent == tmp_path / "logs" and sorted(p.name for p in kept.iterdir()) == ["rank0.log", "rank1.log"]
     assert res.status == "crashed", res.summary()
     c = res.crash
     assert (c["rank"], c["phase"], c["forward_mode"], c["batch_size"]) == (1, "draft-extend", "IDLE", 1)

@@ -1,4 +1,4 @@
-"""Per-run metrics: latency samples per phase and EAGLE acceptance statistics (DESIGN §7)."""
+"""Per-run metrics: latency samples per phase and EAGLE acceptance statistics (docs/design.md §4)."""
 from __future__ import annotations
 
 from collections import defaultdict

@@ -1,4 +1,4 @@
-"""The run record (DESIGN §7): one JSON-serialisable dict per run, and ``RunResult`` around it."""
+"""The run record (docs/design.md §4): one JSON-serialisable dict per run, and ``RunResult`` around it."""
 from __future__ import annotations
 
 import hashlib

@@ -18,7 +18,7 @@ from .standin import STANDIN_NOTE, write_standin
 
 TORCH_PIN = "torch==2.13.0"  # the CPU build from local disk; unpinned pulls a CUDA build
 TRITON_PIN = "triton==3.9.0"
-# What sglang's import chain for the replay path needs (UPSTREAM.md); a pin in the
+# What sglang's import chain for the replay path needs (docs/design.md §7); a pin in the
 # release's own metadata (transformers, openai) wins over the bare name.
 IMPORT_DEPS: tuple[str, ...] = (
     "transformers", "openai", "numpy", "orjson", "psutil", "pybase64", "requests",
