@@ -31,11 +31,11 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m workbench bench --backends torch_native triton flashinfer fa3
 
-# JupyterLab on the venv's kernel only: the notebooks (metadata: python3) fall back to the one
-# Python kernel there is, eagle-workbench, whatever python3 kernelspec the user has elsewhere.
+# JupyterLab on the venv's kernel only: a notebook whose kernelspec (python3) is not offered gets the
+# one kernel of its language_info (python), eagle-workbench, whatever python3 spec the user has.
 lab: $(STAMP)
 	$(PIP) -e ".[dev,lab]"
-	$(BIN)/jupyter lab --KernelSpecManager.allowed_kernelspecs="{'$(KERNEL)'}" \
+	$(BIN)/jupyter lab --KernelSpecManager.allowed_kernelspecs=$(KERNEL) \
 		--MappingKernelManager.default_kernel_name=$(KERNEL) notebooks/
 
 # The exact tested set: what `pip freeze` shows in the venv after `make test`, minus the project.
