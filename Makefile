@@ -16,7 +16,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install -q --upgrade pip
 	$(PIP) "torch==2.13.0" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PIP) -e ".[dev]"
-	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Python 3 ($(KERNEL))"
+	mkdir -p $(VENV)/.tmp    # ipykernel install leaves an empty tmp*_kernels dir in TMPDIR
+	TMPDIR=$(abspath $(VENV))/.tmp $(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) \
+		--display-name "Python 3 ($(KERNEL))"
+	rm -rf $(VENV)/.tmp
 	touch $(STAMP)
 
 .PHONY: venv report test bench lab constraints

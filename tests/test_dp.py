@@ -158,3 +158,22 @@ def test_three_ranks_with_two_idle_pass_on_the_fixed_revision(greedy_sha):
     res = reproduce(backend="flashinfer", revision="pr-28221", dp=3, dp_policy="balanced", prompts=PROMPTS, **SMALL)
     assert res.status == "ok" and res.record["dp"]["assignment"] == [[0], [1], []]
     assert res.record["outputs_sha256"] == greedy_sha
+
+
+def test_a_taken_rendezvous_port_is_retried_on_a_new_one(monkeypatch):
+    import socket
+
+    from workbench.dp import launch
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    ports = [held.getsockname()[1]]
+    real = launch.free_port
+    monkeypatch.setattr(launch, "free_port", lambda: ports.pop() if ports else real())
+    try:
+        res = reproduce(backend="torch_native", revision="pr-28221", dp=2, dp_policy="pack", prompts=PROMPTS[:1], **SMALL)
+    finally:
+        held.close()
+    assert res.status == "ok", res.summary()
+    assert res.record["dp"]["port_attempts"] == 2

@@ -29,6 +29,7 @@ from workbench.dp import LOG_DIR_ENV
 from workbench.dp.policy import assign
 from workbench.dp.collect import Collector
 
+PORT_ATTEMPTS = 3  # launches when the rendezvous port was taken before rank 0 bound it
 GRACE_S = 2.0
 CAUSE_WINDOW_S = 1.0  # after a first failure, how long to wait for the one that caused it
 
@@ -66,11 +67,22 @@ def run_dp(cfg: RunConfig, prompts: List[str], log_dir: Optional[Path] = None) -
         log_dir = Path(os.environ[LOG_DIR_ENV])
     workdir = Path(tempfile.mkdtemp(prefix="wb-dp-"))
     try:
-        rec = _run_ranks(cfg, prompts, workdir)
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            rec = _run_ranks(cfg, prompts, workdir)
+            if not _port_taken(rec) or attempt == PORT_ATTEMPTS:
+                break
+        rec["dp"]["port_attempts"] = attempt
         rec["dp"]["logs"] = keep_logs(workdir, log_dir, cfg.dp)
         return rec
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _port_taken(rec: dict) -> bool:
+    """Rank 0 could not listen on the chosen port: another process took it between free_port() and
+    the bind (a race on a busy machine), not a fault of the run; the launch is retried on a new port."""
+    crash = rec.get("crash") or {}
+    return crash.get("phase") == "setup" and "EADDRINUSE" in str(crash.get("message"))
 
 
 def _run_ranks(cfg: RunConfig, prompts: List[str], workdir: Path) -> dict:
