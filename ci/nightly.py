@@ -25,6 +25,7 @@ from typing import Dict, List, Optional
 
 from ci import expect
 from ci.history import History
+from ci.kernelspec import KernelSpecError
 from ci.matrix import MatrixError, load_matrix, parse_shard
 from ci.cell_runner import default_jobs, run_cells, thread_env, usable_cores
 from ci.publish import export_html
@@ -198,7 +199,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _merge(args) if args.merge else _run(args)
-    except (MatrixError, OSError) as e:
+    except (MatrixError, KernelSpecError, OSError) as e:
         print(f"ci.nightly: error: {e}", file=sys.stderr)
         return 2
 

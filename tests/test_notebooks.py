@@ -147,3 +147,11 @@ def test_notebooks_run_on_the_venvs_own_kernel(tmp_path, monkeypatch):
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))  # searched first, as a user-level spec would be
     with pytest.raises(KernelSpecError, match=f"runs '/usr/bin/python3', not this interpreter '{sys.executable}'"):
         kernel_name()
+    # the nightly refuses too, as a usage error, before any notebook starts
+    from ci import nightly
+
+    matrix = tmp_path / "m.json"
+    matrix.write_text(json.dumps({"cells": [{"name": "c", "notebook": "notebooks/04_upstream_replay.ipynb",
+                                             "parameters": {}, "expect": "ok"}]}))
+    assert nightly.main(["--matrix", str(matrix), "--out", str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "out" / "notebooks").exists()
