@@ -1,7 +1,8 @@
 # Two commands: `make report` (the main job) and `make test`. Each creates or refreshes .venv.
 #   TORCH_INDEX  a pip index for torch alone; on a CPU-only machine without a local torch wheel use
 #                `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu` (PyPI's torch is the
-#                multi-GB CUDA build). Empty (the default): torch comes from pip's usual indexes.
+#                multi-GB CUDA build). Only torch comes from there; its dependencies come from pip's
+#                usual indexes with the rest. Empty (the default): torch too comes from those.
 #   constraints.txt pins the tested set (`make constraints` regenerates it from the current venv).
 PY ?= python3
 VENV := .venv
@@ -14,7 +15,7 @@ PIP := $(BIN)/pip install -q -c constraints.txt
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(PIP) "torch==2.13.0" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(PIP) "torch==2.13.0" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --no-deps)  # its deps come next, pinned
 	$(PIP) -e ".[dev]"
 	mkdir -p $(VENV)/.tmp    # ipykernel install leaves an empty tmp*_kernels dir in TMPDIR
 	TMPDIR=$(abspath $(VENV))/.tmp $(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) \
