@@ -132,8 +132,9 @@ def test_the_same_ranks_run_under_torchrun(tmp_path):
     from workbench.dp.launch import free_port
     from workbench.dp.torchrun import merge
 
+    # --log-dir: without it torchrun leaves a torchelastic_* folder in the temp dir
     args = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-            "-m", "workbench.dp.torchrun", "--out", str(tmp_path), "--backend", "triton", "--revision", "pr-24860",
+            "--log-dir", str(tmp_path / "torchrun-logs"), "-m", "workbench.dp.torchrun", "--out", str(tmp_path), "--backend", "triton", "--revision", "pr-24860",
             "--dp-policy", "pack", "--prompts", PROMPTS[0], "--steps", "3", "--topk", "2", "--draft-tokens", "4",
             "--max-new-tokens", "8", "--timeout", "120"]
     if MODEL_DIR:
