@@ -13,7 +13,7 @@ from .lint import analyse, dir_sources, source_root, wheel_sources
 from .releases import Log, check_version, default_cache_dir, echo, ensure_wheel, known_releases
 from .triage import replay_cases, replay_matrix, triage
 
-_VERSION = re.compile(r"""^\s*(?:__version__|version)\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", re.M)
+_VERSION = re.compile(r"""^\s*(?:__version__|version)\b[^\n'"]*=\s*['"](\d+\.\d+[^'"]*)['"]""", re.M)
 
 
 def checkout_version(path: Path) -> str | None:
@@ -33,9 +33,11 @@ def nearest_release(version: str | None, known: list[str]) -> str:
         base = Version(Version(version).base_version) if version else None
     except InvalidVersion:
         base = None
-    if base is None:
+    if base is None or base < Version("0.5.10"):
         return finals[-1]
-    older = [v for v in finals if Version(v) <= Version(str(base) + ".post999")] or finals[:1]
+    dev = Version(version).is_devrelease or Version(version).is_prerelease
+    older = [v for v in finals if (Version(v) < base if dev else Version(v) <= Version(f"{base}.post999"))]
+    older = older or finals[:1]
     return older[-1]
 
 
