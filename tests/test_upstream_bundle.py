@@ -113,10 +113,11 @@ requires_network = pytest.mark.skipif(os.environ.get("WB_NETWORK_TESTS") != "1",
 @pytest.mark.network
 @requires_network
 @pytest.mark.timeout(1800)
-def test_real_0_5_13_and_0_5_14_on_a_workbench_bundle(tmp_path: Path) -> None:
+@pytest.mark.parametrize("versions", [("0.5.13", "0.5.14")], ids=["0.5.13+0.5.14"])
+def test_real_releases_on_a_workbench_bundle(versions: tuple, tmp_path: Path) -> None:
     folder = write_bundle(tmp_path)
     out = tmp_path / "replay.json"
-    assert cli.main(["replay", "--bundle", str(folder), "--sglang", "0.5.13", "0.5.14", "--json", str(out)]) == 0
+    assert cli.main(["replay", "--bundle", str(folder), "--sglang", *versions, "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     old, new = result["releases"]["0.5.13"], result["releases"]["0.5.14"]
     assert old["outcome"] == "crashed" and old["same_exception_as_bundle"], old

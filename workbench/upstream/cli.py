@@ -53,6 +53,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     bs.add_argument("--env-release", metavar="X", default=None)
     bs.add_argument("--json", type=Path, default=None, dest="json_out")
     bs.add_argument("--timeout", type=float, default=900)
+    nl = sub.add_parser("nightly", help="the network lane: lint + replays on the newest release, "
+                        "failing on findings the triage file does not list")
+    nl.add_argument("--out", type=Path, required=True, help="writes upstream_lane.json/.html here")
+    nl.add_argument("--history", type=Path, default=None, help="JSON-lines history to append to")
+    nl.add_argument("--triage", type=Path, default=None, help="triage file (default: the shipped one)")
+    nl.add_argument("--sglang", default=None, metavar="X", help="release (default: the newest on PyPI)")
     rp = sub.add_parser("replay", help="replay the padded-IDLE draft-extend (or a crash bundle) on real sglang")
     rp.add_argument("--sglang", required=True, nargs="+", metavar="X", help="release(s) to replay")
     rp.add_argument("--bundle", type=Path, default=None, metavar="DIR",
@@ -194,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
             return _fidelity(args)
         if args.command == "lint":
             return _lint(args, cache_dir)
+        if args.command == "nightly":
+            from .lane import run_lane
+            night = run_lane(args.out, args.history, args.triage,
+                             _check_versions([args.sglang], cache_dir)[0] if args.sglang else None, cache_dir)
+            return 1 if night["verdict"] == "fail" else 0
         if args.command == "bisect":
             return _bisect(args, cache_dir)
         if args.bundle is not None:
