@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from .guard import checkout_version, nearest_release
-from .lint import analyse, dir_sources, finding_key
+from .lint import analyse, dir_sources, finding_key, source_root
 from .releases import Log, check_version, default_cache_dir, echo, known_releases
 
 DEFAULT_CASE = {"module": "sglang.srt.speculative.eagle_info", "class": "EagleDraftExtendInput",
@@ -75,7 +75,7 @@ def is_bad(tree: Path, finding: str | None, env_release: str, cache_dir: Path, l
         return bool(hits), (f"lint finding at {hits[0]['read'].split('/')[-1]}" if hits else "no such finding")
     from .env import ensure_env
     from .triage import replay_matrix
-    env = ensure_env(env_release, cache_dir, log=log, src_root=tree)
+    env = ensure_env(env_release, cache_dir, log=log, src_root=source_root(tree))
     matrix = replay_matrix(env, [DEFAULT_CASE], timeout_s)
     case = (matrix["cases"] or [{}])[0]
     if case.get("status") == "crashed":
