@@ -10,12 +10,14 @@ Bundles are read as JSON + safetensors: loading one never runs code.
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
 import json
 from pathlib import Path
 
 FORMAT, FORMAT_VERSION = "eagle-workbench-crash-bundle", 1
 REAL_MODULE = "sglang.srt.speculative.eagle_info"
+SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "upstream_bundle_replay.json"
 REQUIRED = ("forward_batch.seq_lens", "forward_batch.req_pool_indices", "req_to_token.row_ids",
             "req_to_token.rows")
 
@@ -115,7 +117,8 @@ def replay_bundle(path: Path, versions: list[str], cache_dir: Path | None = None
     bundle = load_bundle(path)
     known = known_releases(cache_dir)
     versions = [check_version(v, known) for v in versions]
-    out = {"bundle": str(path), "bundle_sha256": bundle["sha256"], "bundle_meta": {
+    out = {"measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "bundle": str(path), "bundle_sha256": bundle["sha256"], "bundle_meta": {
         k: bundle["meta"].get(k) for k in ("rank", "dp", "phase", "forward_mode", "batch_size", "backend",
                                            "revision", "fix_applied", "exception", "versions")},
         "reference": reference_metadata(bundle), "releases": {}}
@@ -129,3 +132,12 @@ def replay_bundle(path: Path, versions: list[str], cache_dir: Path | None = None
                               "env": (result or {}).get("env")}
         log(f"[sglang-{v}] {out['releases'][v]}")
     return out
+
+
+def load_shipped(path: Path | None = None) -> dict:
+    """The shipped (dated) bundle replay measurement, with a `label` to show wherever it is shown."""
+    data = json.loads(Path(path or SHIPPED).read_text())
+    versions = "/".join(data["releases"])
+    data["label"] = (f"shipped measurement of {data['measured_at'][:10]} on sglang {versions} (bundle "
+                     f"sha256 {data['bundle_sha256'][:12]}), not a live run")
+    return data
