@@ -41,6 +41,7 @@ from workbench.upstream import fidelity, views
 # %% tags=["parameters"]
 releases = ["0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.23"]
 replay_releases = ["0.5.12", "0.5.13", "0.5.14"]
+lint_releases = ["0.5.12", "0.5.13", "0.5.14", "0.5.23"]
 backend = "triton"
 live = False
 cache_dir = None
@@ -98,6 +99,21 @@ views.fidelity_table(fid)
 # %%
 cells = contracts.run_matrix()
 views.fuzzer_table(cells)
+
+# %% [markdown]
+# ## 5 · The whole bug class on real SGLang: lint findings, each triaged by a replay
+# `workbench upstream lint --sglang ... --replay` reads every attention backend's
+# `init_forward_metadata` (and the same file's helpers) for `spec_info.<attr>` reads, with the
+# forward-mode branch and guards of each; every `SpecInput` subclass's attributes; and which class
+# each worker installs for which forward mode. A finding is a read the installed class lacks.
+# Each is replayed where CPU allows (triton under the Triton interpreter, torch_native):
+# **confirmed** (the real backend raised), **refuted** (it did not: why), or **not replayable**.
+# The same command takes `--sglang-src DIR` for a branch before it merges.
+
+# %%
+guard = views.load_findings(lint_releases, live=live, cache_dir=cache_dir)
+print("source:", guard["source"])
+views.findings_table(guard["findings"])
 
 # %% [markdown]
 # ## Record and expectation

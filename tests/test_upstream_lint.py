@@ -209,3 +209,17 @@ def test_real_checkout_between_prs(version: str, tmp_path: Path) -> None:
     assert clean_result == 0
     clean_findings = json.loads((tmp_path / "clean.json").read_text())
     assert query(clean_findings, attribute="kv_indptr", cls="EagleDraftExtendInput") == []
+
+
+def test_nightly_gate_fails_on_untriaged_or_newly_confirmed_findings() -> None:
+    from workbench.upstream.lane import gate, load_triage
+
+    finding = analyse(sources(with_field=False), "toy")["findings"][0]
+    key = finding_key(finding)
+    refuted = {key: {"status": "refuted", "reason": "toy"}}
+    assert gate([{**finding, "triage": {"status": "refuted"}}], refuted) == []
+    assert gate([{**finding, "triage": {"status": "confirmed"}}], refuted)[0]["gate"].startswith("a replay now confirms")
+    assert gate([{**finding, "triage": {"status": "refuted"}}], {})[0]["gate"] == "not in the triage file"
+    shipped = load_triage()
+    assert shipped and all(v["status"] in ("confirmed", "refuted", "not replayable") and v["reason"]
+                           for v in shipped.values())

@@ -10,18 +10,10 @@ from __future__ import annotations
 
 import ast
 
+from .astscan import _base_name as _name
+
 SPEC_BASE = "SpecInput"
 _CTOR = ("__init__", "__post_init__")
-
-
-def _name(node: ast.expr) -> str:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    if isinstance(node, ast.Subscript):
-        return _name(node.value)
-    return ast.unparse(node)
 
 
 def _self_assigns(func: ast.FunctionDef) -> dict[str, int]:

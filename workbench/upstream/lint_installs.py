@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 
+from .astscan import _construction
 from .lint_modes import mode_names
 
 _NAME_MODES = (("prefill", ("EXTEND", "IDLE")),
@@ -26,18 +27,6 @@ SKIP_FILE = "cuda_graph"
 
 def _functions(tree: ast.AST) -> list[ast.FunctionDef]:
     return [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-
-
-def _construction(node: ast.AST, classes: set[str]) -> tuple[str, str] | None:
-    if not isinstance(node, ast.Call):
-        return None
-    f = node.func
-    if isinstance(f, ast.Name) and f.id in classes:
-        return f.id, "constructor"
-    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in classes \
-            and f.attr.startswith("create"):
-        return f.value.id, f.attr
-    return None
 
 
 def _installs_in(func: ast.FunctionDef) -> list[tuple[ast.expr, int]]:
