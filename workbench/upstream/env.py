@@ -34,6 +34,7 @@ IMPORT_DEPS: tuple[str, ...] = (
     "msgspec", "fastapi", "uvicorn",
 )
 LATER_DEPS: tuple[str, ...] = ("apache-tvm-ffi",)  # needed by releases after 0.5.14
+XGRAMMAR_FROM = "0.5.16"  # server_args imports xgrammar (function-call parser) from this release
 READY_MARKER = ".workbench-ready.json"
 _PIP_STEP = re.compile(r"^(Collecting|Downloading|Installing|Successfully|Processing|ERROR|"
                        r"Requirement already satisfied: (torch|triton))")
@@ -69,6 +70,8 @@ def dependency_specs(version: str, wheel: Path) -> list[str]:
     names = list(IMPORT_DEPS)
     if Version(version) > Version("0.5.14"):
         names += LATER_DEPS
+    if Version(version) >= Version(XGRAMMAR_FROM):
+        names.append("xgrammar")
     return [pins.get(n.lower(), n) for n in names]
 
 
@@ -112,7 +115,7 @@ def _site_packages(python: Path) -> Path:
 
 def _installed_versions(python: Path) -> dict[str, str]:
     code = ("import importlib.metadata as m, json\nout = {}\n"
-            "for n in ('torch','triton','transformers','torchvision'):\n"
+            "for n in ('torch','triton','transformers','torchvision','xgrammar'):\n"
             "    try: out[n] = m.version(n)\n    except m.PackageNotFoundError: out[n] = None\n"
             "print(json.dumps(out))")
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
@@ -146,8 +149,17 @@ def ensure_deps(version: str, cache_dir: Path, log: Log = echo, rebuild: bool = 
     group = dependency_group(version, wheel)
     root = cache_dir / group
     python, marker, tag = root / "bin" / "python", root / READY_MARKER, f"[{group}]"
+    specs = dependency_specs(version, wheel)
     if marker.exists() and python.exists() and not rebuild:
         info = json.loads(marker.read_text())
+        have = info.get("specs") or dependency_specs(info["built_for"],
+                                                     ensure_wheel(info["built_for"], cache_dir, log)[0])
+        extra = [x for x in specs if x not in have]
+        if extra:  # a later release of the range imports one more package: add it in place
+            _pip_install(python, extra, "imports", tag, log)
+            info["specs"] = [*have, *extra]
+            info["packages"] = _installed_versions(python)
+            marker.write_text(json.dumps(info, indent=1))
         return ReplayEnv(version, root, python, True, 0.0, info.get("packages", {}),
                          info.get("notes", []), info.get("install_s"), group=group)
     start = time.perf_counter()
@@ -158,12 +170,12 @@ def ensure_deps(version: str, cache_dir: Path, log: Log = echo, rebuild: bool = 
     if made.returncode != 0:
         raise EnvBuildError("venv", f"{sys.executable} -m venv", made.stderr.strip()[-300:])
     _pip_install(python, [TORCH_PIN], "torch", tag, log)
-    _pip_install(python, [TRITON_PIN, *dependency_specs(version, wheel)], "imports", tag, log)
+    _pip_install(python, [TRITON_PIN, *specs], "imports", tag, log)
     write_standin(_site_packages(python))
     log(f"{tag} {STANDIN_NOTE}")
     packages = _installed_versions(python)
     install_s = round(time.perf_counter() - start, 1)
-    marker.write_text(json.dumps({"group": group, "built_for": version, "packages": packages,
+    marker.write_text(json.dumps({"group": group, "built_for": version, "specs": specs, "packages": packages,
                                   "notes": [STANDIN_NOTE], "install_s": install_s}, indent=1))
     log(f"{tag} dependency venv ready in {install_s:.1f} s")
     return ReplayEnv(version, root, python, False, install_s, packages, [STANDIN_NOTE],
