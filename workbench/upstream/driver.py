@@ -93,7 +93,26 @@ def setup(cfg: dict, state: dict) -> SimpleNamespace:
         req_to_token_pool=req_pool, token_to_kv_pool=kv_pool, token_to_kv_pool_allocator=None,
         sliding_window_size=None, hybrid_gdn_config=None, kimi_linear_config=None,
         linear_attn_model_spec=None, device="cpu", gpu_id=0, server_args=server_args,
-        model_config=model_config, attn_backend=None)
+        is_draft_worker=False, model_config=model_config, attn_backend=None)
+    try:  # newer backends ask the runner for its speculative algorithm and rows per decode slot
+        from sglang.srt.model_executor.model_runner import ModelRunner
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    except ImportError:
+        pass
+    else:
+        runner.spec_algorithm = SpeculativeAlgorithm.from_string("EAGLE")
+        runner.kv_cache_dtype = model_config.dtype
+        if hasattr(ModelRunner, "decode_num_tokens_per_req"):
+            runner.decode_num_tokens_per_req = (
+                lambda **kw: ModelRunner.decode_num_tokens_per_req(runner, **kw))
+    try:  # from 0.5.2x backends read KV ids through the runner's translator
+        from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
+    except ImportError:
+        pass
+    else:
+        runner.kv_index_translator = KVIndexTranslator(
+            req_to_token=req_pool.req_to_token, token_to_kv_pool_allocator=None, token_to_kv_pool=kv_pool,
+            page_size=1, device="cpu", is_draft_worker=False)
     return SimpleNamespace(torch=torch, runner=runner, model_config=model_config)
 
 

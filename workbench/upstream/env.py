@@ -122,6 +122,14 @@ def _installed_versions(python: Path) -> dict[str, str]:
     return json.loads(out.stdout) if out.returncode == 0 else {}
 
 
+def _not_installed(python: Path, specs: list[str]) -> list[str]:
+    names = {re.split(r"[\s\[<>=!~;]", x, maxsplit=1)[0]: x for x in specs}
+    code = ("import importlib.metadata as m, json, sys\nout = []\nfor n in json.loads(sys.argv[1]):\n"
+            "    try: m.version(n)\n    except m.PackageNotFoundError: out.append(n)\nprint(json.dumps(out))")
+    proc = subprocess.run([str(python), "-c", code, json.dumps(list(names))], capture_output=True, text=True)
+    return [names[n] for n in json.loads(proc.stdout)] if proc.returncode == 0 else []
+
+
 def ensure_sources(version: str, cache_dir: Path, log: Log = echo) -> Path:
     """The release's wheel unpacked under `<cache>/src/sglang-<version>` (holds `sglang/`)."""
     root = cache_dir / "src" / f"sglang-{version}"
@@ -152,12 +160,10 @@ def ensure_deps(version: str, cache_dir: Path, log: Log = echo, rebuild: bool = 
     specs = dependency_specs(version, wheel)
     if marker.exists() and python.exists() and not rebuild:
         info = json.loads(marker.read_text())
-        have = info.get("specs") or dependency_specs(info["built_for"],
-                                                     ensure_wheel(info["built_for"], cache_dir, log)[0])
-        extra = [x for x in specs if x not in have]
+        extra = _not_installed(python, specs)
         if extra:  # a later release of the range imports one more package: add it in place
             _pip_install(python, extra, "imports", tag, log)
-            info["specs"] = [*have, *extra]
+            info["specs"] = sorted(set(info.get("specs", [])) | set(specs))
             info["packages"] = _installed_versions(python)
             marker.write_text(json.dumps(info, indent=1))
         return ReplayEnv(version, root, python, True, 0.0, info.get("packages", {}),
