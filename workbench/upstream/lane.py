@@ -92,6 +92,19 @@ def render_html(night: dict) -> str:
     return (f"<section><h2>Upstream lane: sglang {esc(night['release'])} "
             f"({esc(night['verdict'])})</h2><p>Run {esc(night['finished_at'])}: contract lint of the "
             "release's sources and replays of its spec inputs on the real backends (CPU, Triton "
-            "interpreter).</p>" + (f"<ul>{fails}</ul>" if fails else "") +
+            "interpreter). <em>confirmed</em>: the real backend raises on the input the worker installs "
+            "(the backend contract; the runner path to the call is not replayed).</p>" + (f"<ul>{fails}</ul>" if fails else "") +
             "<table><tr><th>backend</th><th>mode</th><th>class</th><th>attribute</th><th>read</th>"
             f"<th>triage</th><th>why</th></tr>{rows}</table></section>")
+
+
+def build_triage(result: dict, how: str) -> dict:
+    """A triage file from a `check()` result: per finding key, the newest release's triage."""
+    out: dict[str, dict] = {}
+    for f in result["findings"]:
+        key = finding_key(f)
+        entry = out.setdefault(key, {"releases": []})
+        entry["releases"].append(f["source"].replace("sglang ", ""))
+        entry.update(status=f["triage"]["status"], reason=f["triage"]["reason"], read=f["read"],
+                     install=f["install"])
+    return {"how": how, "generated_at": result["generated_at"], "findings": out}

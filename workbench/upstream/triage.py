@@ -7,6 +7,11 @@ interpreter, torch_native), all in one driver process. Each lint finding is then
 `refuted` (it completed, so the read is not reached for that input: the lint was wrong), or
 `not replayable` on CPU (a GPU backend, a mode the driver does not build, or an input the
 driver could not build), with the reason.
+
+Scope: a replay drives the backend contract (the real `init_forward_metadata` on that input in
+that mode), not the worker and runner code that leads there; `confirmed` says the backend raises
+on what the worker installs, and whether a deployment reaches that call (DP attention padding an
+idle batch, the runner's idle forward) is for the engineer to read off the cited install line.
 """
 
 from __future__ import annotations
