@@ -22,8 +22,9 @@
 # 1. **Survey.** The sglang wheels, read statically with `ast` (never imported): which spec-input
 #    classes declare `kv_indptr`, which attention backends read `spec_info.kv_indptr` and how
 #    (plain attribute, a None guard, `getattr` with a default), which worker installs which class.
-# 2. **Replay.** Per release an isolated, cached virtual environment (CPU torch, sglang `--no-deps`,
-#    a torchvision *import stand-in* used only there) and, in a subprocess, the real
+# 2. **Replay.** Per range of releases one cached dependency environment (CPU torch, the imports
+#    sglang needs, a torchvision *import stand-in* used only there), the release's own sources
+#    first on the path, and, in a subprocess, the real
 #    `TritonAttnBackend.init_forward_metadata` on a real DP-padded IDLE `ForwardBatch` whose
 #    spec_info is the real `EagleDraftExtendInput.create_idle_input(...)`. 0.5.12 and 0.5.13 ship
 #    the class without the field; 0.5.14 ships the fix.
@@ -31,10 +32,12 @@
 #    for a padded idle batch against what the real 0.5.14 backend produced.
 # 4. **Contract fuzzer.** Every backend × spec-input × forward mode of the workbench through
 #    `init_forward_metadata`: the whole class of bug, not just this instance.
+# 5. **The bug class on real SGLang.** The contract lint over every release, each finding
+#    triaged by a replay on the real code.
 #
 # With `live = False` it uses the measurements shipped in `workbench/assets/` (no network,
-# seconds). With `live = True` it downloads the wheels and builds the environments (about
-# 1.5 min and 2.4 GiB per release the first time, cached afterwards).
+# seconds). With `live = True` it downloads the wheels and builds the environments (1.2–4 min
+# and ~2.3 GiB per range of releases the first time, cached afterwards).
 
 # %%
 from workbench import contracts, report

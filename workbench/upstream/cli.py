@@ -24,7 +24,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "Real sglang releases: a static contract survey of their wheels, and a replay of the "
         "kv_indptr crash on their real code (CPU, Triton interpreter)."))
     parser.add_argument("--cache-dir", type=Path, default=None,
-                        help=f"wheels and per-release venvs (default {default_cache_dir()})")
+                        help=f"wheels, sources and dependency venvs (default {default_cache_dir()})")
     sub = parser.add_subparsers(dest="command", required=True)
     sv = sub.add_parser("survey", help="static survey of release wheels (ast only, no import)")
     sv.add_argument("--versions", nargs="+", metavar="X",
