@@ -70,7 +70,10 @@ def setup(cfg: dict, state: dict) -> SimpleNamespace:
                              skip_tokenizer_init=True)
     for key, value in (("speculative_num_draft_tokens", NUM_DRAFT), ("speculative_num_steps", 3),
                        ("speculative_eagle_topk", 1), ("disable_cuda_graph", True)):
-        setattr(server_args, key, value)
+        try:
+            setattr(server_args, key, value)
+        except Exception:  # noqa: BLE001 - 0.5.17/0.5.18 freeze resolved server args
+            object.__setattr__(server_args, key, value)
     try:
         from sglang.srt.server_args import set_global_server_args_for_scheduler
         set_global_server_args_for_scheduler(server_args)
@@ -110,9 +113,10 @@ def setup(cfg: dict, state: dict) -> SimpleNamespace:
     except ImportError:
         pass
     else:
-        runner.kv_index_translator = KVIndexTranslator(
-            req_to_token=req_pool.req_to_token, token_to_kv_pool_allocator=None, token_to_kv_pool=kv_pool,
-            page_size=1, device="cpu", is_draft_worker=False)
+        kwargs = dict(req_to_token=req_pool.req_to_token, token_to_kv_pool_allocator=None,
+                      token_to_kv_pool=kv_pool, page_size=1, device="cpu", is_draft_worker=False)
+        accepted = inspect.signature(KVIndexTranslator.__init__).parameters
+        runner.kv_index_translator = KVIndexTranslator(**{k: v for k, v in kwargs.items() if k in accepted})
     return SimpleNamespace(torch=torch, runner=runner, model_config=model_config)
 
 
