@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from workbench.report import Table
+from workbench.notebook import Table
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
@@ -77,26 +77,26 @@ def replay_failures(replays: List[dict], expected: dict) -> List[str]:
     return [f"sglang {v}: expected {want}, got {got.get(v)}" for v, want in expected.items() if got.get(v) != want]
 
 
-HOLE = {("pr-24860", b, "IDLE (padded)") for b in ("triton", "flashinfer")}
-
-
 def problems(data: dict, fid: dict, cells: List[dict], replay_releases: List[str]) -> List[str]:
     """What departs from upstream: replays not ending as released (0.5.12 / 0.5.13 crashed, later
-    ok), fidelity differences, fuzzer failures outside the pr-24860 hole."""
+    ok), fidelity differences, fuzzer cells that differ from what the declared contracts predict
+    (a failure outside the pr-24860 hole, or a hole cell that passes)."""
+    from workbench.contracts import unexpected
+
     expected = {v: ("crashed" if v in ("0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1") else "ok")
                 for v in replay_releases}
     out = replay_failures(data["replays"], expected)
     out += [f"fidelity: {d['check']}" for d in fid["differences"]]
-    out += [f"fuzzer: unexpected failing cell {c['revision']} {c['backend']} {c['spec_input']} {c['mode']}"
-            for c in cells if c["outcome"] != "pass" and (c["revision"], c["backend"], c["mode"]) not in HOLE]
+    out += [f"fuzzer: {c['revision']} {c['backend']} {c['spec_input']} {c['mode']}: {c['outcome']}, "
+            f"contracts predict {c['expected']}" for c in unexpected(cells)]
     return out
 
 
 def save_record(path: str, params: dict, data: dict, fid: dict, cells: List[dict], found: List[str]) -> Path:
-    """The notebook record (``workbench.report`` bundle): one run record per replayed release
+    """The notebook record (``workbench.notebook`` bundle): one run record per replayed release
     (role ``replay/<version>``) and a ``checks`` record whose status is ok when nothing departs
     from upstream (else ``mismatch``, with the problems)."""
-    from workbench.report import save_bundle
+    from workbench.notebook import save_bundle
 
     checks = {"status": "ok" if not found else "mismatch", "crash": None, "problems": found,
               "config": {"backend": "workbench contracts", "kernel": None, "source": data["source"]},
@@ -104,3 +104,30 @@ def save_record(path: str, params: dict, data: dict, fid: dict, cells: List[dict
     runs = {f"replay/{r['config']['sglang']}": r for r in data["replays"]}
     runs["checks"] = checks
     return save_bundle(path, "04_upstream_replay", params, runs, primary="checks")
+
+
+def load_findings(releases: List[str], live: bool = False, cache_dir: Optional[str] = None,
+                  log: Callable[[str], None] = print) -> dict:
+    """Lint findings of every release, each triaged by a replay: shipped (dated) or measured now."""
+    if not live:
+        data = json.loads((ASSETS / "upstream_findings.json").read_text())
+        data["source"] = f"shipped measurement ({data['generated_at']}, {data['measured_on']})"
+        return data
+    from workbench.upstream.guard import check
+
+    data = check(releases, replay=True, cache_dir=Path(cache_dir) if cache_dir else None, log=log)
+    data["source"] = "measured now"
+    return data
+
+
+def findings_table(findings: List[dict]) -> Table:
+    """One row per (finding, releases it appears in): backend, mode, class, attribute, triage."""
+    merged: dict = {}
+    for f in findings:
+        key = (f["backend"], f["forward_mode"], f["class"], f["attribute"], f["triage"]["status"])
+        row = merged.setdefault(key, {"backend": f["backend"], "mode": f["forward_mode"], "class": f["class"],
+                                      "attribute": f["attribute"], "releases": [], "read": f["read"].split("/")[-1],
+                                      "triage": f["triage"]["status"], "why": f["triage"]["reason"]})
+        row["releases"].append(f["source"].replace("sglang ", ""))
+    rows = [{**r, "releases": ", ".join(dict.fromkeys(r["releases"]))} for r in merged.values()]
+    return Table(rows, ["backend", "mode", "class", "attribute", "releases", "read", "triage", "why"])
