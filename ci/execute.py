@@ -2,8 +2,9 @@
 
 The job names the input and output notebooks, the parameters, the working directory, the kernel
 (``kernel_name``; ``eagle-workbench`` from the runner) and the timeouts; the outcome goes to the
-job's ``result`` path as JSON: ``completed``, ``failed`` (a cell raised), ``timeout`` (a cell ran past ``cell_timeout_s``), ``killed`` (the kernel died) or
-``error`` (papermill itself failed, e.g. the kernel never started).
+job's ``result`` path as JSON: ``completed``, ``failed`` (a cell raised), ``timeout`` (a cell ran
+past ``cell_timeout_s``), ``killed`` (the kernel died) or ``error`` (papermill itself failed, e.g.
+the kernel never started).
 """
 from __future__ import annotations
 
