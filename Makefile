@@ -1,17 +1,29 @@
 # Two commands: `make report` (the main job) and `make test`. Each creates or refreshes .venv.
+#   TORCH_INDEX  a pip index for torch alone; on a CPU-only machine without a local torch wheel use
+#                `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu` (PyPI's torch is the
+#                multi-GB CUDA build). Only torch comes from there; its dependencies come from pip's
+#                usual indexes with the rest. Empty (the default): torch too comes from those.
+#   constraints.txt pins the tested set (`make constraints` regenerates it from the current venv).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TORCH_INDEX ?=
+KERNEL := eagle-workbench
+PIP := $(BIN)/pip install -q -c constraints.txt
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[dev]"
+	$(PIP) "torch==2.13.0" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --no-deps)  # its deps come next, pinned
+	$(PIP) -e ".[dev]"
+	mkdir -p $(VENV)/.tmp    # ipykernel install leaves an empty tmp*_kernels dir in TMPDIR
+	TMPDIR=$(abspath $(VENV))/.tmp $(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) \
+		--display-name "Python 3 ($(KERNEL))"
+	rm -rf $(VENV)/.tmp
 	touch $(STAMP)
 
-.PHONY: venv report test bench lab
+.PHONY: venv report test bench lab constraints
 venv: $(STAMP)
 
 report: $(STAMP)
@@ -23,6 +35,19 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m workbench bench --backends torch_native triton flashinfer fa3
 
+# JupyterLab on the venv's kernel only: a notebook whose kernelspec (python3) is not offered gets the
+# one kernel of its language_info (python), eagle-workbench, whatever python3 spec the user has.
+# LAB_ARGS: more options for jupyter lab, e.g. `make lab LAB_ARGS="--allow-root --no-browser"`.
+LAB_ARGS ?=
 lab: $(STAMP)
-	$(BIN)/pip install -q -e ".[dev,lab]"
-	$(BIN)/jupyter lab notebooks/
+	$(PIP) -e ".[dev,lab]"
+	$(BIN)/jupyter lab --KernelSpecManager.allowed_kernelspecs=$(KERNEL) \
+		--MappingKernelManager.default_kernel_name=$(KERNEL) $(LAB_ARGS) notebooks/
+
+# The exact tested set: what `pip freeze` shows in the venv after `make test`, minus the project.
+constraints: $(STAMP)
+	{ echo "# pip freeze after make test (regenerate: make constraints); used as pip -c by the Makefile and CI"; \
+	  $(BIN)/pip freeze --exclude-editable | grep -v -i -e '^eagle-workbench' -e '^#' | sed 's/^torch==\([^+]*\)+.*/torch==\1/'; \
+	} > constraints.txt.new
+	! grep -n ' @ ' constraints.txt.new || { echo "constraints: pin these from an index, not a file or URL" >&2; rm constraints.txt.new; exit 1; }
+	mv constraints.txt.new constraints.txt

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -13,7 +14,9 @@ from typing import Dict, List, Optional, TextIO
 
 from ci.execute import execution_result
 from ci.expect import check_cell, describe
+from ci.kernelspec import kernel_name
 from ci.matrix import Cell, Matrix, notebook_expect
+from workbench.dp import LOG_DIR_ENV
 
 POLL_S = 0.2
 HEARTBEAT_S = 60.0
@@ -58,7 +61,8 @@ def prepare(cell: Cell, root: Path, out: Path, extra: dict) -> Job:
     params.update(cell.parameters)
     slug = cell.slug
     paths = {"notebook": f"notebooks/{slug}.ipynb", "record": f"records/{slug}.json", "log": f"logs/{slug}.log",
-             "job": f"jobs/{slug}.json", "result": f"jobs/{slug}.result.json"}
+             "rank_logs": f"logs/{slug}", "job": f"jobs/{slug}.json", "result": f"jobs/{slug}.result.json",
+             "tmp": f"jobs/{slug}.tmp"}
     params["record_path"] = str((out / paths["record"]).resolve())
     params.setdefault("expect", notebook_expect(cell))
     return Job(cell, params, paths)
@@ -71,17 +75,21 @@ def thread_env(jobs: int) -> Dict[str, str]:
     return {k: os.environ.get(k, n) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
 
 
-def _start(job: Job, matrix: Matrix, root: Path, out: Path, threads: Dict[str, str]) -> None:
+def _start(job: Job, matrix: Matrix, root: Path, out: Path, threads: Dict[str, str], kernel: str) -> None:
     for key in ("notebook", "record", "log", "job"):
         (out / job.paths[key]).parent.mkdir(parents=True, exist_ok=True)
+    (out / job.paths["tmp"]).mkdir(exist_ok=True)
     for key in ("record", "result"):
         (out / job.paths[key]).unlink(missing_ok=True)
     nb = Path(job.cell.notebook)
     spec = {"input": str(nb if nb.is_absolute() else root / nb), "output": str(out / job.paths["notebook"]),
             "parameters": job.parameters, "cwd": str(root), "cell_timeout_s": matrix.cell_timeout_s,
-            "start_timeout_s": matrix.start_timeout_s, "result": str(out / job.paths["result"])}
+            "start_timeout_s": matrix.start_timeout_s, "result": str(out / job.paths["result"]), "kernel_name": kernel}
     (out / job.paths["job"]).write_text(json.dumps(spec, indent=1))
-    env = {**os.environ, **threads, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    # The cell's temp files (DP ranks' wb-dp-* folders) go to its own TMPDIR, removed when it ends even
+    # if the kernel was killed; rank logs a record points to are kept under logs/.
+    env = {**os.environ, **threads, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+           "TMPDIR": str(out / job.paths["tmp"]), LOG_DIR_ENV: str(out / job.paths["rank_logs"])}
     job.log = open(out / job.paths["log"], "w")
     job.proc = subprocess.Popen([sys.executable, "-m", "ci.execute", str(out / job.paths["job"])], cwd=root, env=env,
                                 stdout=job.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -107,6 +115,7 @@ def kill_tree(pid: int) -> None:
 
 def _finish(job: Job, out: Path, wall_limit_hit: bool) -> dict:
     job.log.close()
+    shutil.rmtree(out / job.paths["tmp"], ignore_errors=True)
     wall = time.perf_counter() - job.started
     result_file = out / job.paths["result"]
     if wall_limit_hit:
@@ -157,6 +166,7 @@ def run_cells(cells: List[Cell], matrix: Matrix, root: Path, out: Path, jobs: in
                                   "bundle": None, "paths": {}, "reasons": [f"cell not run: {e}"], "verdict": "unexpected"}
     queue.sort(key=lambda j: -j.cell.weight)
     threads = thread_env(jobs)
+    kernel = kernel_name()
     print(f"running {len(queue)} notebook(s), {jobs} at a time ({threads['OMP_NUM_THREADS']} math thread(s) each); "
           f"per-cell timeout {matrix.cell_timeout_s:.0f} s, per-notebook limit {matrix.notebook_timeout_s:.0f} s",
           file=stream, flush=True)
@@ -167,7 +177,7 @@ def run_cells(cells: List[Cell], matrix: Matrix, root: Path, out: Path, jobs: in
         while queue or running:
             while queue and len(running) < jobs:
                 job = queue.pop(0)
-                _start(job, matrix, root, out, threads)
+                _start(job, matrix, root, out, threads, kernel)
                 running.append(job)
             time.sleep(POLL_S)
             for job in list(running):
@@ -189,4 +199,5 @@ def run_cells(cells: List[Cell], matrix: Matrix, root: Path, out: Path, jobs: in
     finally:
         for job in running:  # interrupted: the children run in their own sessions and would outlive us
             kill_tree(job.proc.pid)
+            shutil.rmtree(out / job.paths["tmp"], ignore_errors=True)
     return [results[c.name] for c in cells]

@@ -1,9 +1,10 @@
 """One notebook through papermill, in its own process: ``python -m ci.execute JOB.json``.
 
-The job names the input and output notebooks, the parameters, the working directory and the
-timeouts; the outcome goes to the job's ``result`` path as JSON: ``completed``, ``failed`` (a cell
-raised), ``timeout`` (a cell ran past ``cell_timeout_s``), ``killed`` (the kernel died) or
-``error`` (papermill itself failed, e.g. the kernel never started).
+The job names the input and output notebooks, the parameters, the working directory, the kernel
+(``kernel_name``; ``eagle-workbench`` from the runner) and the timeouts; the outcome goes to the
+job's ``result`` path as JSON: ``completed``, ``failed`` (a cell raised), ``timeout`` (a cell ran
+past ``cell_timeout_s``), ``killed`` (the kernel died) or ``error`` (papermill itself failed, e.g.
+the kernel never started).
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def execute(job: dict) -> dict:
     result = execution_result("completed")
     try:
         papermill.execute_notebook(
-            job["input"], str(out), parameters=job["parameters"], cwd=job.get("cwd"),
+            job["input"], str(out), parameters=job["parameters"], cwd=job.get("cwd"), kernel_name=job.get("kernel_name"),
             execution_timeout=job["cell_timeout_s"], start_timeout=job.get("start_timeout_s", 120),
             progress_bar=False, log_output=False, report_mode=False,
         )

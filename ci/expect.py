@@ -114,7 +114,8 @@ def check_parity(cells: List[dict]) -> Dict[str, List[str]]:
 
 
 def check_lossless(cells: List[dict]) -> Dict[str, List[str]]:
-    """Ok EAGLE3 runs must produce the greedy runs' outputs for the same prompts, length, seed and models."""
+    """Ok EAGLE3 runs must produce the greedy runs' outputs for the same prompts, length, seed and models;
+    an ok EAGLE3 run without such a greedy run is a failure too (never skipped)."""
     greedy: Dict[str, Counter] = defaultdict(Counter)
     runs = list(ok_runs(cells))
     for cell, role, rec in runs:
@@ -122,8 +123,13 @@ def check_lossless(cells: List[dict]) -> Dict[str, List[str]]:
             greedy[_key(rec["config"], spec=False)][rec["outputs_sha256"]] += 1
     reasons: Dict[str, List[str]] = defaultdict(list)
     for cell, role, rec in runs:
+        if rec["config"].get("mode") != "eagle":
+            continue
         ref = greedy.get(_key(rec["config"], spec=False))
-        if rec["config"].get("mode") == "eagle" and ref:
+        if not ref:
+            reasons[cell].append(f"lossless: EAGLE3 run {role!r} has no plain greedy run with the same prompts, "
+                                 "length, seed and models to compare with (add a greedy reference cell to the matrix)")
+        else:
             want = ref.most_common(1)[0][0]
             if rec["outputs_sha256"] != want:
                 reasons[cell].append(f"lossless: EAGLE3 run {role!r} outputs_sha256 {rec['outputs_sha256'][:12]} "

@@ -2,7 +2,8 @@
 
 Runs every matrix cell's notebook through papermill (``min(cores, cells)`` at once), judges each
 against its expectation, checks output parity and accept length against the history, writes
-executed notebooks, ``summary.json`` and ``report.html`` into ``--out``, appends the night to the
+executed notebooks (``.ipynb`` and HTML), ``summary.json``, ``report.html``, ``junit.xml`` and
+``summary.md`` into ``--out``, appends the night to the
 history database and exits 1 on any unexpected outcome (2 on a usage or matrix error).
 
 ``--shard i/N`` runs one shard and writes only its partial ``results.json``; ``--merge DIR...``
@@ -24,13 +25,15 @@ from typing import Dict, List, Optional
 
 from ci import expect
 from ci.history import History
+from ci.kernelspec import KernelSpecError
 from ci.matrix import MatrixError, load_matrix, parse_shard
 from ci.cell_runner import default_jobs, run_cells, thread_env, usable_cores
+from ci.publish import export_html
 from ci.report import write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = "results.json"
-OWNED = ("notebooks", "records", "logs", "jobs", "plots", RESULTS, "summary.json", "report.html")
+OWNED = ("notebooks", "records", "logs", "jobs", "plots", RESULTS, "summary.json", "report.html", "junit.xml", "summary.md")
 COPIED = ("notebooks", "records", "logs")
 
 
@@ -76,6 +79,7 @@ def _run(args: argparse.Namespace) -> int:
     extra = {"model_dir": str(Path(args.model_dir).resolve())} if args.model_dir else {}
     jobs = args.jobs or default_jobs(len(cells))
     results = run_cells(cells, matrix, ROOT, out.resolve(), jobs, extra)
+    export_html(out, results)
     doc = {"schema": "ci.nightly-results/1", "matrix": matrix.path, "shard": shard, "started_at": started,
            "wall_s": time.perf_counter() - t0,
            "environment": {**_environment(), "notebooks_at_once": jobs, "threads_each": thread_env(jobs)["OMP_NUM_THREADS"]},
@@ -134,6 +138,9 @@ def finalize(out: Path, docs: List[dict], history_path: Path, night: Optional[st
     settings = docs[0]["settings"]
     night = night or _now()
     with History(history_path) as hist:
+        earlier = len(hist.nights())
+        history_note = (f"history: {earlier} earlier night(s)" if earlier else
+                        "history: none before this night (a new history starts)")
         extra_reasons: Dict[str, List[str]] = {}
         checks = [expect.check_accept_length(cells, hist.previous_accept_lengths(), settings["accept_length_drop"])]
         if settings["checks"].get("output_parity", True):
@@ -157,7 +164,7 @@ def finalize(out: Path, docs: List[dict], history_path: Path, night: Optional[st
     summary = {"night": night, "matrix": docs[0]["matrix"], "verdict": verdict, "cells_total": len(cells),
                "wall_s": _wall(docs, time.perf_counter() - t0),
                "shards": [d["shard"] for d in docs if d.get("shard")], "environment": env, "problems": problems,
-               "history": str(Path(history_path).resolve()),
+               "history": str(Path(history_path).resolve()), "history_note": history_note,
                "unexpected": [{"cell": c["name"], "reasons": c["reasons"]} for c in bad]
                + [{"cell": "(merge)", "reasons": [p]} for p in problems]}
     report = write_report(out, summary, cells, trend)
@@ -166,7 +173,7 @@ def finalize(out: Path, docs: List[dict], history_path: Path, night: Optional[st
             print(f"UNEXPECTED {c['name']}: {r}", file=sys.stderr)
     for p in problems:
         print(f"UNEXPECTED (merge): {p}", file=sys.stderr)
-    print(f"{len(cells) - len(bad)}/{len(cells)} cells as expected; verdict {verdict}")
+    print(f"{len(cells) - len(bad)}/{len(cells)} cells as expected; verdict {verdict}; {history_note}")
     print(f"report: {report.resolve()}")
     return 1 if verdict == "fail" else 0
 
@@ -192,7 +199,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _merge(args) if args.merge else _run(args)
-    except (MatrixError, OSError) as e:
+    except (MatrixError, KernelSpecError, OSError) as e:
         print(f"ci.nightly: error: {e}", file=sys.stderr)
         return 2
 

@@ -1,20 +1,24 @@
-"""The nightly report: ``summary.json`` and a self-contained ``report.html`` (plots embedded, results table)."""
+"""The nightly report: ``summary.json`` and a self-contained ``report.html`` that opens with the verdict
+and the crash matrix, then the results table (each executed notebook linked as an HTML page, its
+``.ipynb`` beside it), output parity and the plots; ``junit.xml`` and ``summary.md`` beside it."""
 from __future__ import annotations
 
 import base64
 import html
 import json
+import re
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 from ci.expect import describe, describe_expect, parity_groups
+from ci.publish import shipped_note, write_junit, write_markdown
 from workbench import plots
 from workbench.comparison_report import comparison_section
 
 CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:12px}
 td,th{border:1px solid #ddd;padding:4px 6px;vertical-align:top;text-align:left}th{background:#f5f5f5}
 .expected{background:#e8f5e9}.unexpected{background:#ffebee}.banner{padding:10px 14px;font-size:16px;margin:12px 0}
-img{max-width:100%;border:1px solid #eee;margin:6px 0}code{font-size:11px}.why{color:#b71c1c}"""
+img{max-width:100%;border:1px solid #eee;margin:6px 0}code{font-size:11px}.why{color:#b71c1c}.shipped{color:#6d4c00;font-size:11px}"""
 
 
 def _records(cells: List[dict]) -> List[dict]:
@@ -24,11 +28,30 @@ def _records(cells: List[dict]) -> List[dict]:
             if "revision" in (rec.get("config") or {})]
 
 
+def _as_expected(c: dict, role: str) -> bool:
+    """A run of an unexpected cell is unexpected when a reason names it, or when no reason names any run."""
+    if c["verdict"] == "expected":
+        return True
+    named = [r for r in c["reasons"] if re.search(r"run '[^']+'", r)]
+    return not (any(f"run {role!r}" in r for r in named) or len(named) < len(c["reasons"]))
+
+
+def _marked_records(cells: List[dict]) -> Tuple[List[dict], List[bool]]:
+    pairs = [(rec, _as_expected(c, role)) for c in cells
+             for role, rec in ((c.get("bundle") or {}).get("runs") or {}).items()
+             if "revision" in (rec.get("config") or {})]
+    return [r for r, _ in pairs], [m for _, m in pairs]
+
+
+MATRIX_TITLE = "Crash matrix (revision × backend, per DP size)"
+
+
 def make_plots(cells: List[dict], trend_rows: List[dict], folder: Path) -> Dict[str, Path]:
-    """The report's figures as PNG + SVG under ``folder``; title -> PNG path."""
+    """The report's figures as PNG + SVG under ``folder``; title -> PNG path (the crash matrix first)."""
     recs = _records(cells)
+    marked, marks = _marked_records(cells)
     figures = {
-        "Crash matrix (revision × backend, per DP size)": ("crash_matrix", lambda p: plots.crash_matrix(recs, p)),
+        MATRIX_TITLE: ("crash_matrix", lambda p: plots.crash_matrix(marked, p, as_expected=marks)),
         "Per-phase latency, EAGLE3": ("latency_eagle", lambda p: plots.phase_latency(recs, p, mode="eagle")),
         "Per-phase latency, greedy": ("latency_greedy", lambda p: plots.phase_latency(recs, p, mode="greedy")),
         "Accept length": ("accept_length", lambda p: plots.accept_length_hist(recs, p)),
@@ -64,17 +87,22 @@ def _params_text(params: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in keep.items())
 
 
-def _row(c: dict) -> str:
+LINKS = (("html", "notebook"), ("notebook", ".ipynb"), ("record", "record"), ("log", "log"), ("rank_logs", "rank logs"))
+
+
+def _row(c: dict, out: Path) -> str:
     s = cell_summary(c)
-    links = " ".join(f"<a href='{html.escape(p)}'>{k}</a>" for k, p in s["paths"].items()
-                     if k in ("notebook", "record", "log"))
+    links = " ".join(f"<a href='{html.escape(s['paths'][k])}'>{label}</a>" for k, label in LINKS
+                     if k in s["paths"] and (out / s["paths"][k]).exists())
+    note = shipped_note(c.get("bundle"))
+    shipped = f"<div class='shipped'>{html.escape(note)}</div>" if note else ""
     expect = "<br>".join(f"{html.escape(r)}: {html.escape(describe_expect(w))}" for r, w in s["expect"].items())
     got = "<br>".join(f"{html.escape(r)}: {html.escape(d)}" for r, d in s["runs"].items()) or html.escape(s["execution"])
     why = "".join(f"<div class='why'>{html.escape(r)}</div>" for r in s["reasons"])
     al = "" if s["accept_length_mean"] is None else f"{s['accept_length_mean']:.3f}"
     tps = "" if s["tokens_per_s"] is None else f"{s['tokens_per_s']:.1f}"
     return (f"<tr class='{s['verdict']}'><td><b>{html.escape(s['cell'])}</b><br><code>{html.escape(_params_text(s['parameters']))}"
-            f"</code></td><td>{expect}</td><td>{got}{why}</td><td>{al}</td><td>{tps}</td><td>{s['wall_s']:.1f}</td>"
+            f"</code>{shipped}</td><td>{expect}</td><td>{got}{why}</td><td>{al}</td><td>{tps}</td><td>{s['wall_s']:.1f}</td>"
             f"<td>{s['verdict']}</td><td>{links}</td></tr>")
 
 
@@ -91,33 +119,47 @@ def _parity_table(cells: List[dict]) -> str:
             f"<tbody>{body}</tbody></table>")
 
 
+def _figure(title: str, png: Path, out: Path) -> str:
+    return (f"<h3>{html.escape(title)}</h3><img alt='{html.escape(title)}' src='data:image/png;base64,"
+            f"{base64.b64encode(png.read_bytes()).decode()}'><div><a href='"
+            f"{html.escape(str(png.with_suffix('.svg').relative_to(out)))}'>SVG</a></div>")
+
+
+def _banner(summary: dict) -> str:
+    bad = summary["unexpected"]
+    if not bad:
+        return (f"<div class='banner expected'><b>PASS</b>: all {summary['cells_total']} cells ended as expected "
+                "(expected crashes count as a pass).</div>")
+    return (f"<div class='banner unexpected'><b>FAIL</b>: {len(bad)} of {summary['cells_total']} cells ended "
+            "unexpectedly:<ul>" + "".join(f"<li><b>{html.escape(b['cell'])}</b>: {html.escape('; '.join(b['reasons']))}</li>"
+                                          for b in bad) + "</ul></div>")
+
+
 def write_report(out: Path, summary: dict, cells: List[dict], trend_rows: List[dict]) -> Path:
-    """Write summary.json, plots/ and report.html into ``out``; returns the report path."""
+    """Write summary.json, plots/, report.html, junit.xml and summary.md into ``out``; returns the report path."""
     figures = make_plots(cells, trend_rows, out / "plots")
     summary = {**summary, "cells": [cell_summary(c) for c in cells],
                "plots": {t: str(p.relative_to(out)) for t, p in figures.items()}}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    bad = summary["unexpected"]
-    banner = (f"<div class='banner expected'>All {summary['cells_total']} cells ended as expected.</div>" if not bad else
-              f"<div class='banner unexpected'>{len(bad)} of {summary['cells_total']} cells ended unexpectedly:<ul>" +
-              "".join(f"<li><b>{html.escape(b['cell'])}</b>: {html.escape('; '.join(b['reasons']))}</li>" for b in bad) +
-              "</ul></div>")
+    write_junit(out, summary, cells)
+    write_markdown(out, summary, cells)
     env = summary.get("environment", {})
     meta = (f"<p>Night <b>{html.escape(str(summary['night']))}</b> · matrix <code>{html.escape(str(summary['matrix']))}</code> · "
             f"{summary['wall_s']:.0f} s · shards {html.escape(', '.join(summary.get('shards', [])) or 'none')} · "
+            f"{html.escape(summary.get('history_note', ''))} · "
             f"{html.escape(', '.join(f'{k} {v}' for k, v in env.items()))}</p>"
             "<p>flashinfer and fa3 compute with torch stand-ins on a machine without their packages, and Triton runs "
-            "in its interpreter without a GPU; every label says so. Latency compares code paths on this machine.</p>")
-    imgs = "".join(
-        f"<h3>{html.escape(t)}</h3><img alt='{html.escape(t)}' src='data:image/png;base64,"
-        f"{base64.b64encode(p.read_bytes()).decode()}'><div><a href='{html.escape(str(p.with_suffix('.svg').relative_to(out)))}'>SVG</a></div>"
-        for t, p in figures.items())
+            "in its interpreter without a GPU; every label says so. Latency compares code paths on this machine. "
+            "Also here: <a href='summary.md'>summary.md</a>, <a href='junit.xml'>junit.xml</a>, "
+            "<a href='summary.json'>summary.json</a>.</p>")
+    matrix = _figure(MATRIX_TITLE, figures[MATRIX_TITLE], out)
+    imgs = "".join(_figure(t, p, out) for t, p in figures.items() if t != MATRIX_TITLE)
     head = "".join(f"<th>{h}</th>" for h in ("cell (parameters)", "expected", "got", "accept length", "tokens/s",
                                                "wall s", "verdict", "artifacts"))
-    table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(_row(c) for c in cells)}</tbody></table>"
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(_row(c, out) for c in cells)}</tbody></table>"
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>Workbench nightly {html.escape(str(summary['night']))}"
-            f"</title><style>{CSS}</style></head><body><h1>EAGLE3 + DP attention nightly</h1>{banner}{meta}"
-            f"<h2>Results</h2>{table}<h2>Output parity</h2>{_parity_table(cells)}<h2>Plots</h2>{imgs}"
+            f"</title><style>{CSS}</style></head><body><h1>EAGLE3 + DP attention nightly</h1>{_banner(summary)}{matrix}"
+            f"{meta}<h2>Results</h2>{table}<h2>Output parity</h2>{_parity_table(cells)}<h2>Plots</h2>{imgs}"
             f"{comparison_section(cells, out / 'plots' / 'comparison')}</body></html>")
     path = out / "report.html"
     path.write_text(page)

@@ -1,8 +1,10 @@
-"""DP attention: the crash exactly where DESIGN §3 says, the fix (revision and in place), parity
-across backends and DP sizes, and faults on one rank ending every rank quickly."""
+"""DP attention: the crash exactly where docs/design.md §1 says, the fix (revision and in place), parity
+across backends and DP sizes, faults on one rank ending every rank quickly, and no temporary
+folder left behind by any run (ok, crash, fault, timeout)."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,8 +25,20 @@ def one_idle_rank(backend: str, revision: str = "pr-24860"):
     return reproduce(backend=backend, revision=revision, dp=2, dp_policy="pack", prompts=PROMPTS[:1], **SMALL)
 
 
+@pytest.fixture(autouse=True)
+def private_temp_dir(tmp_path, monkeypatch):
+    """Every DP run here uses its own temp dir, which must be empty again when the test ends."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.delenv("WB_LOG_DIR", raising=False)
+    yield tmp
+    assert sorted(p.name for p in tmp.iterdir()) == [], "a run left files in the temp dir"
+
+
 def leftover_rank_processes(res) -> list:
-    tag = res.record["dp"]["logs"]
+    tag = res.record["dp"]["init_method"]
     found = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
@@ -38,8 +52,11 @@ def leftover_rank_processes(res) -> list:
 
 
 @pytest.mark.parametrize("backend", ["triton", "flashinfer"])
-def test_pr24860_crashes_on_the_idle_ranks_draft_extend(backend):
+def test_pr24860_crashes_on_the_idle_ranks_draft_extend(backend, tmp_path, monkeypatch):
+    monkeypatch.setenv("WB_LOG_DIR", str(tmp_path / "logs"))
     res = one_idle_rank(backend)
+    kept = Path(res.record["dp"]["logs"])
+    assert kept.parent == tmp_path / "logs" and sorted(p.name for p in kept.iterdir()) == ["rank0.log", "rank1.log"]
     assert res.status == "crashed", res.summary()
     c = res.crash
     assert (c["rank"], c["phase"], c["forward_mode"], c["batch_size"]) == (1, "draft-extend", "IDLE", 1)
@@ -131,8 +148,9 @@ def test_the_same_ranks_run_under_torchrun(tmp_path):
     from workbench.dp.launch import free_port
     from workbench.dp.torchrun import merge
 
+    # --log-dir: without it torchrun leaves a torchelastic_* folder in the temp dir
     args = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-            "-m", "workbench.dp.torchrun", "--out", str(tmp_path), "--backend", "triton", "--revision", "pr-24860",
+            "--log-dir", str(tmp_path / "torchrun-logs"), "-m", "workbench.dp.torchrun", "--out", str(tmp_path), "--backend", "triton", "--revision", "pr-24860",
             "--dp-policy", "pack", "--prompts", PROMPTS[0], "--steps", "3", "--topk", "2", "--draft-tokens", "4",
             "--max-new-tokens", "8", "--timeout", "120"]
     if MODEL_DIR:
@@ -159,3 +177,22 @@ def test_three_ranks_with_two_idle_pass_on_the_fixed_revision(greedy_sha):
     res = reproduce(backend="flashinfer", revision="pr-28221", dp=3, dp_policy="balanced", prompts=PROMPTS, **SMALL)
     assert res.status == "ok" and res.record["dp"]["assignment"] == [[0], [1], []]
     assert res.record["outputs_sha256"] == greedy_sha
+
+
+def test_a_taken_rendezvous_port_is_retried_on_a_new_one(monkeypatch):
+    import socket
+
+    from workbench.dp import launch
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    ports = [held.getsockname()[1]]
+    real = launch.free_port
+    monkeypatch.setattr(launch, "free_port", lambda: ports.pop() if ports else real())
+    try:
+        res = reproduce(backend="torch_native", revision="pr-28221", dp=2, dp_policy="pack", prompts=PROMPTS[:1], **SMALL)
+    finally:
+        held.close()
+    assert res.status == "ok", res.summary()
+    assert res.record["dp"]["port_attempts"] == 2

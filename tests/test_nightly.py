@@ -1,5 +1,7 @@
 """The nightly runner: wrong expectations fail naming the cell, hung and killed notebooks are
-reported while the others keep their results, shards merge, and the history survives two runners."""
+reported while the others keep their results, shards merge (without torch), the report opens with
+the verdict and crash matrix and links HTML pages, JUnit and Markdown are written, the lossless
+check never skips, and the history survives two runners."""
 from __future__ import annotations
 
 import json
@@ -13,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from ci import nightly
+from ci.expect import check_lossless
+from xml.etree import ElementTree as ET
 from ci.history import History
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,9 +88,47 @@ def test_shards_merge_into_one_report(tmp_path, capsys):
     assert summary["verdict"] == "pass" and summary["shards"] == ["1/2", "2/2"] and summary["cells_total"] == 3
     assert all((out / c["paths"]["notebook"]).is_file() for c in summary["cells"])
     assert "report:" in capsys.readouterr().out
+    # the merge alone needs no torch (a CI merge job does not install it)
+    no_torch = ("import sys; sys.modules['torch'] = None; from ci import nightly; "
+                f"sys.exit(nightly.main(['--merge', {str(tmp_path / 's1')!r}, {str(tmp_path / 's2')!r}, "
+                f"'--out', {str(tmp_path / 'merged-no-torch')!r}]))")
+    merged = subprocess.run([sys.executable, "-c", no_torch], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert merged.returncode == 0, merged.stderr[-2000:]
     # a merge that misses a shard fails and says which
     assert nightly.main(["--merge", str(tmp_path / "s1"), "--out", str(tmp_path / "half")]) == 1
     assert "shard 2/2 reported no results" in capsys.readouterr().err
+
+
+def test_report_opens_with_verdict_and_matrix_links_pages_and_writes_junit_and_markdown(tmp_path, capsys):
+    no_ref = {**_ok("no-greedy-reference", "a"), "parameters": {"tag": "a", "greedy_sha": ""}}
+    out = tmp_path / "out"
+    assert nightly.main(["--matrix", str(_matrix(tmp_path, [no_ref])), "--out", str(out)]) == 1
+    assert "has no plain greedy run" in capsys.readouterr().err
+    page = (out / "report.html").read_text()
+    order = [page.index(mark) for mark in ("<b>FAIL</b>: 1 of 1", "Crash matrix", "<h2>Results")]
+    assert order == sorted(order), "the verdict and the crash matrix come first"
+    cell = _cells(out)["no-greedy-reference"]
+    for key in ("html", "notebook"):
+        assert (out / cell["paths"][key]).is_file() and f"href='{cell['paths'][key]}'" in page
+    assert (out / cell["paths"]["html"]).read_text().lstrip().lower().startswith("<!doctype html")
+    suite = ET.parse(out / "junit.xml").getroot()
+    assert (suite.get("tests"), suite.get("failures")) == ("1", "1")
+    assert "has no plain greedy run" in suite.find("testcase/failure").get("message")
+    md = (out / "summary.md").read_text()
+    assert md.startswith("## Nightly FAILED: 0/1") and "**UNEXPECTED**" in md and "none before this night" in md
+
+
+def _run_cell(name: str, mode: str, sha: str) -> dict:
+    cfg = {"mode": mode, "prompts": ["p"], "max_new_tokens": 4, "seed": 0, "model_dir": None, "steps": 3, "topk": 2,
+           "draft_tokens": 4}
+    return {"name": name, "bundle": {"runs": {"run": {"status": "ok", "outputs_sha256": sha, "config": cfg}}}}
+
+
+def test_lossless_compares_every_eagle_run_with_greedy_and_never_skips():
+    eagle, greedy = _run_cell("e", "eagle", "a" * 64), _run_cell("g", "greedy", "a" * 64)
+    assert check_lossless([eagle, greedy]) == {}
+    assert "differs from plain greedy's bbbbbbbbbbbb" in check_lossless([eagle, _run_cell("g", "greedy", "b" * 64)])["e"][0]
+    assert "has no plain greedy run" in check_lossless([eagle])["e"][0]
 
 
 def test_accept_length_drop_against_previous_night(tmp_path, capsys):

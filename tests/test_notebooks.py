@@ -10,6 +10,7 @@ import nbformat
 import papermill
 import pytest
 
+from ci.kernelspec import KernelSpecError, kernel_name
 from workbench import plots
 from workbench.notebook import load_bundle
 
@@ -56,7 +57,7 @@ def _run(name: str, tmp_path: Path, **params) -> tuple:
     out = tmp_path / f"{name}.ipynb"
     base = TINY if name in ENGINE_NAMES else {}
     papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(out), cwd=str(ROOT), progress_bar=False,
-                               execution_timeout=300, parameters={**base, **params, "record_path": str(record)})
+                               kernel_name=kernel_name(), execution_timeout=300, parameters={**base, **params, "record_path": str(record)})
     return load_bundle(record), nbformat.read(out, as_version=4)
 
 
@@ -137,3 +138,26 @@ def test_require_rejects_a_bad_expect():
         require("ok", rec, same_outputs_as={**rec, "outputs_sha256": "b"})
     with pytest.raises(ValueError, match="valid: crash, ok, any"):
         require("pass", rec)
+
+
+def test_notebooks_run_on_the_venvs_own_kernel(tmp_path, monkeypatch):
+    import json
+    import sys
+
+    assert kernel_name() == "eagle-workbench"  # installed by make venv, bound to this interpreter
+    other = tmp_path / "kernels" / "eagle-workbench"
+    other.mkdir(parents=True)
+    other.joinpath("kernel.json").write_text(json.dumps(
+        {"argv": ["/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+         "display_name": "elsewhere", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))  # searched first, as a user-level spec would be
+    with pytest.raises(KernelSpecError, match=f"runs '/usr/bin/python3', not this interpreter '{sys.executable}'"):
+        kernel_name()
+    # the nightly refuses too, as a usage error, before any notebook starts
+    from ci import nightly
+
+    matrix = tmp_path / "m.json"
+    matrix.write_text(json.dumps({"cells": [{"name": "c", "notebook": "notebooks/04_upstream_replay.ipynb",
+                                             "parameters": {}, "expect": "ok"}]}))
+    assert nightly.main(["--matrix", str(matrix), "--out", str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "out" / "notebooks").exists()

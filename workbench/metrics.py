@@ -1,4 +1,5 @@
-"""Per-run metrics: latency samples named for what they time, and EAGLE acceptance statistics (DESIGN §7).
+"""Per-run metrics: latency samples named for what they time, and EAGLE acceptance statistics
+(docs/design.md §4).
 
 Timing covers generation only (first prefill to last token); everything before it (model load,
 rank start, warm-up, the Triton interpreter's first launches) is ``setup_s``. Samples of DP ranks

@@ -1,4 +1,4 @@
-"""Code states a run reproduces (DESIGN §3): which class the draft-extend pass installs."""
+"""Code states a run reproduces (docs/design.md §2): which class the draft-extend pass installs."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,4 @@
-"""The attention-backend interface: a metadata contract plus a kernel (DESIGN §4).
+"""The attention-backend interface: a metadata contract plus a kernel (docs/design.md §3).
 
 ``init_forward_metadata(forward_batch)`` runs once per batch and stores the per-batch metadata
 on ``forward_batch.attn_metadata``; every layer's ``forward`` then reads it.

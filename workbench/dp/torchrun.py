@@ -1,6 +1,6 @@
 """The same DP ranks under ``torchrun`` (rank, world size and rendezvous from its environment).
 
-    torchrun --nproc-per-node 2 -m workbench.dp.torchrun --out DIR [workbench run options]
+    torchrun --nproc-per-node 2 --log-dir DIR/torchrun -m workbench.dp.torchrun --out DIR [workbench run options]
     python -m workbench.dp.torchrun --merge DIR [--json rec.json]
 
 Each rank writes its events to DIR/rank<R>.jsonl; a rank that fails exits non-zero so torchrun

@@ -6,7 +6,7 @@ from typing import Dict, Iterable, List, Optional, Union
 
 from matplotlib.figure import Figure
 
-# On a machine without their packages these backends compute with torch references (DESIGN §4).
+# On a machine without their packages these backends compute with torch references (docs/design.md §3).
 STAND_IN_ON_CPU = {"flashinfer": "torch stand-in", "fa3": "torch stand-in"}
 BACKEND_ORDER = ("triton", "flashinfer", "fa3", "torch_native")
 LINE_STYLES = (("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", "-"), ("P", "--"))  # lines stay apart

@@ -1,8 +1,9 @@
-"""The crash matrix: revision x backend, one panel per DP size, each cell ok / crashed (exception)."""
+"""The crash matrix: revision x backend, one panel per DP size, each cell ok / crashed (exception);
+given the nightly's verdicts, each cell also says whether it ended as expected."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, Iterable, Tuple, Union
+from typing import Dict, Iterable, Optional, Sequence, Tuple, Union
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
@@ -14,6 +15,8 @@ from workbench.plots.common import (
 REVISION_ORDER = ("pre-24860", "pr-24860", "pr-28221")
 FIXED_SUFFIX = " + apply_fix()"
 SEVERITY = {"ok": 0, "timeout": 2, "error": 2, "crashed": 3}
+NOT_RUN = "#bdbdbd"
+UNEXPECTED_EDGE = "#b71c1c"
 
 
 def _row(cfg: dict) -> str:
@@ -45,17 +48,28 @@ def _panel_title(dp: int, recs: list) -> str:
 
 
 def crash_matrix(records: Iterable[dict], path: Union[str, Path, None] = None,
-                 title: str = "EAGLE3 + DP attention: where the run crashes") -> Figure:
-    """Cells colored by run status with the exception name; greedy runs are left out (no draft-extend)."""
+                 title: str = "EAGLE3 + DP attention: where the run crashes",
+                 as_expected: Optional[Sequence[Optional[bool]]] = None) -> Figure:
+    """Cells colored by run status with the exception name; greedy runs are left out (no draft-extend).
+
+    ``as_expected`` (one entry per record: True, False, or None for no expectation) marks each cell
+    "as expected" or, framed in red, "UNEXPECTED" (any unexpected run of a cell makes it so)."""
+    records = list(records)
+    marks = list(as_expected) if as_expected is not None else [None] * len(records)
+    if len(marks) != len(records):
+        raise ValueError(f"as_expected has {len(marks)} entries for {len(records)} records")
     cells: Dict[Tuple[int, str, str], dict] = {}
+    verdicts: Dict[Tuple[int, str, str], bool] = {}
     labels: Dict[str, str] = {}  # from a record that names its kernel (a setup crash may not)
-    for rec in records:
+    for rec, mark in zip(records, marks):
         cfg = rec.get("config", {})
         if cfg.get("mode", "eagle") != "eagle" or "revision" not in cfg:
             continue
         key = (int(cfg.get("dp", 1)), _row(cfg), cfg["backend"])
         if key not in cells or SEVERITY.get(rec.get("status"), 1) > SEVERITY.get(cells[key].get("status"), 1):
             cells[key] = rec  # several runs of one cell: the worst outcome shows
+        if mark is not None:
+            verdicts[key] = verdicts.get(key, True) and bool(mark)
         if cfg.get("kernel") is not None:
             labels[cfg["backend"]] = record_label(rec)
     if not cells:
@@ -72,9 +86,13 @@ def crash_matrix(records: Iterable[dict], path: Union[str, Path, None] = None,
             for j, col in enumerate(cols):
                 rec = cells.get((dp, row, col))
                 status = rec.get("status") if rec else None
-                ax.add_patch(Rectangle((j, i), 1, 1, facecolor=STATUS_COLORS.get(status, "#bdbdbd"),
-                                       edgecolor="white", linewidth=2))
+                verdict = verdicts.get((dp, row, col))
+                ax.add_patch(Rectangle((j, i), 1, 1, facecolor=STATUS_COLORS.get(status, NOT_RUN),
+                                       edgecolor=UNEXPECTED_EDGE if verdict is False else "white",
+                                       linewidth=5 if verdict is False else 2))
                 text = _cell_text(rec) if rec else "not run"
+                if verdict is not None:
+                    text += "\nas expected" if verdict else "\nUNEXPECTED"
                 ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=7.5,
                         color="white" if status in ("ok", "crashed", "error") else "black")
         ax.set_xlim(0, len(cols))
@@ -89,8 +107,12 @@ def crash_matrix(records: Iterable[dict], path: Union[str, Path, None] = None,
         ax.set_title(_panel_title(dp, [r for k, r in cells.items() if k[0] == dp]), fontsize=9)
         for spine in ax.spines.values():
             spine.set_visible(False)
-    fig.legend(handles=[Patch(color=STATUS_COLORS[s], label=s) for s in ("ok", "crashed", "timeout", "error")],
-               loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+    handles = [Patch(color=STATUS_COLORS[s], label=s) for s in ("ok", "crashed", "timeout", "error")]
+    handles.append(Patch(color=NOT_RUN, label="not run"))
+    if verdicts:
+        handles.append(Patch(facecolor="white", edgecolor=UNEXPECTED_EDGE, linewidth=2,
+                             label="UNEXPECTED (red frame; others: as expected)"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=11)
     save(fig, path)
     return fig
