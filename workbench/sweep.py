@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from workbench.api import reproduce
 from workbench.plots.common import backend_sort_key, record_label
 
 SCHEMA = "workbench.sweep/1"
@@ -99,6 +98,8 @@ def sweep(config: dict, backends: Sequence[str], settings: Sequence[Sequence[int
           dtypes: Sequence[str] = ("float32",), reference_backend: str = "torch_native", verbose: bool = False) -> dict:
     """Run every backend × dtype × setting once (acceptance is deterministic: no repeats needed),
     plus one fp32 greedy reference run; returns the sweep document."""
+    from workbench.api import reproduce  # the engine (torch) only when running: reading a sweep needs none
+
     ref = reproduce({**config, "backend": reference_backend, "mode": "greedy", "dtype": "float32"})
     if ref.status != "ok":
         raise RuntimeError(f"the fp32 greedy reference run ended {ref.status}: {ref.summary()}")
