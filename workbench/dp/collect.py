@@ -31,7 +31,7 @@ def signal_crash(rank: int, exitcode: Optional[int], last: Optional[dict], log: 
     tail = log.read_text()[-4000:] if log is not None and log.exists() else ""
     return {"rank": rank, "phase": last.get("phase"), "forward_mode": last.get("forward_mode"),
             "batch_size": last.get("batch_size"), "exception_type": kind, "message": f"rank {rank} {how}",
-            "traceback": tail or None}
+            "traceback": tail or None, "bundle": None}
 
 
 class Collector:
@@ -78,6 +78,6 @@ class Collector:
         if status == "timeout":
             crash = {"rank": None, "phase": None, "forward_mode": None, "batch_size": None, "exception_type": "Timeout",
                      "message": f"run exceeded {self.cfg.timeout_s} s; last forward per rank: {self.last_forward}",
-                     "traceback": None}
+                     "traceback": None, "bundle": None}
         return build_record(self.cfg, prompts, outputs, self.metrics, wall_s, crash, first.get("kernel"),
                             first.get("kernel_stand_in"), status=status, extra=extra)
