@@ -76,6 +76,7 @@ config = dict(revision=revision, dp=dp, dp_policy=dp_policy, steps=steps, topk=t
 # %%
 result = workbench.reproduce(config, backend=backend)
 print(result.summary())
+result
 
 # %% [markdown]
 # ## Where it happened

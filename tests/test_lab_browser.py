@@ -51,6 +51,9 @@ def _lab_env(home: Path) -> dict:
     (spec / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "Python 3 (workbench venv)", "language": "python"}))
+    settings = home / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)  # no news toast over the screenshots (and no request to the news feed)
+    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "JUPYTER_CONFIG_DIR": str(home / "config"),
            "JUPYTER_DATA_DIR": str(data), "JUPYTER_PATH": str(data), "IPYTHONDIR": str(home / "ipython"),
            "JUPYTER_PLATFORM_DIRS": "1"}
@@ -135,6 +138,8 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
             [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
              f"--IdentityProvider.token={token}", "--LabApp.expose_app_in_browser=True",
              f"--ServerApp.root_dir={work}", "--ServerApp.port_retries=0", "--LabApp.news_url=None",
+             f"--LabApp.user_settings_dir={tmp_path / 'jupyter' / 'settings'}",
+             f"--LabApp.workspaces_dir={tmp_path / 'jupyter' / 'workspaces'}",
              *(["--allow-root"] if os.geteuid() == 0 else [])],  # CI runs as root
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=work)
     base = f"http://127.0.0.1:{port}"
@@ -154,6 +159,7 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
             assert "Traceback (most recent call last)" in text and "spec_info.kv_indptr" in text, "01: traceback missing"
             img = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedImage img").last
             img.scroll_into_view_if_needed()
+            page.wait_for_timeout(500)  # let the cells scrolled to paint
             assert img.evaluate("i => i.naturalWidth") > 100, "01: the crash-matrix image did not render"
             page.screenshot(path=str(SHOTS / "01.png"))
 
@@ -162,11 +168,13 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
             text = _text(page)
             frame = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output", has_text=">>").last
             frame.scroll_into_view_if_needed()
+            page.wait_for_timeout(500)
             page.screenshot(path=str(SHOTS / "05-frame.png"))
             assert f"replayed in-process: AttributeError: {CRASH}" in text, "05: replayed exception missing"
             assert ">>" in frame.text_content() and "spec_info.kv_indptr" in frame.text_content(), "05: failing line"
             table = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) table", has_text="kv_indices").last
             table.scroll_into_view_if_needed()
+            page.wait_for_timeout(500)
             assert "reference" in table.text_content() and "True" in table.text_content(), "05: metadata table"
             assert "metadata equal to the reference" in text
             page.screenshot(path=str(SHOTS / "05.png"))

@@ -72,6 +72,14 @@ class RunResult:
     def metrics(self) -> dict:
         return self.record.get("metrics") or {}
 
+    def __repr__(self) -> str:
+        return f"RunResult: {self.summary()}"
+
+    def _repr_html_(self) -> str:
+        from workbench.display import run_html
+
+        return run_html(self.record)
+
     def replay_crash(self, fix: bool = False, rank: Optional[int] = None):
         """Replay this run's crash bundle in-process (``workbench.debug.replay.replay_crash``); ``rank``
         picks another failed rank's bundle. Raises the recorded exception, or returns a ReplayResult."""

@@ -16,22 +16,10 @@ from typing import Any, Dict, List, Optional
 
 from workbench.debug.bundle import CrashBundle
 from workbench.debug.replay import ReplayResult
+from workbench.display import HTML
 from workbench.report import Table
 
 UPSTREAM_BUNDLE_REPLAY = Path(__file__).resolve().parents[1] / "assets" / "upstream_bundle_replay.json"
-
-
-class HTML:
-    """HTML in Jupyter, plain text elsewhere."""
-
-    def __init__(self, html_text: str, text: str) -> None:
-        self.html, self.text = html_text, text
-
-    def _repr_html_(self) -> str:
-        return self.html
-
-    def __repr__(self) -> str:
-        return self.text
 
 
 def innermost(exc: BaseException) -> traceback.FrameSummary:

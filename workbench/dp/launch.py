@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
 
 from workbench.config import RunConfig
 from workbench.dp.policy import assign
@@ -24,6 +24,8 @@ from workbench.dp.collect import Collector
 
 GRACE_S = 2.0
 CAUSE_WINDOW_S = 1.0  # after a first failure, how long to wait for the one that caused it
+# called with every rank event (kind, rank, payload) as it arrives, e.g. by workbench.display.progress
+listeners: List[Callable[[str, int, Any], None]] = []
 
 
 def free_port() -> int:
@@ -82,6 +84,8 @@ def run_dp(cfg: RunConfig, prompts: List[str]) -> dict:
                         col.rank_died(r, p.returncode, workdir / f"rank{r}.log")
                         first_crash_at = first_crash_at or time.perf_counter()
                 continue
+            for listener in listeners:
+                listener(kind, rank, payload)
             if col.feed(kind, rank, payload):
                 first_crash_at = first_crash_at or time.perf_counter()
     finally:
