@@ -18,6 +18,7 @@ from workbench.debug.bundle import BundleError
 from workbench.debug.cli import main as debug_main
 from workbench.debug.load import load_bundle
 from workbench.debug.replay import replay_crash
+from workbench.display import class_fields, run_all, text_diff
 
 SMALL = dict(steps=3, topk=2, draft_tokens=4, max_new_tokens=8, model_dir=os.environ.get("WB_MODEL_DIR"),
              timeout_s=240, dp_policy="pack", prompts=["def f(x):\n"])
@@ -31,9 +32,22 @@ def innermost_frame(tb_text: str):
 
 
 @pytest.fixture(scope="module")
-def crashes():
-    """One pr-24860 crash per (backend, dp): dp - 1 idle ranks, each with a bundle."""
-    runs = {(b, dp): workbench.reproduce(backend=b, revision="pr-24860", dp=dp, **SMALL) for b, dp in CASES}
+def events():
+    return []
+
+
+@pytest.fixture(scope="module")
+def crashes(events):
+    """One pr-24860 crash per (backend, dp): dp - 1 idle ranks, each with a bundle. Run under the
+    notebooks' progress bar, with one more listener recording what the ranks report."""
+    from workbench.dp import launch
+
+    launch.listeners.append(lambda *e: events.append(e))
+    try:
+        runs = run_all({(b, dp): (lambda b=b, dp=dp: workbench.reproduce(backend=b, revision="pr-24860", dp=dp, **SMALL))
+                        for b, dp in CASES})
+    finally:
+        launch.listeners.pop()
     yield runs
     for res in runs.values():
         shutil.rmtree(res.record["dp"]["logs"], ignore_errors=True)
@@ -154,3 +168,29 @@ def test_bad_bundles_are_refused_naming_file_and_fault(crashes, tmp_path):
     with pytest.raises(BundleError, match=r"bundle\.json: format_version 2 is newer than this workbench reads \(1\)"):
         load_bundle(newer)
     assert debug_main([str(newer)]) == 2
+
+
+def test_progress_sees_rank_events_and_the_run_renders_as_html(crashes, events):
+    assert ("done", 1) in {(k, r) for k, r, _ in events} and any(k == "forward" and r == 2 for k, r, _ in events)
+    res = crashes[("triton", 2)]
+    page = res._repr_html_()
+    assert ">crashed</span>" in page and "<table>" in page and "triton (interpreter, CPU)" in page
+    assert "<details><summary>traceback" in page and "kv_indptr" in page and res.crash["bundle"] in page
+    assert repr(res).startswith("RunResult: [crashed]")
+
+
+def test_text_diff_and_class_fields():
+    same = text_diff({"outputs": [[104, 105]]}, {"outputs": [[104, 105]]}, ("x", "y"))
+    other = text_diff({"outputs": [[104, 105]]}, {"outputs": [[104, 106]]}, ("x", "y"))
+    assert "prompt 0: identical" in repr(same) and "prompt 0: DIFFERENT" in repr(other)
+    assert "<table" in other._repr_html_() and "'hi'" in repr(other) and "'hj'" in repr(other)
+    from workbench.speculative.eagle_draft_extend_pr24860 import EagleDraftExtendInput
+
+    before = [r["field"] for r in class_fields(EagleDraftExtendInput).rows]
+    workbench.apply_fix()
+    try:
+        after = class_fields(EagleDraftExtendInput).rows
+    finally:
+        workbench.undo_fix()
+    assert "kv_indptr" not in before and after[-1] == {"field": "kv_indptr", "type": "Optional[torch.Tensor]",
+                                                       "default": "None"}

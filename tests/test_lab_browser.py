@@ -156,6 +156,11 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
             assert st["kernel"] == "python3" and not st["errors"], st
             text = _text(page)
             assert "[crashed]" in text and CRASH in text, "01: crash summary missing"
+            run = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .wb-run").first  # RunResult's HTML
+            run.scroll_into_view_if_needed()
+            page.wait_for_timeout(500)
+            assert "crashed" in run.text_content() and "traceback (" in run.text_content(), "01: RunResult HTML"
+            page.screenshot(path=str(SHOTS / "01-run.png"))
             assert "Traceback (most recent call last)" in text and "spec_info.kv_indptr" in text, "01: traceback missing"
             img = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedImage img").last
             img.scroll_into_view_if_needed()
