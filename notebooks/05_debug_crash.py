@@ -119,8 +119,7 @@ view.frame_locals(replayed) if replayed else None
 # `spec_info.kv_indptr` read; `p spec_info`, `p forward_batch.seq_lens`, `up` to the replay. In
 # JupyterLab's visual debugger (the bug icon in the notebook toolbar), open the backend file shown
 # above, set a breakpoint on the marked line and run `workbench.replay_crash(bundle_path)`.
-# The same from a shell: `workbench debug BUNDLE` (add `--fix` for step 5), or
-# `python -m pdb -c continue -m workbench debug BUNDLE`.
+# The same from a shell: `workbench debug BUNDLE --pdb` (add `--fix` for step 5).
 
 # %% [markdown]
 # ## 5 · The fix on the same bundle

@@ -2,7 +2,7 @@
 
 Starts JupyterLab on 127.0.0.1 (a free port, a token, its own runtime/config/data dirs and a
 kernelspec pointing at this Python), opens copies of the notebooks (the repository's stay clean),
-runs all cells through the app's command registry, waits for the kernel to go idle and checks the
+runs all cells (``max_new_tokens`` 8 injected as papermill does) through the app's command registry, waits for the kernel to go idle and checks the
 rendered page. Screenshots go to ``artifacts/lab/``. The server and every process it started are
 stopped at the end. Needs Debian's ``chromium`` (``.ci/run`` installs it) and Playwright for Python
 (dev extra); it never downloads a browser.
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,8 +19,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+import nbformat
 import psutil
 import pytest
+from papermill.parameterize import parameterize_notebook
 
 from workbench.dp.launch import free_port
 
@@ -30,6 +31,7 @@ CHROMIUM = "/usr/bin/chromium"
 SHOTS = ROOT / "artifacts" / "lab"
 CRASH = "'EagleDraftExtendInput' object has no attribute 'kv_indptr'"
 RUN_TIMEOUT_S = 150
+TINY = {"max_new_tokens": 8}  # the box is small: shorter generations, the same crash and pages
 
 STATE_JS = """() => {
   const w = window.jupyterapp.shell.currentWidget;
@@ -128,8 +130,9 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
         pytest.fail("playwright is not installed: pip install -e '.[dev]' (never `playwright install`)")
     work = tmp_path / "root"
     (work / "notebooks").mkdir(parents=True)
-    for name in ("01_reproduce_crash", "05_debug_crash"):
-        shutil.copy(ROOT / "notebooks" / f"{name}.ipynb", work / "notebooks")
+    for name in ("01_reproduce_crash", "05_debug_crash"):  # papermill's parameter cell, as the nightly injects it
+        nb = parameterize_notebook(nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4), TINY)
+        nbformat.write(nb, work / "notebooks" / f"{name}.ipynb")
     env = _lab_env(tmp_path / "jupyter")
     port, token = free_port(), secrets.token_hex(16)
     log = tmp_path / "lab.log"

@@ -1,4 +1,4 @@
-"""``workbench debug BUNDLE [--fix] [--json OUT]``: replay a crash bundle in this process.
+"""``workbench debug BUNDLE [--fix] [--json OUT] [--pdb]``: replay a crash bundle in this process.
 
 Exit 0 when the replay behaves as recorded (without the fix: the recorded exception, same type,
 message and innermost file:line; with the fix: metadata equal to the independent reference),
@@ -28,6 +28,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("bundle", type=Path, help="a crash-bundle-rank<R> directory (crash.bundle of a run record)")
     ap.add_argument("--fix", action="store_true", help="apply PR #28221's fix for the replay (seq_lens fallback)")
     ap.add_argument("--json", type=Path, default=None, help="write the replay outcome here")
+    ap.add_argument("--pdb", action="store_true", help="open pdb in the failing frame (post-mortem)")
     args = ap.parse_args(argv)
     from workbench.debug.load import load_bundle
     from workbench.debug.replay import replay_crash
@@ -46,10 +47,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         same = _same_frame(e, b.meta["exception"])
         print(f"\nreplayed in-process: {type(e).__name__}: {e}\n  at {fr.filename}:{fr.lineno} in {fr.name}")
         print("  same exception and innermost frame as recorded" if same else "  DIFFERS from the recorded exception")
-        print(f"  (in Python: workbench.replay_crash({str(b.path)!r}) then %debug, or python -m pdb)")
+        print(f"  (--pdb opens the debugger there; in Jupyter: workbench.replay_crash({str(b.path)!r}), then %debug)")
         outcome.update(raised={"type": type(e).__name__, "message": str(e), "file": fr.filename, "line": fr.lineno,
                                "function": fr.name}, reproduced=same)
         ok = same
+        if args.pdb:
+            import pdb
+
+            pdb.post_mortem(e.__traceback__)
     else:
         print("\n" + res.summary())
         outcome.update(result=res.to_dict(), reproduced=False)
