@@ -112,6 +112,8 @@ def test_dp1_forward_failure_writes_a_verify_bundle(monkeypatch):
     b = load_bundle(res.crash["bundle"])
     assert (b.meta["forward_mode"], b.meta["spec_info"]["class"]) == ("TARGET_VERIFY", "EagleVerifyInput")
     assert b.fb("extend_seq_lens") is not None and b.tensors["spec_info.custom_mask"].dtype == torch.bool
+    read = int(b.fb("seq_lens").max()) + 4  # prefix + the tree's draft tokens: only what the metadata reads
+    assert list(b.tensors["req_to_token.rows"].shape) == [1, read] and read < b.meta["req_to_token_shape"][1]
     with pytest.raises(ValueError, match="test: verify batch of 1"):
         res.replay_crash()
     shutil.rmtree(Path(res.crash["bundle"]).parent)
@@ -194,3 +196,12 @@ def test_text_diff_and_class_fields():
         workbench.undo_fix()
     assert "kv_indptr" not in before and after[-1] == {"field": "kv_indptr", "type": "Optional[torch.Tensor]",
                                                        "default": "None"}
+
+
+def test_spec_tensors_over_1_mib_are_stored_as_shape_only():
+    from workbench.debug.bundle import _field_entry
+
+    kept: dict = {}
+    assert _field_entry("hidden_states", torch.zeros(512, 1024), kept) == {
+        "kind": "tensor_omitted", "shape": [512, 1024], "dtype": "float32"}
+    assert kept == {}

@@ -1,9 +1,9 @@
 """JupyterLab in a real browser: notebooks 01 and 05 run from the UI in headless Chromium.
 
 Starts JupyterLab on 127.0.0.1 (a free port, a token, its own runtime/config/data dirs and a
-kernelspec pointing at this Python), opens copies of the notebooks (the repository's stay clean),
-runs all cells (``max_new_tokens`` 8 injected as papermill does) through the app's command registry, waits for the kernel to go idle and checks the
-rendered page. Screenshots go to ``artifacts/lab/``. The server and every process it started are
+kernelspec pointing at this Python), opens copies of the notebooks (the repository's stay clean;
+``max_new_tokens`` 8 injected after the parameters cell, as papermill does), runs all cells
+through the app's command registry, waits for the kernel to go idle and checks the rendered page. Screenshots go to ``artifacts/lab/``. The server and every process it started are
 stopped at the end. Needs Debian's ``chromium`` (``.ci/run`` installs it) and Playwright for Python
 (dev extra); it never downloads a browser.
 """
@@ -22,7 +22,6 @@ from pathlib import Path
 import nbformat
 import psutil
 import pytest
-from papermill.parameterize import parameterize_notebook
 
 from workbench.dp.launch import free_port
 
@@ -96,10 +95,10 @@ def _stop(server: subprocess.Popen) -> list:
     return [p.pid for p in alive]
 
 
-def _run_all(page, base: str, name: str) -> dict:
+def _run_all(page, base: str, name: str, token: str) -> dict:
     """Open ``name`` alone (its own workspace), run all cells from the UI, wait for the kernel to go idle."""
     t0 = time.monotonic()
-    page.goto(f"{base}/lab/workspaces/{name}/tree/notebooks/{name}.ipynb?reset")
+    page.goto(f"{base}/lab/workspaces/{name}/tree/notebooks/{name}.ipynb?reset&token={token}")
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget", timeout=60_000)
     end = time.monotonic() + 60
     while not page.evaluate(STATE_JS)["ready"]:
@@ -130,8 +129,12 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
         pytest.fail("playwright is not installed: pip install -e '.[dev]' (never `playwright install`)")
     work = tmp_path / "root"
     (work / "notebooks").mkdir(parents=True)
-    for name in ("01_reproduce_crash", "05_debug_crash"):  # papermill's parameter cell, as the nightly injects it
-        nb = parameterize_notebook(nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4), TINY)
+    for name in ("01_reproduce_crash", "05_debug_crash"):  # a parameter cell after the parameters, as papermill injects it
+        nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+        at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
+        cell = nbformat.v4.new_code_cell("\n".join(f"{k} = {v!r}" for k, v in TINY.items()))
+        cell.metadata["tags"] = ["injected-parameters"]
+        nb.cells.insert(at + 1, cell)
         nbformat.write(nb, work / "notebooks" / f"{name}.ipynb")
     env = _lab_env(tmp_path / "jupyter")
     port, token = free_port(), secrets.token_hex(16)
@@ -152,10 +155,8 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{base}/lab?token={token}")  # the token becomes a cookie for the pages below
-            page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget", timeout=60_000)
 
-            st = _run_all(page, base, "01_reproduce_crash")
+            st = _run_all(page, base, "01_reproduce_crash", token)
             assert st["kernel"] == "python3" and not st["errors"], st
             text = _text(page)
             assert "[crashed]" in text and CRASH in text, "01: crash summary missing"
@@ -171,7 +172,7 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
             assert img.evaluate("i => i.naturalWidth") > 100, "01: the crash-matrix image did not render"
             page.screenshot(path=str(SHOTS / "01.png"))
 
-            st = _run_all(page, base, "05_debug_crash")
+            st = _run_all(page, base, "05_debug_crash", token)
             assert not st["errors"], f"05: error output {st['errors']}"
             text = _text(page)
             frame = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output", has_text=">>").last
