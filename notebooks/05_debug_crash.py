@@ -29,7 +29,7 @@
 import traceback
 
 import workbench
-from workbench import report
+from workbench import notebook
 from workbench.debug import view
 
 # %% tags=["parameters"]
@@ -52,9 +52,7 @@ expect = "any"
 params = dict(backend=backend, revision=revision, dp=dp, dp_policy=dp_policy, steps=steps, topk=topk,
               draft_tokens=draft_tokens, num_prompts=num_prompts, prompts=prompts, max_new_tokens=max_new_tokens,
               model_dir=model_dir, timeout_s=timeout_s, expect=expect)
-config = dict(backend=backend, revision=revision, dp=dp, dp_policy=dp_policy, steps=steps, topk=topk,
-              draft_tokens=draft_tokens, prompts=report.select_prompts(prompts, num_prompts),
-              max_new_tokens=max_new_tokens, model_dir=model_dir, timeout_s=timeout_s)
+config = notebook.run_config(params)
 
 # %% [markdown]
 # ## 1 · The crash, and its bundle
@@ -153,8 +151,8 @@ view.upstream_comparison(bundle_path) if bundle_path else None
 # %%
 replay_record = view.replay_record(bundle, replayed, fixed)
 print(replay_record["status"], *replay_record["problems"], sep="\n  ")
-print("record written to", report.save_bundle(record_path, "05_debug_crash", params,
+print("record written to", notebook.save_bundle(record_path, "05_debug_crash", params,
                                                {"run": result, "replay": replay_record}, primary="run"))
 
 # %%
-print(report.require(expect, result))
+print(notebook.require(expect, result))

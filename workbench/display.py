@@ -13,7 +13,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonTracebackLexer
 
-from workbench.report import RecordLike, Table, as_record, where_table
+from workbench.notebook import RecordLike, Table, as_record, where_table
 
 STATUS_COLOURS = {"ok": "#2e7d32", "crashed": "#c62828", "timeout": "#ef6c00", "error": "#6a1b9a"}
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
+import kernels
 import torch
 
 from workbench.backends import AttentionBackend, BackendContext, create_backend
@@ -162,6 +163,7 @@ def _compare(md: Dict[str, Any], ref: Dict[str, List[int]]) -> List[str]:
 def replay_crash(bundle: Union[str, Path, CrashBundle], fix: bool = False) -> ReplayResult:
     """Replay ``bundle`` (a path or a loaded ``CrashBundle``). Without the fix (and without a prior
     ``apply_fix()``) the recorded exception is raised again; otherwise returns a ``ReplayResult``."""
+    kernels.setup()  # an entry point: where the triton backend's kernels run, before anything loads them
     b = bundle if isinstance(bundle, CrashBundle) else load_bundle(bundle)
     e = b.meta["exception"]
     with fix_state(fix or bool(b.meta["fix_applied"])) as fixed:

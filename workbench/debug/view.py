@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 from workbench.debug.bundle import CrashBundle
 from workbench.debug.replay import ReplayResult
 from workbench.display import HTML
-from workbench.report import Table
+from workbench.notebook import Table
 
 UPSTREAM_BUNDLE_REPLAY = Path(__file__).resolve().parents[1] / "assets" / "upstream_bundle_replay.json"
 

@@ -7,7 +7,7 @@ them. The other backends use the torch versions: in Triton's CPU interpreter eac
 """
 from __future__ import annotations
 
-import kernels  # first: selects Triton's interpreter on a machine without a GPU
+import kernels
 from typing import Tuple
 
 import torch

@@ -5,7 +5,7 @@ import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
-import kernels  # first: selects Triton's interpreter on a machine without a GPU
+import kernels
 import torch
 
 from workbench.engine.model_runner import Memory, ModelRunner
