@@ -187,6 +187,8 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
             assert "reference" in table.text_content() and "True" in table.text_content(), "05: metadata table"
             assert "metadata equal to the reference" in text
             page.screenshot(path=str(SHOTS / "05.png"))
+            record = json.loads((work / "notebooks" / "runs" / "notebooks" / "05_debug_crash.json").read_text())
+            assert record["runs"]["replay"]["status"] == "ok", record["runs"]["replay"]["problems"]
             browser.close()
     finally:
         left = _stop(server)
