@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import html
 import inspect
-import json
 import linecache
 import re
 import textwrap
@@ -18,8 +17,6 @@ from workbench.debug.bundle import CrashBundle
 from workbench.debug.replay import ReplayResult
 from workbench.display import HTML
 from workbench.notebook import Table
-
-UPSTREAM_BUNDLE_REPLAY = Path(__file__).resolve().parents[1] / "assets" / "upstream_bundle_replay.json"
 
 
 def innermost(exc: BaseException) -> traceback.FrameSummary:
@@ -130,19 +127,35 @@ def frame_check(exc: BaseException, bundle: CrashBundle, rank_traceback: Optiona
 
 def upstream_comparison(bundle_path: str) -> HTML:
     """The real-release comparison for bundles: the shipped measurement (labelled shipped, with its
-    date and versions) when the workbench has one, else the command that measures it live."""
+    date, releases and the bundle it was made on) when the workbench has one, else the command that
+    measures this bundle live. Says whether the shipped bundle is this one (same sha256)."""
+    import hashlib
+
+    from workbench.upstream.bundle_replay import SHIPPED, load_shipped
+
     cmd = f"workbench upstream replay --bundle {bundle_path} --sglang 0.5.13 0.5.14"
-    if not UPSTREAM_BUNDLE_REPLAY.exists():
+    if not SHIPPED.exists():
         text = ("real-release comparison: no shipped measurement in this workbench; run\n"
                 f"  {cmd}\n(installs the real SGLang releases; needs the package registries)")
         return HTML(f"<pre>{html.escape(text)}</pre>", text)
-    doc = json.loads(UPSTREAM_BUNDLE_REPLAY.read_text())
-    label = (f"SHIPPED measurement (not run now): {UPSTREAM_BUNDLE_REPLAY.name}, measured "
-             f"{doc.get('date', doc.get('measured_at', '?'))}, versions {doc.get('versions', doc.get('sglang', '?'))}")
-    body = json.dumps(doc, indent=1)[:4000]
-    text = f"{label}\n{body}\nlive: {cmd}"
-    return HTML(f"<p><b>{html.escape(label)}</b></p><pre>{html.escape(body)}</pre><p>live: <code>{html.escape(cmd)}</code></p>",
-                text)
+    doc = load_shipped()
+    d = Path(bundle_path)
+    mine = hashlib.sha256((d / "bundle.json").read_bytes() + (d / "tensors.safetensors").read_bytes()).hexdigest()
+    meta = doc["bundle_meta"]
+    same = ("this bundle" if mine == doc["bundle_sha256"] else
+            f"NOT this notebook's bundle: a {meta['backend']} {meta['revision']} {meta['phase']} {meta['forward_mode']} "
+            f"batch of size {meta['batch_size']} (rank {meta['rank']} of dp {meta['dp']}), reference {doc['reference']}")
+    rows = [{"sglang": v, "outcome": r.get("outcome"),
+             "same exception as the bundle": r.get("same_exception_as_bundle", "-"),
+             "raised at": r.get("raised_at", "-"), "metadata": r.get("metadata", "-"),
+             "equal to the reference": r.get("equal_to_reference", "-"),
+             "torch / triton": f"{(r.get('env') or {}).get('torch')} / {(r.get('env') or {}).get('triton')}"}
+            for v, r in doc["releases"].items()]
+    table = Table(rows)
+    head = f"SHIPPED: {doc['label']}; measured on {same}"
+    text = f"{head}\n{table!r}\nthis bundle, live: {cmd}"
+    return HTML(f"<p><b>{html.escape(head)}</b></p>{table._repr_html_()}<p>this bundle, live: "
+                f"<code>{html.escape(cmd)}</code></p>", text)
 
 
 def replay_record(bundle: Optional[CrashBundle], replayed: Optional[BaseException],
