@@ -10,6 +10,7 @@ from typing import Callable, List, Optional
 import torch
 
 from workbench.config import RunConfig
+from workbench.debug.bundle import write_crash_bundle
 from workbench.speculative.eagle_worker import EagleWorker
 from workbench.engine.scheduler import AnyRank, Scheduler
 from workbench.engine.schedule_batch import Req
@@ -36,12 +37,14 @@ def build_worker(cfg: RunConfig, dp_comm: Optional[object] = None, metrics: Opti
 def run_rank(
     cfg: RunConfig, prompts: List[str], prompt_ids: List[int], rank: int = 0,
     dp_comm: Optional[object] = None, any_rank: Optional[AnyRank] = None,
-    on_start: Optional[Callable[[WorkerBase], None]] = None,
+    on_start: Optional[Callable[[WorkerBase], None]] = None, bundle_dir: Optional[str] = None,
 ) -> dict:
     """Run this rank's share of the prompts. Never raises: a failure becomes a ``crash`` entry.
 
     Returns {"outputs": {prompt index: token ids}, "metrics": Metrics, "crash": None | dict,
-    "backend": name, "kernel": label, "wall_s": seconds}.
+    "backend": name, "kernel": label, "wall_s": seconds}. A forward that raises leaves a crash
+    bundle in ``bundle_dir`` (when None, a new folder under ``workbench.debug.bundle.bundle_root()``);
+    ``crash["bundle"]`` gives its path.
     """
     torch.manual_seed(cfg.seed)
     metrics = Metrics()
@@ -63,6 +66,7 @@ def run_rank(
     except Exception as e:  # the record carries it; DP callers end the other ranks
         where = dict(worker.current) if worker is not None else {"phase": "setup"}
         out["crash"] = crash_from_exception(e, rank=rank, where=where, time=time.time())
+        write_crash_bundle(out["crash"], worker, cfg, e, bundle_dir)
         for r in (sched.finished if sched is not None else []):  # requests done before the crash stay
             out["outputs"][r.rid] = r.output_ids
     out["wall_s"] = time.perf_counter() - t0

@@ -12,7 +12,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from workbench.config import RunConfig
 from workbench.record import crash_from_exception
@@ -74,8 +74,8 @@ def _hooks(cfg: RunConfig, rank: int, queue):
 
 
 def rank_main(rank: int, world: int, init_method: str, cfg_dict: dict, prompts: List[str], ids: List[int],
-              queue, collective_timeout_s: float) -> None:
-    """Entry point of a spawned rank (and of ``workbench.dp.torchrun``)."""
+              queue, collective_timeout_s: float, bundle_dir: Optional[str] = None) -> None:
+    """Entry point of a spawned rank (and of ``workbench.dp.torchrun``); a crash bundle goes to ``bundle_dir``."""
     import kernels
     import torch.distributed as dist
 
@@ -98,7 +98,8 @@ def rank_main(rank: int, world: int, init_method: str, cfg_dict: dict, prompts: 
     if cfg.apply_fix_in_place:
         apply_fix()
     comm = DPCommunicator(rank, world)
-    res = run_rank(cfg, prompts, ids, rank, comm, comm.any_rank, on_start=_hooks(cfg, rank, queue))
+    res = run_rank(cfg, prompts, ids, rank, comm, comm.any_rank, on_start=_hooks(cfg, rank, queue),
+                   bundle_dir=bundle_dir)
     m = res.pop("metrics")
     res["latency_s"], res["accepts"] = {k: list(v) for k, v in m.latency_s.items()}, list(m.accept_length_per_step)
     queue.put(("done", rank, res))
@@ -112,7 +113,7 @@ def main(argv: List[str]) -> None:
     out = Emitter(os.fdopen(os.dup(sys.stdout.fileno()), "w"))
     sys.stdout = sys.stderr  # keep stray prints off the event stream
     rank_main(int(rank), int(world), init_method, job["config"], job["prompts"], job["assignment"][int(rank)],
-              out, job["collective_timeout_s"])
+              out, job["collective_timeout_s"], bundle_dir=job.get("bundle_dir"))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ class WorkerBase:
         self.use_kernels = backend == "triton"  # bookkeeping through the Triton helpers, as upstream's triton path
         self.indices_builder = kernels.build_kv_indices if self.use_kernels else None  # None: the torch builder
         self.current: Dict[str, object] = {}  # phase / forward_mode / batch_size of the forward in flight
+        self.failed_forward: Optional[Tuple[ModelRunner, "ForwardBatch"]] = None  # for the crash bundle
 
     @property
     def backend(self) -> "AttentionBackend":
@@ -52,7 +53,11 @@ class WorkerBase:
 
     def run(self, runner: ModelRunner, fb: "ForwardBatch", hidden: Optional[torch.Tensor] = None) -> Any:
         self.current.update(forward_mode=fb.forward_mode.name, batch_size=fb.batch_size)
-        return runner.forward(fb, hidden)
+        try:
+            return runner.forward(fb, hidden)
+        except Exception:
+            self.failed_forward = (runner, fb)  # what the crash bundle captures (workbench.debug.bundle)
+            raise
 
     def check_fits(self, reqs: List[Req], extra: int) -> None:
         for r in reqs:
