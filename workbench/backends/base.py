@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from workbench.engine.forward_batch import ForwardBatch
+from workbench.engine.ops import TORCH_OPS, BookkeepingOps
 from workbench.mem.pool import KVCache, ReqToTokenPool
 
 
@@ -32,6 +33,7 @@ class BackendContext:
 class AttentionBackend(ABC):
     name: str = ""
     reads_spec_kv_indptr: bool = False  # part of the contract: does decode/idle read spec_info.kv_indptr?
+    ops: BookkeepingOps = TORCH_OPS  # the bookkeeping ops the workers use on this backend's runs
 
     def __init__(self, ctx: BackendContext) -> None:
         self.ctx = ctx
