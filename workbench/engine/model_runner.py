@@ -67,15 +67,15 @@ class ModelRunner:
         )
 
     @torch.inference_mode()
-    def forward(self, fb: ForwardBatch, hidden: Optional[torch.Tensor] = None,
-                skip_attn_backend_init: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    def forward(self, fb: ForwardBatch, hidden: Optional[torch.Tensor] = None) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
         """Runs the model: the target returns (hidden (T, H), aux (T, 3H)), the draft hidden (T, H).
-        ``skip_attn_backend_init``: the metadata is already built (multi-step draft decode)."""
+        A batch whose ``attn_metadata`` is already set (a multi-step draft step, built by the
+        ``MultiStepDraftBackend``) skips ``init_forward_metadata``, as upstream's ``skip_attn_backend_init``."""
         if fb.dp_comm is not None:
             fb.dp_comm.begin_forward(fb)
         if fb.forward_mode.is_idle():
             return self.forward_idle(fb, hidden)
-        if not skip_attn_backend_init:
+        if fb.attn_metadata is None:
             self.attn_backend.init_forward_metadata(fb)
         return self._run(fb, hidden)
 

@@ -48,10 +48,9 @@ class WorkerBase:
         yield
         self.metrics.add_latency(name, time.perf_counter() - t0)
 
-    def run(self, runner: ModelRunner, fb: "ForwardBatch", hidden: Optional[torch.Tensor] = None,
-            skip_attn_backend_init: bool = False) -> Any:
+    def run(self, runner: ModelRunner, fb: "ForwardBatch", hidden: Optional[torch.Tensor] = None) -> Any:
         self.current.update(forward_mode=fb.forward_mode.name, batch_size=fb.batch_size)
-        return runner.forward(fb, hidden, skip_attn_backend_init)
+        return runner.forward(fb, hidden)
 
     def check_fits(self, reqs: List[Req], extra: int) -> None:
         for r in reqs:

@@ -164,28 +164,21 @@ def child_links(parent: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
 
 
 def greedy_verify(tree: DraftTree, target_pred: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Walk first-child / next-sibling links, accepting a child whose token equals the target's
-    greedy prediction at its parent.
+    """Accept the longest root path whose every token equals the target's greedy prediction at
+    its parent (upstream's ``verify_tree_greedy``), for all requests and nodes at once.
 
-    target_pred: (bs, N) argmax of the target at every node. Returns (path (bs, N) node indices
-    padded with -1, root first; accept_len (bs,) accepted drafts, root and bonus excluded;
-    bonus (bs,) the target's token after the last accepted node).
+    A node's children carry distinct tokens (one branch's topk), so at most one child of an
+    accepted node matches and the accepted nodes form one path. target_pred: (bs, N) argmax of
+    the target at every node. Returns (path (bs, N) node indices padded with -1, root first;
+    accept_len (bs,) accepted drafts, root and bonus excluded; bonus (bs,) the target's token
+    after the last accepted node).
     """
     bs, n = tree.tokens.shape
-    rows = torch.arange(bs)
-    cur = torch.zeros(bs, dtype=torch.int64)
-    child = tree.next_token[:, 0].clone()
-    path = torch.full((bs, n), -1, dtype=torch.int64)
-    path[:, 0] = 0
-    accept_len = torch.zeros(bs, dtype=torch.int64)
-    for _ in range(n):
-        live = child >= 0
-        if not live.any():
-            break
-        c = child.clamp(min=0)
-        hit = live & (tree.tokens[rows, c] == target_pred[rows, cur])
-        accept_len = accept_len + hit.long()
-        path[rows[hit], accept_len[hit]] = c[hit]
-        cur = torch.where(hit, c, cur)
-        child = torch.where(hit, tree.next_token[rows, c], torch.where(live, tree.next_sibling[rows, c], child))
-    return path, accept_len, target_pred[rows, cur]
+    match = tree.tokens == target_pred.gather(1, tree.parent.clamp(min=0))
+    match[:, 0] = True
+    accepted = ~(tree.ancestor_mask & ~match.unsqueeze(1)).any(-1)  # every node on the way matches
+    accept_len = torch.where(accepted, tree.depth, 0).amax(1)
+    path = torch.full((bs, n + 1), -1, dtype=torch.int64)
+    path.scatter_(1, torch.where(accepted, tree.depth, n), torch.arange(n).expand(bs, n))
+    path = path[:, :n]
+    return path, accept_len, target_pred.gather(1, path.gather(1, accept_len.unsqueeze(1))).squeeze(1)

@@ -12,7 +12,7 @@ from typing import Iterator, List, Optional, Tuple
 import torch
 
 from workbench.engine.model_runner import ModelRunner
-from workbench.engine.ops import gather_req_to_token, indptr_from_lens
+from workbench.engine.ops import indptr_from_lens
 from workbench.engine.schedule_batch import Req, ScheduleBatch
 from workbench.engine.worker import WorkerBase
 from workbench.forward_mode import CaptureHiddenMode, ForwardMode
@@ -113,8 +113,10 @@ class EagleWorker(WorkerBase):
         if self.steps > 1:
             with self._branch_rows(batch) as (rows, step_slots):
                 prefix = batch.seq_lens.repeat_interleave(self.topk)
+                self.draft.draft_attn_backend.plan(rows, prefix, self.steps)
+                path_cols = prefix.unsqueeze(1) + torch.arange(self.steps - 1)  # (R, steps - 1) in req_to_token
                 for i in range(1, self.steps):
-                    hidden, own = self._draft_step(rows, prefix, step_slots[i - 1], branches, i)
+                    hidden, own = self._draft_step(rows, prefix, path_cols[:, :i], step_slots[i - 1], branches, i)
                     branches.select(*self._draft_topk(hidden), hidden, own)
         return branches.tree(state.verified_id, self.num_draft_tokens)
 
@@ -135,13 +137,15 @@ class EagleWorker(WorkerBase):
             self.memory.allocator.free(slots)
             pool.free(rows.tolist())
 
-    def _draft_step(self, rows: torch.Tensor, prefix: torch.Tensor, new_slots: torch.Tensor, branches: DraftBranches,
-                    i: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _draft_step(self, rows: torch.Tensor, prefix: torch.Tensor, path_cols: torch.Tensor, new_slots: torch.Tensor,
+                    branches: DraftBranches, i: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """Draft forward i over the branch rows (bs * k,): each tip token at position prefix + i - 1
-        sees the prompt and its own path. Returns (hidden (bs * k, H), path slots (bs * k, i))."""
+        sees the prompt and its own path, written at ``path_cols`` (bs * k, i) of its row.
+        Returns (hidden (bs * k, H), path slots (bs * k, i))."""
         bs, k = branches.scores.shape
         own = torch.cat((branches.path_slots, new_slots.view(bs, k, 1)), dim=2).flatten(0, 1)
-        self.ops.assign(self.memory.req_to_token_pool.req_to_token, rows, prefix, torch.full((bs * k,), i), own.flatten())
+        table = self.memory.req_to_token_pool.req_to_token
+        table[rows.unsqueeze(1), path_cols] = own.to(table.dtype)
         tokens = branches.tokens.flatten()
         spec = EagleDraftInput(hidden_states=branches.hidden, verified_id=tokens,
                                capture_hidden_mode=CaptureHiddenMode.LAST, num_tokens_per_req=k)
@@ -149,8 +153,8 @@ class EagleWorker(WorkerBase):
             ForwardMode.DECODE, input_ids=tokens, positions=prefix + i - 1, req_pool_indices=rows, seq_lens=prefix + i,
             out_cache_loc=new_slots, spec_info=spec, capture_hidden_mode=CaptureHiddenMode.LAST,
         )
-        self.draft.draft_attn_backend.init_forward_metadata(fb)
-        return self.run(self.draft, fb, branches.hidden, skip_attn_backend_init=True), own
+        self.draft.draft_attn_backend.init_forward_metadata(fb, i)
+        return self.run(self.draft, fb, branches.hidden), own
 
     # ---- verify, accept, draft-extend -------------------------------------------------------
     def _verify(self, batch: ScheduleBatch, tree: DraftTree) -> EagleVerifyOutput:
@@ -208,7 +212,7 @@ class EagleWorker(WorkerBase):
         positions, last = self.ops.draft_extend_inputs(prefix, n_new, input_ids)
         if not torch.equal(last, batch.output_ids):
             raise RuntimeError(f"draft-extend inputs lost the bonus tokens: {last.tolist()} vs {batch.output_ids.tolist()}")
-        slots = gather_req_to_token(self.memory.req_to_token_pool.req_to_token, batch.req_pool_indices, prefix, n_new)
+        slots = res.slots.gather(1, node)[valid]  # the KV slots _accept kept for [root, accepted...]
         spec = self.revision.draft_extend_input(hidden, input_ids, res.accept_length)
         fb = self.draft.make_batch(
             ForwardMode.DRAFT_EXTEND, input_ids=input_ids, positions=positions, req_pool_indices=batch.req_pool_indices,
