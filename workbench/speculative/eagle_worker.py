@@ -72,15 +72,16 @@ class EagleWorker(WorkerBase):
         with self.phase("verify"):
             res = self._verify(batch, tree)
         done = self._accept(batch, res)
-        self.release(batch, done)
-        live = batch.filter(~done)
-        if len(live):
+        if done.any():
+            self.release(batch, done)
+            batch, res = batch.filter(~done), res.filter(~done)
+        if len(batch):
             with self.phase("draft-extend"):
-                self._draft_extend(live, res.filter(~done))
+                self._draft_extend(batch, res)
         elif self.dp_comm is not None:  # upstream runs it under DP attention even with nothing left
             with self.phase("draft-extend"):
                 self._draft_extend_idle()
-        return live
+        return batch
 
     def decode_idle(self) -> None:
         with self.phase("draft"):
