@@ -12,7 +12,7 @@ import argparse
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
-import kernels  # first: selects the interpreter on CPU-only machines
+import kernels
 import torch
 import torch.nn.functional as F
 
@@ -94,6 +94,7 @@ def _peak_gbps(device: torch.device, override: Optional[float]) -> Optional[floa
 
 
 def main(argv: Optional[List[str]] = None) -> None:
+    kernels.setup()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=None, help="timed calls per shape (median reported)")
     parser.add_argument("--peak-gbps", type=float, default=None, help="the card's peak bandwidth, GB/s")

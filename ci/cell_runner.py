@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, TextIO
 
+from ci.execute import execution_result
 from ci.expect import check_cell, describe
 from ci.matrix import Cell, Matrix, notebook_expect
 
@@ -109,19 +110,19 @@ def _finish(job: Job, out: Path, wall_limit_hit: bool) -> dict:
     wall = time.perf_counter() - job.started
     result_file = out / job.paths["result"]
     if wall_limit_hit:
-        execution = {"outcome": "timeout", "error": {"cell": None, "ename": "NotebookTimeout",
-                                                      "evalue": f"notebook ran past the hard limit; killed after {wall:.0f} s"}}
+        execution = execution_result("timeout", ename="NotebookTimeout",
+                                     evalue=f"notebook ran past the hard limit; killed after {wall:.0f} s")
     elif result_file.is_file():
         execution = json.loads(result_file.read_text())
     else:
-        execution = {"outcome": "error", "error": {"cell": None, "ename": "RunnerChildDied",
-                                                    "evalue": f"papermill process exited with code {job.proc.returncode} "
-                                                              f"without a result; see {job.paths['log']}"}}
+        execution = execution_result("error", ename="RunnerChildDied",
+                                     evalue=f"papermill process exited with code {job.proc.returncode} "
+                                            f"without a result; see {job.paths['log']}")
     execution["wall_s"] = wall
     record_file = out / job.paths["record"]
     bundle = None
     if record_file.is_file():
-        from workbench.report import load_bundle
+        from workbench.notebook import load_bundle
 
         try:
             bundle = load_bundle(record_file)
@@ -151,9 +152,9 @@ def run_cells(cells: List[Cell], matrix: Matrix, root: Path, out: Path, jobs: in
         try:
             queue.append(prepare(cell, root, out, extra or {}))
         except ValueError as e:
-            results[cell.name] = {**cell.to_dict(), "execution": {"outcome": "error", "wall_s": 0.0, "error": {
-                "cell": None, "ename": "CellSetupError", "evalue": str(e)}}, "bundle": None, "paths": {},
-                "reasons": [f"cell not run: {e}"], "verdict": "unexpected"}
+            results[cell.name] = {**cell.to_dict(), "execution": execution_result("error", ename="CellSetupError",
+                                                                                  evalue=str(e)),
+                                  "bundle": None, "paths": {}, "reasons": [f"cell not run: {e}"], "verdict": "unexpected"}
     queue.sort(key=lambda j: -j.cell.weight)
     threads = thread_env(jobs)
     print(f"running {len(queue)} notebook(s), {jobs} at a time ({threads['OMP_NUM_THREADS']} math thread(s) each); "

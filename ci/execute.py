@@ -14,6 +14,20 @@ import traceback
 from pathlib import Path
 from typing import List, Optional
 
+OUTCOMES = ("completed", "failed", "timeout", "killed", "error")  # an execution's ``outcome``
+EXECUTION_ERROR_FIELDS = ("cell", "ename", "evalue", "traceback")
+
+
+def execution_result(outcome: str, *, cell: Optional[int] = None, ename: Optional[str] = None,
+                     evalue: Optional[str] = None, traceback: Optional[str] = None, wall_s: float = 0.0) -> dict:
+    """The one constructor of an execution outcome: {"outcome", "error", "wall_s"}; ``error`` is None
+    when completed, else {cell, ename, evalue, traceback} (cell: index of the failing cell, if known)."""
+    if outcome not in OUTCOMES:
+        raise ValueError(f"invalid outcome {outcome!r}; valid: {', '.join(OUTCOMES)}")
+    error = None if outcome == "completed" else {"cell": cell, "ename": ename, "evalue": evalue,
+                                                 "traceback": traceback}
+    return {"outcome": outcome, "error": error, "wall_s": wall_s}
+
 
 def _failed_cell(output: Path) -> Optional[int]:
     """Index of the cell papermill marked as raising / running when it stopped, if any."""
@@ -37,7 +51,7 @@ def execute(job: dict) -> dict:
     t0 = time.perf_counter()
     out = Path(job["output"])
     out.parent.mkdir(parents=True, exist_ok=True)
-    result = {"outcome": "completed", "error": None}
+    result = execution_result("completed")
     try:
         papermill.execute_notebook(
             job["input"], str(out), parameters=job["parameters"], cwd=job.get("cwd"),
@@ -45,16 +59,16 @@ def execute(job: dict) -> dict:
             progress_bar=False, log_output=False, report_mode=False,
         )
     except PapermillExecutionError as e:
-        result = {"outcome": "failed", "error": {"cell": e.cell_index, "ename": e.ename, "evalue": e.evalue}}
+        result = execution_result("failed", cell=e.cell_index, ename=e.ename, evalue=e.evalue)
     except CellTimeoutError as e:
-        result = {"outcome": "timeout", "error": {"cell": _failed_cell(out), "ename": "CellTimeoutError",
-                                                   "evalue": f"a cell ran past {job['cell_timeout_s']} s: {str(e)[:300]}"}}
+        result = execution_result("timeout", cell=_failed_cell(out), ename="CellTimeoutError",
+                                  evalue=f"a cell ran past {job['cell_timeout_s']} s: {str(e)[:300]}")
     except DeadKernelError as e:
-        result = {"outcome": "killed", "error": {"cell": _failed_cell(out), "ename": "DeadKernelError",
-                                                  "evalue": f"the kernel died: {e}"}}
+        result = execution_result("killed", cell=_failed_cell(out), ename="DeadKernelError",
+                                  evalue=f"the kernel died: {e}")
     except Exception as e:  # papermill / kernel start-up trouble: reported, not raised
-        result = {"outcome": "error", "error": {"cell": _failed_cell(out), "ename": type(e).__name__,
-                                                 "evalue": str(e)[:2000], "traceback": traceback.format_exc()}}
+        result = execution_result("error", cell=_failed_cell(out), ename=type(e).__name__, evalue=str(e)[:2000],
+                                  traceback=traceback.format_exc())
     result["wall_s"] = time.perf_counter() - t0
     return result
 

@@ -6,9 +6,10 @@ import json
 from collections import Counter, defaultdict
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from ci.matrix import PRIMARY
+from ci.matrix import EXPECT_FIELDS, PRIMARY
+from workbench.record import CRASH_FIELDS as RECORD_CRASH_FIELDS
 
-CRASH_FIELDS = ("exception_type", "rank", "phase", "forward_mode", "batch_size")
+CRASH_FIELDS = tuple(f for f in EXPECT_FIELDS if f in RECORD_CRASH_FIELDS)  # compared with the record's crash as is
 
 
 def describe(record: Optional[dict]) -> str:

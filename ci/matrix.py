@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
+from workbench.record import STATUSES
+
 EXPECT_FIELDS = ("status", "exception_type", "rank", "phase", "forward_mode", "batch_size", "message_contains")
 PRIMARY = "primary"
 
@@ -82,7 +84,7 @@ def _read(path: Path) -> dict:
 
 def _one(value: Any, named: Dict[str, dict], where: str) -> Dict[str, Any]:
     if isinstance(value, str):
-        if value in ("ok", "crashed", "timeout", "error"):
+        if value in STATUSES:
             return {"status": value}
         if value not in named:
             raise MatrixError(f"{where}: unknown expectation {value!r}; named ones: {sorted(named)}")

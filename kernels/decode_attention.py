@@ -7,10 +7,9 @@ caller-owned scratch. Stage 2: one program per (request, kv head) merges the spl
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
 
 from . import runtime
+from .runtime import tl, triton  # after set-up: triton sees the interpreter choice
 
 
 @triton.jit

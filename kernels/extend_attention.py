@@ -9,10 +9,9 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import triton
-import triton.language as tl
 
 from . import runtime
+from .runtime import tl, triton  # after set-up: triton sees the interpreter choice
 
 
 @triton.jit

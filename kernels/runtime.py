@@ -1,8 +1,12 @@
 """Where the kernels run: Triton's interpreter on a CPU-only machine, compiled Triton on a GPU.
 
-Importing this module (``import kernels`` does) before anything imports ``triton`` is what
-turns the interpreter on: ``TRITON_INTERPRET`` is read when a kernel is decorated, so it must
-be set before the kernel modules load. The kernels never fall back to torch.
+``setup()`` makes the choice, once: entry points (CLI, ``reproduce``, DP rank processes,
+benchmarks, the test session) call it first. Importing ``kernels`` has no effect; a kernel
+module gets ``triton`` from here (``from .runtime import tl, triton``), which runs ``setup()``
+if no entry point did, so the workbench's own import order never matters. Triton reads
+``TRITON_INTERPRET`` while importing its language library, so a ``triton`` imported by someone
+else before set-up, on a CPU-only machine without the variable, cannot be fixed: ``setup()``
+says so. The kernels never fall back to torch.
 """
 from __future__ import annotations
 
@@ -12,42 +16,60 @@ import functools
 import glob
 import os
 import sys
-from typing import Callable, Iterator, Optional, Tuple, TypeVar
+from typing import Any, Callable, Iterator, Optional, Tuple, TypeVar
 
 import torch
 
-_HAS_GPU = torch.cuda.is_available()
-_TRITON_PREIMPORTED = "triton" in sys.modules
+_STATE: dict = {"interpreted": None}  # set by setup()
+_FALSE = ("", "0", "false", "off", "no")
 
-if not _HAS_GPU and not _TRITON_PREIMPORTED and "TRITON_INTERPRET" not in os.environ:
-    os.environ["TRITON_INTERPRET"] = "1"
 
-import triton  # noqa: E402  (must follow the environment set-up above)
-import triton.language as tl  # noqa: E402
+def setup() -> bool:
+    """Choose where the kernels run (idempotent); returns True for the interpreter.
 
-_INTERPRETED = bool(triton.knobs.runtime.interpret)
+    No CUDA GPU: sets ``TRITON_INTERPRET=1`` unless set, before importing triton. Raises
+    RuntimeError, naming the fix, when the interpreter is off there: the variable false, or
+    triton imported earlier without it.
+    """
+    if _STATE["interpreted"] is not None:
+        return _STATE["interpreted"]
+    if not torch.cuda.is_available():
+        preimported = "triton" in sys.modules
+        if preimported and "TRITON_INTERPRET" not in os.environ:
+            raise RuntimeError(
+                "triton was imported before kernels.setup() on a machine without a CUDA GPU and without "
+                "TRITON_INTERPRET, so its language library was built for the compiler and the Triton kernels "
+                "cannot run. Call kernels.setup() before importing triton, or set TRITON_INTERPRET=1.")
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        if os.environ["TRITON_INTERPRET"].strip().lower() in _FALSE:
+            raise RuntimeError(
+                f"no CUDA GPU and TRITON_INTERPRET={os.environ['TRITON_INTERPRET']!r}: the Triton kernels cannot "
+                "run. Unset it, or set TRITON_INTERPRET=1.")
+    import triton
 
-if not _HAS_GPU and not _INTERPRETED:
-    if _TRITON_PREIMPORTED:
-        raise RuntimeError(
-            "triton was imported before `kernels` on a machine without a CUDA GPU, so its "
-            "interpreter is off and the Triton kernels cannot run. Import `kernels` first, "
-            "or set TRITON_INTERPRET=1 before importing triton."
-        )
-    raise RuntimeError(
-        "no CUDA GPU and TRITON_INTERPRET is set to a false value: the Triton kernels cannot "
-        "run. Unset it, or set TRITON_INTERPRET=1."
-    )
+    _STATE["interpreted"] = bool(triton.knobs.runtime.interpret)
+    return _STATE["interpreted"]
+
+
+def __getattr__(name: str) -> Any:
+    """``triton`` and ``triton.language`` for the kernel modules, after ``setup()``."""
+    if name in ("triton", "tl"):
+        setup()
+        import triton
+        import triton.language as tl
+
+        return triton if name == "triton" else tl
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def interpreted() -> bool:
     """True when the kernels run in Triton's interpreter (CPU), False when compiled."""
-    return _INTERPRETED
+    return setup()
 
 
 def kernel_label() -> str:
     """How the kernels execute, for result rows and plot labels."""
-    if _INTERPRETED:
+    if interpreted():
         return "triton (interpreter, CPU)"
     return f"triton (compiled, {torch.cuda.get_device_name()})"
 
@@ -86,13 +108,13 @@ def launcher(fn: _F) -> _F:
 
     The interpreter runs tl.dot with np.matmul; OpenBLAS threads then fight torch's spinning
     OpenMP threads and a small tl.dot takes ~20 ms instead of ~0.3 ms. Only this thread's
-    setting changes, and only for the launch. Compiled, the launcher is returned unchanged.
+    setting changes, and only for the launch. Compiled, the launch runs as is.
     """
-    if not _INTERPRETED:
-        return fn
 
     @functools.wraps(fn)
     def wrapped(*args: object, **kwargs: object) -> None:
+        if not interpreted():
+            return fn(*args, **kwargs)
         with _single_threaded_blas():
             fn(*args, **kwargs)
 
@@ -101,26 +123,26 @@ def launcher(fn: _F) -> _F:
 
 def block_n() -> int:
     """Keys per inner-loop step: wide in the interpreter (per-op cost), GPU-friendly compiled."""
-    return 256 if _INTERPRETED else 64
+    return 256 if interpreted() else 64
 
 
-_TL_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
-
-
-def dot_dtype(dtype: torch.dtype) -> tl.dtype:
+def dot_dtype(dtype: torch.dtype) -> Any:
     """Operand dtype of tl.dot for ``dtype`` inputs.
 
     float32 in the interpreter: it stores bfloat16 as raw uint16 and np.matmul would multiply
     the bit patterns, so 16-bit operands are upcast there. Compiled, the input dtype itself.
     """
-    if dtype not in _TL_DTYPES:
+    import triton.language as tl
+
+    tl_dtypes = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
+    if dtype not in tl_dtypes:
         raise ValueError(f"unsupported dtype {dtype}; expected float32, bfloat16 or float16")
-    return tl.float32 if _INTERPRETED else _TL_DTYPES[dtype]
+    return tl.float32 if interpreted() else tl_dtypes[dtype]
 
 
 def dot_precision(dtype: torch.dtype) -> str:
     """tl.dot input precision: exact fp32 (no TF32) so float32 matches the torch reference."""
-    return "ieee" if dtype == torch.float32 or _INTERPRETED else "tf32"
+    return "ieee" if dtype == torch.float32 or interpreted() else "tf32"
 
 
 def check_tensors(**tensors: torch.Tensor) -> None:
@@ -130,12 +152,13 @@ def check_tensors(**tensors: torch.Tensor) -> None:
         where = {name: str(t.device) for name, t in tensors.items()}
         raise ValueError(f"tensors on different devices: {where}")
     (device,) = devices or {torch.device("cpu")}
-    if not _INTERPRETED and device.type != "cuda":
+    if not interpreted() and device.type != "cuda":
         raise ValueError(f"compiled Triton kernels need CUDA tensors, got {device}")
 
 
 def next_pow2(n: int) -> int:
-    return triton.next_power_of_2(max(int(n), 1))
+    """The smallest power of two >= max(n, 1)."""
+    return 1 << (max(int(n), 1) - 1).bit_length()
 
 
 def shape_error(name: str, tensor: torch.Tensor, expected: Tuple[object, ...]) -> ValueError:

@@ -6,10 +6,9 @@ the lengths of the requests before it, computed in the kernel (no host sync).
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
 
 from . import runtime
+from .runtime import tl, triton  # after set-up: triton sees the interpreter choice
 from .ragged import indptr_from_lens, ragged_arange
 
 

@@ -42,7 +42,7 @@
 
 # %%
 import workbench
-from workbench import plots, report
+from workbench import notebook, plots
 
 # %% tags=["parameters"]
 backend = "triton"
@@ -65,9 +65,7 @@ expect = "any"
 params = dict(backend=backend, revision=revision, dp=dp, dp_policy=dp_policy, steps=steps, topk=topk,
               draft_tokens=draft_tokens, num_prompts=num_prompts, prompts=prompts, max_new_tokens=max_new_tokens,
               model_dir=model_dir, timeout_s=timeout_s, compare_backends=compare_backends, expect=expect)
-config = dict(revision=revision, dp=dp, dp_policy=dp_policy, steps=steps, topk=topk, draft_tokens=draft_tokens,
-              prompts=report.select_prompts(prompts, num_prompts), max_new_tokens=max_new_tokens,
-              model_dir=model_dir, timeout_s=timeout_s)
+config = notebook.run_config(params)
 
 # %% [markdown]
 # ## The run
@@ -84,26 +82,26 @@ print(result.summary())
 # `IDLE` and batch size 1: the padded idle batch.
 
 # %%
-report.where_table(result)
+notebook.where_table(result)
 
 # %% [markdown]
 # ## Traceback from the failing rank
 # The frames end in the backend's `init_forward_metadata`, at the `spec_info.kv_indptr` read.
 
 # %%
-print(report.traceback_text(result))
+print(notebook.traceback_text(result))
 
 # %% [markdown]
 # ## The same settings on the other backends
 # Only backends that read `spec_info.kv_indptr` for decode/idle batches fail; fa3 and torch_native do not.
 
 # %%
-runs = {"run": result, **report.compare_backends(config, compare_backends, modes=["eagle"])}
-report.summary_table(runs)
+runs = {"run": result, **notebook.compare_backends(config, compare_backends, modes=["eagle"])}
+notebook.summary_table(runs)
 
 # %%
-report.show(plots.crash_matrix([r.record for r in runs.values()],
-                               title=f"Revision {revision}, dp {dp} ({dp_policy}): run status per backend"))
+notebook.show(plots.crash_matrix([r.record for r in runs.values()],
+                                 title=f"Revision {revision}, dp {dp} ({dp_policy}): run status per backend"))
 
 # %% [markdown]
 # ## Record and expectation
@@ -111,7 +109,7 @@ report.show(plots.crash_matrix([r.record for r in runs.values()],
 # `expect` is `"crash"`, `"ok"` or `"any"`; only the first two fail the notebook.
 
 # %%
-print("record written to", report.save_bundle(record_path, "01_reproduce_crash", params, runs, primary="run"))
+print("record written to", notebook.save_bundle(record_path, "01_reproduce_crash", params, runs, primary="run"))
 
 # %%
-print(report.require(expect, result))
+print(notebook.require(expect, result))

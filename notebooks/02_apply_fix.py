@@ -39,7 +39,7 @@
 
 # %%
 import workbench
-from workbench import report
+from workbench import notebook
 
 # %% tags=["parameters"]
 backend = "triton"
@@ -62,9 +62,7 @@ expect = "any"
 params = dict(backend=backend, revision=revision, reference_revision=reference_revision, dp=dp, dp_policy=dp_policy,
               steps=steps, topk=topk, draft_tokens=draft_tokens, num_prompts=num_prompts, prompts=prompts,
               max_new_tokens=max_new_tokens, model_dir=model_dir, timeout_s=timeout_s, expect=expect)
-config = dict(backend=backend, dp=dp, dp_policy=dp_policy, steps=steps, topk=topk, draft_tokens=draft_tokens,
-              prompts=report.select_prompts(prompts, num_prompts), max_new_tokens=max_new_tokens,
-              model_dir=model_dir, timeout_s=timeout_s)
+config = notebook.run_config(params)
 workbench.undo_fix()
 print("fix applied at start:", workbench.fix_applied())
 
@@ -89,8 +87,8 @@ print(fixed.summary())
 # outputs agree.
 
 # %%
-print(f"outputs token-identical to {reference_revision}:", report.same_outputs(fixed, reference))
-report.summary_table({"reference": reference, "fixed": fixed})
+print(f"outputs token-identical to {reference_revision}:", notebook.same_outputs(fixed, reference))
+notebook.summary_table({"reference": reference, "fixed": fixed})
 
 # %% [markdown]
 # ## Undo the fix: the crash comes back
@@ -102,11 +100,11 @@ workbench.undo_fix()
 print("fix applied:", workbench.fix_applied())
 undone = workbench.reproduce(config, revision=revision)
 print(undone.summary())
-report.where_table(undone)
+notebook.where_table(undone)
 
 # %%
 runs = {"reference": reference, "fixed": fixed, "undo": undone}
-report.summary_table(runs)
+notebook.summary_table(runs)
 
 # %% [markdown]
 # ## Record and expectation
@@ -114,7 +112,7 @@ report.summary_table(runs)
 # `"crash"` requires it to crash; `"any"` only shows the data.
 
 # %%
-print("record written to", report.save_bundle(record_path, "02_apply_fix", params, runs, primary="fixed"))
+print("record written to", notebook.save_bundle(record_path, "02_apply_fix", params, runs, primary="fixed"))
 
 # %%
-print(report.require(expect, fixed, same_outputs_as=reference))
+print(notebook.require(expect, fixed, same_outputs_as=reference))

@@ -29,7 +29,7 @@
 # backend, so accept lengths should agree across backends up to float rounding.
 
 # %%
-from workbench import plots, report
+from workbench import notebook, plots
 
 # %% tags=["parameters"]
 backends = ["triton", "flashinfer", "fa3", "torch_native"]
@@ -51,17 +51,15 @@ expect = "any"
 params = dict(backends=backends, revision=revision, dp=dp, dp_policy=dp_policy, steps=steps, topk=topk,
               draft_tokens=draft_tokens, num_prompts=num_prompts, prompts=prompts, max_new_tokens=max_new_tokens,
               model_dir=model_dir, timeout_s=timeout_s, expect=expect)
-config = dict(revision=revision, dp=dp, dp_policy=dp_policy, steps=steps, topk=topk, draft_tokens=draft_tokens,
-              prompts=report.select_prompts(prompts, num_prompts), max_new_tokens=max_new_tokens,
-              model_dir=model_dir, timeout_s=timeout_s)
+config = notebook.run_config(params)
 
 # %% [markdown]
 # ## Runs: greedy and EAGLE3 per backend
 
 # %%
-runs = report.compare_backends(config, backends)
+runs = notebook.compare_backends(config, backends)
 records = [r.record for r in runs.values()]
-report.summary_table(runs)
+notebook.summary_table(runs)
 
 # %% [markdown]
 # ## Latency per phase
@@ -69,10 +67,10 @@ report.summary_table(runs)
 # `verify` (one target pass over the tree) and `draft-extend`; greedy only in `prefill` and `decode`.
 
 # %%
-report.show(plots.phase_latency(records, mode="eagle"))
+notebook.show(plots.phase_latency(records, mode="eagle"))
 
 # %%
-report.show(plots.phase_latency(records, mode="greedy"))
+notebook.show(plots.phase_latency(records, mode="greedy"))
 
 # %% [markdown]
 # ## Acceptance
@@ -80,24 +78,24 @@ report.show(plots.phase_latency(records, mode="greedy"))
 # acceptance rate per position is the share of verify steps whose accepted path reaches that depth.
 
 # %%
-report.show(plots.accept_length_hist(records))
+notebook.show(plots.accept_length_hist(records))
 
 # %%
-report.show(plots.acceptance_per_position(records))
+notebook.show(plots.acceptance_per_position(records))
 
 # %% [markdown]
 # ## Speedup of EAGLE3 over greedy
 
 # %%
-report.show(plots.speedup(records))
+notebook.show(plots.speedup(records))
 
 # %% [markdown]
 # ## Record and expectation
 # `expect="ok"` requires every run to finish; `"any"` only shows the data.
 
 # %%
-print("record written to", report.save_bundle(record_path, "03_backend_comparison", params, runs,
-                                              primary=f"eagle/{backends[0]}"))
+print("record written to", notebook.save_bundle(record_path, "03_backend_comparison", params, runs,
+                                                primary=f"eagle/{backends[0]}"))
 
 # %%
-print(report.require(expect, *runs.values()))
+print(notebook.require(expect, *runs.values()))

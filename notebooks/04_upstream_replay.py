@@ -35,7 +35,7 @@
 # 1.5 min and 2.4 GiB per release the first time, cached afterwards).
 
 # %%
-from workbench import contracts, report
+from workbench import contracts, notebook
 from workbench.upstream import fidelity, views
 
 # %% tags=["parameters"]
@@ -110,4 +110,4 @@ params = dict(releases=releases, replay_releases=replay_releases, backend=backen
 print("record written to", views.save_record(record_path, params, data, fid, cells, found))
 print("problems:", found or "none")
 if expect == "ok" and found:
-    raise report.ExpectationError("; ".join(found))
+    raise notebook.ExpectationError("; ".join(found))

@@ -7,6 +7,12 @@ import os
 import pytest
 
 
+def pytest_configure(config):
+    import kernels
+
+    kernels.setup()  # the session's entry point chooses where the Triton kernels run
+
+
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("WB_NETWORK_TESTS") == "1":
         return

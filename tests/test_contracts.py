@@ -1,5 +1,6 @@
-"""Contract fuzzer: the only failing cells are the pr-24860 hole, and a new spec-input type that
-lacks a field some backend reads is flagged."""
+"""Contract fuzzer: the only failing cells are the pr-24860 hole, each predicted by the declared
+contracts (and required to fail), and a new spec-input type that lacks a field some backend reads
+is flagged."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,7 +8,7 @@ from typing import Optional
 
 import torch
 
-from workbench.contracts import SpecCase, run_matrix
+from workbench.contracts import SpecCase, run_matrix, unexpected
 from workbench.speculative.spec_info import SpecInput, SpecInputType
 
 
@@ -23,6 +24,24 @@ def test_only_the_pr24860_hole_fails():
     # every (revision, backend) pair was probed in every mode
     assert {r["mode"] for r in rows} == {"DECODE", "IDLE (padded)", "IDLE (size 0)", "TARGET_VERIFY", "DRAFT_EXTEND", "EXTEND"}
     assert len({(r["revision"], r["backend"]) for r in rows}) == 12
+    # the declared contracts predict exactly these cells: the hole is required to fail on both backends
+    assert {(r["revision"], r["backend"], r["spec_input"], r["mode"], r["expected"])
+            for r in rows if r["expected"] != "pass"} == bad
+    assert unexpected(rows) == []
+
+
+def test_a_backend_whose_contract_and_code_disagree_is_unexpected(monkeypatch):
+    """flashinfer declaring it never reads spec_info.kv_indptr (while it does): its hole cell is
+    unexpected; and if it stopped reading it while declaring it does, the passing cell is unexpected."""
+    from workbench.backends.flashinfer import FlashInferBackend
+
+    monkeypatch.setattr(FlashInferBackend, "reads_spec_kv_indptr", False)
+    odd = unexpected(run_matrix(backends=["flashinfer"], revisions=["pr-24860"]))
+    assert [(r["mode"], r["outcome"], r["expected"]) for r in odd] == [("IDLE (padded)", "AttributeError", "pass")]
+    monkeypatch.setattr(FlashInferBackend, "reads_spec_kv_indptr", True)
+    monkeypatch.setattr(FlashInferBackend, "init_forward_metadata", lambda self, fb: None)
+    odd = unexpected(run_matrix(backends=["flashinfer"], revisions=["pr-24860"]))
+    assert [(r["mode"], r["outcome"], r["expected"]) for r in odd] == [("IDLE (padded)", "pass", "AttributeError")]
 
 
 @dataclass
@@ -42,4 +61,5 @@ def test_fuzzer_flags_a_spec_input_missing_a_field_a_backend_reads():
     rows = run_matrix(revisions=["pr-28221"], extra_cases=[SpecCase("HalfDraftInput", ("DECODE",), make)])
     flagged = {r["backend"] for r in rows if r["spec_input"] == "HalfDraftInput" and r["outcome"] == "AttributeError"}
     assert flagged == {"triton", "flashinfer"}  # they read spec_info.kv_indices; fa3 / torch_native never do
+    assert {r["backend"] for r in unexpected(rows)} == flagged  # the contracts declare kv_indptr only
     assert all("kv_indices" in r["message"] for r in rows if r["spec_input"] == "HalfDraftInput" and r["outcome"] != "pass")

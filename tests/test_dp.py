@@ -9,6 +9,7 @@ import pytest
 
 import workbench
 from workbench import reproduce
+from workbench.record import CRASH_FIELDS
 
 MODEL_DIR = os.environ.get("WB_MODEL_DIR")
 PROMPTS = ["def fib(n):\n    ", "class Stack:\n    def __init__(self):\n"]
@@ -45,27 +46,38 @@ def test_pr24860_crashes_on_the_idle_ranks_draft_extend(backend):
     assert (c["exception_type"], c["message"]) == ("AttributeError", MESSAGE)
     assert "in init_forward_metadata" in c["traceback"] and f"workbench/backends/{backend}.py" in c["traceback"]
     assert "spec_info.kv_indptr" in c["traceback"]
+    assert tuple(c) == CRASH_FIELDS and c["raised_at"]["file"].endswith(f"workbench/backends/{backend}.py")
+    assert c["raised_at"]["function"] == "init_forward_metadata" and "kv_indptr" in c["raised_at"]["code"]
     assert res.record["metrics"]["latency_s"].get("verify"), "metrics streamed before the crash must stay"
     assert leftover_rank_processes(res) == []
 
 
-@pytest.mark.parametrize("backend", ["fa3", "torch_native"])
-def test_pr24860_passes_on_backends_that_never_read_kv_indptr(backend):
-    res = one_idle_rank(backend)
-    assert res.status == "ok", res.summary()
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_pr24860_without_dp_never_reaches_the_bug(backend):
-    res = reproduce(backend=backend, revision="pr-24860", dp=1, prompts=PROMPTS, **SMALL)
-    assert res.status == "ok", res.summary()
+@pytest.fixture(scope="module")
+def greedy():
+    """Plain greedy decoding of PROMPTS (dp 1, torch_native): the outputs every ok run must equal."""
+    res = reproduce(backend="torch_native", mode="greedy", prompts=PROMPTS, **SMALL)
+    assert res.status == "ok"
+    return res.record
 
 
 @pytest.fixture(scope="module")
-def greedy_sha():
-    res = reproduce(backend="torch_native", mode="greedy", prompts=PROMPTS, **SMALL)
-    assert res.status == "ok"
-    return res.record["outputs_sha256"]
+def greedy_sha(greedy):
+    return greedy["outputs_sha256"]
+
+
+@pytest.mark.parametrize("backend", ["fa3", "torch_native"])
+def test_pr24860_passes_on_backends_that_never_read_kv_indptr(backend, greedy):
+    res = one_idle_rank(backend)
+    assert res.status == "ok", res.summary()
+    assert res.crash is None and res.record["dp"]["assignment"] == [[0], []]
+    assert res.record["outputs"] == greedy["outputs"][:1]  # the idle rank changed nothing rank 0 generated
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pr24860_without_dp_never_reaches_the_bug(backend, greedy):
+    res = reproduce(backend=backend, revision="pr-24860", dp=1, prompts=PROMPTS, **SMALL)
+    assert res.status == "ok", res.summary()
+    assert res.record["outputs"] == greedy["outputs"]
 
 
 @pytest.mark.parametrize("revision", ["pre-24860", "pr-28221"])
@@ -81,16 +93,18 @@ def test_good_revisions_pass_everywhere_with_identical_outputs(revision, greedy_
     assert idle.status == "ok", idle.summary()
 
 
-def test_in_place_fix_turns_the_crash_into_ok_and_undo_brings_it_back():
+def test_in_place_fix_turns_the_crash_into_ok_and_undo_brings_it_back(greedy):
     assert not workbench.fix_applied()
     try:
         assert workbench.apply_fix()
         fixed = one_idle_rank("triton")
         assert fixed.status == "ok" and fixed.record["config"]["apply_fix_in_place"]
+        assert fixed.record["outputs"] == greedy["outputs"][:1]
     finally:
         workbench.undo_fix()
     again = one_idle_rank("triton")
     assert again.status == "crashed" and again.crash["message"] == MESSAGE
+    assert (again.crash["rank"], again.crash["phase"], again.crash["forward_mode"]) == (1, "draft-extend", "IDLE")
 
 
 @pytest.mark.parametrize("fault,kind", [("raise@rank1", "RuntimeError"), ("sigkill@rank1", "RankProcessDied")])
@@ -99,9 +113,11 @@ def test_a_fault_on_one_rank_ends_every_rank_quickly(fault, kind):
     assert res.status == "crashed"
     c = res.crash
     assert c["rank"] == 1 and c["exception_type"] == kind and c["phase"] == "verify"
+    assert (c["forward_mode"], c["batch_size"]) == ("TARGET_VERIFY", 1) and tuple(c) == CRASH_FIELDS
     if kind == "RankProcessDied":
-        assert "killed by signal SIGKILL" in c["message"]
+        assert c["message"] == "rank 1 killed by signal SIGKILL without reporting a result"
     else:
+        assert c["message"] == "fault injected on rank 1 (test hook raise@rank1)"
         assert "fault injected on rank 1" in c["traceback"]
     assert res.record["metrics"]["wall_s"] < 60
     assert leftover_rank_processes(res) == []
@@ -127,6 +143,7 @@ def test_the_same_ranks_run_under_torchrun(tmp_path):
     c = rec["crash"]
     assert rec["status"] == "crashed"
     assert (c["rank"], c["phase"], c["forward_mode"], c["message"]) == (1, "draft-extend", "IDLE", MESSAGE)
+    assert (c["exception_type"], c["batch_size"]) == ("AttributeError", 1) and tuple(c) == CRASH_FIELDS
 
 
 def test_the_whole_run_timeout_ends_every_rank():
@@ -134,6 +151,7 @@ def test_the_whole_run_timeout_ends_every_rank():
                     **{**SMALL, "timeout_s": 1.0, "max_new_tokens": 64})
     assert res.status == "timeout" and res.crash["exception_type"] == "Timeout"
     assert "exceeded 1.0 s" in res.crash["message"]
+    assert (res.crash["rank"], res.crash["phase"], res.crash["forward_mode"]) == (None, None, None)
     assert leftover_rank_processes(res) == []
 
 

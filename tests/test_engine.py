@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from workbench.api import reproduce
 from workbench.config import ConfigError
@@ -15,7 +16,7 @@ from workbench.engine.schedule_batch import Req
 from workbench.engine.scheduler import Scheduler
 from workbench.engine.worker import GreedyWorker
 from workbench.models.loader import CheckpointError, load_models
-from workbench.models.tokenizer import encode
+from workbench.models.tokenizer import EOS_ID, encode
 
 MODEL_DIR = os.environ.get("WB_MODEL_DIR")
 NEW_TOKENS = 40
@@ -59,7 +60,33 @@ def test_accept_length_on_shipped_models(eagle_runs):
     assert m["accept_length_mean"] >= 3.0, m["accept_length_mean"]
     assert 0 < m["acceptance_rate"] <= 1
     per_pos = m["acceptance_per_position"]
-    assert all(a >= b for a, b in zip(per_pos, per_pos[1:]))  # deeper positions are accepted less often
+    assert len(per_pos) == 5 and per_pos[0] >= 0.6, per_pos  # the head's first draft token is mostly right
+    assert per_pos[-1] < per_pos[0], per_pos  # a draft five tokens deep is not as good as one token deep
+
+
+def cache_free_greedy(target, prompt: str, max_new_tokens: int) -> list:
+    """Greedy decoding without any KV cache: the whole sequence through the target's plain causal
+    forward (the training path, no ForwardBatch, no backend, no paged pool) for every new token."""
+    ids = encode(prompt)
+    out = []
+    with torch.no_grad():
+        while len(out) < max_new_tokens and (not out or out[-1] != EOS_ID):
+            seq = torch.tensor([ids + out])
+            hidden, _ = target(seq, torch.arange(seq.shape[1]).unsqueeze(0))
+            out.append(int(target.logits(hidden[0, -1]).argmax()))
+    return out
+
+
+@pytest.mark.parametrize("backend", ["torch_native", "triton"])
+def test_paged_greedy_equals_the_cache_free_causal_forward(backend, prompts):
+    """The lossless reference itself checked: the engine's paged greedy decode (prefill, then one
+    token per step through the KV pool and the backend) equals argmax over a cache-free forward."""
+    target, _ = load_models(MODEL_DIR)
+    chosen = prompts[:3]
+    res = reproduce(backend=backend, mode="greedy", prompts=chosen, max_new_tokens=16, model_dir=MODEL_DIR)
+    assert res.status == "ok", res.summary()
+    for i, prompt in enumerate(chosen):
+        assert res.record["outputs"][i] == cache_free_greedy(target, prompt, 16), f"{backend} prompt {i}"
 
 
 def test_scheduler_admits_and_drops_requests_independently():

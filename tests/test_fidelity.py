@@ -29,3 +29,18 @@ def test_a_changed_upstream_fact_is_reported_as_a_difference():
     diffs = {d["check"] for d in fidelity(snap)["differences"]}
     assert diffs == {"seq_lens fallback kv_indptr, padded idle bs 2, vs real 0.5.14",
                      "fa3 reads spec_info.kv_indptr in decode/idle vs flashattention_backend.py 0.5.14"}
+
+
+def test_a_fallback_reading_a_live_requests_row_is_a_difference(monkeypatch):
+    """The padded-idle table holds real slot numbers outside row 0, so a fallback that reads the
+    wrong row is caught (on an all-zero table any builder would agree with the real 0.5.14)."""
+    import torch
+
+    from workbench.upstream import fidelity as fid_mod
+
+    real = fid_mod.seq_lens_kv_metadata
+    monkeypatch.setattr(fid_mod, "seq_lens_kv_metadata", lambda table, rows, lens: real(table, rows + 1, lens))
+    diffs = {d["check"] for d in fidelity()["differences"]}
+    assert diffs == {"seq_lens fallback kv_indices, padded idle bs 2, vs real 0.5.14"}
+    assert fid_mod.padded_idle_table()[1:3].count_nonzero() == 13 and torch.equal(fid_mod.padded_idle_table()[0],
+                                                                                   torch.zeros(8, dtype=torch.int32))

@@ -85,13 +85,30 @@ def test_cpu_only_machine_uses_the_interpreter() -> None:
     assert isinstance(decode_attention._decode_split_kernel, InterpretedFunction)
 
 
-@pytest.mark.skipif(not CPU_ONLY, reason="CPU-only behaviour")
-def test_triton_imported_first_is_a_clear_error() -> None:
+def _fresh_python(code: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", "import triton, kernels"], env=env, capture_output=True,
-                          text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert proc.returncode != 0
-    assert "RuntimeError" in proc.stderr and "Import `kernels` first" in proc.stderr
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.skipif(not CPU_ONLY, reason="CPU-only behaviour")
+def test_importing_the_kernels_has_no_effect_and_a_foreign_triton_first_is_a_clear_error() -> None:
+    """The workbench's imports touch neither triton nor the environment; the first kernel module
+    to load sets up the interpreter. triton imported by someone else first is a RuntimeError."""
+    ok = _fresh_python(
+        "import os, sys, torch, kernels, workbench.backends.triton, workbench.engine.ops\n"
+        "assert 'triton' not in sys.modules and 'TRITON_INTERPRET' not in os.environ\n"
+        "from kernels import kv_indices\n"
+        "out = torch.empty(3, dtype=torch.int64)\n"
+        "kernels.build_kv_indices(req_to_token=torch.arange(8, dtype=torch.int32).view(2, 4),"
+        " req_pool_indices=torch.tensor([1]), seq_lens=torch.tensor([3]), kv_indptr=torch.tensor([0, 3]),"
+        " kv_indices=out)\n"
+        "print(out.tolist(), kernels.kernel_label(), type(kv_indices._build_kv_indices_kernel).__name__)")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip() == "[4, 5, 6] triton (interpreter, CPU) InterpretedFunction", ok.stdout
+    off = _fresh_python("import triton\nimport kernels\nkernels.setup()")
+    assert off.returncode != 0 and "RuntimeError" in off.stderr
+    assert "triton was imported before kernels.setup()" in off.stderr and "set TRITON_INTERPRET=1" in off.stderr
 
 
 class _LaunchSpy:

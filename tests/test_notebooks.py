@@ -11,7 +11,7 @@ import papermill
 import pytest
 
 from workbench import plots
-from workbench.report import load_bundle
+from workbench.notebook import load_bundle
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -121,7 +121,7 @@ def test_04_replays_the_real_releases_from_the_shipped_measurements(tmp_path):
 
 
 def test_require_rejects_a_bad_expect():
-    from workbench.report import ExpectationError, require
+    from workbench.notebook import ExpectationError, require
 
     rec = {"status": "ok", "config": {"backend": "fa3", "revision": "pr-28221", "dp": 1}, "outputs_sha256": "a"}
     assert "met" in require("ok", rec)

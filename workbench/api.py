@@ -4,32 +4,18 @@ from __future__ import annotations
 import dataclasses
 from typing import Union
 
-from workbench.config import RunConfig
+import kernels
+from workbench.config import RunConfig, make_config
 from workbench.models.loader import load_models, load_prompts
 from workbench.record import RunResult, build_record
 from workbench.speculative.eagle_draft_extend_pr28221 import apply_fix, fix_applied
-
-
-def make_config(config: Union[RunConfig, dict, None] = None, **overrides) -> RunConfig:
-    """A validated RunConfig from a RunConfig, a dict and/or keyword overrides."""
-    if isinstance(config, RunConfig):
-        cfg = dataclasses.replace(config, **overrides)
-    else:
-        fields = {f.name for f in dataclasses.fields(RunConfig)}
-        merged = {**(config or {}), **overrides}
-        unknown = sorted(set(merged) - fields)
-        if unknown:
-            from workbench.config import ConfigError
-
-            raise ConfigError(f"unknown run parameter(s) {unknown}; valid: {sorted(fields)}")
-        cfg = RunConfig(**merged)
-    return cfg.validate()
 
 
 def reproduce(config: Union[RunConfig, dict, None] = None, **overrides) -> RunResult:
     """Run the EAGLE3 loop (or plain greedy) with the given backend, revision, DP and spec
     settings; return the run record. A crash is data in the record; bad parameters and bad
     checkpoints raise (ConfigError, CheckpointError) before anything runs."""
+    kernels.setup()  # the Triton interpreter on a CPU-only machine; rank processes inherit the choice
     cfg = make_config(config, **overrides)
     if fix_applied():
         cfg = dataclasses.replace(cfg, apply_fix_in_place=True)

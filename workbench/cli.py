@@ -2,50 +2,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 from typing import List, Optional
-
-
-def _add_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", default="triton")
-    p.add_argument("--revision", default="pr-28221")
-    p.add_argument("--dp", type=int, default=1)
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--topk", type=int, default=4)
-    p.add_argument("--draft-tokens", type=int, default=16)
-    p.add_argument("--prompts", nargs="+", default=None, help="prompt strings (default: the shipped set)")
-    p.add_argument("--prompts-file", type=Path, default=None, help="JSON list of prompt strings")
-    p.add_argument("--num-prompts", type=int, default=None, help="use the first N prompts")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--max-running", type=int, default=20)
-    p.add_argument("--dp-policy", default="balanced")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=600.0)
-    p.add_argument("--model-dir", default=None)
-
-
-def _config(args: argparse.Namespace, **extra) -> dict:
-    prompts = args.prompts
-    if args.prompts_file is not None:
-        prompts = json.loads(args.prompts_file.read_text())
-    if args.num_prompts is not None:
-        from workbench.models.loader import load_prompts
-
-        prompts = (prompts or load_prompts())[: args.num_prompts]
-    return dict(
-        backend=args.backend, revision=args.revision, dp=args.dp, steps=args.steps, topk=args.topk,
-        draft_tokens=args.draft_tokens, prompts=prompts, max_new_tokens=args.max_new_tokens,
-        max_running=args.max_running, dp_policy=args.dp_policy, seed=args.seed, timeout_s=args.timeout,
-        model_dir=args.model_dir, **extra,
-    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from workbench.api import reproduce
+    from workbench.config import config_from_args
 
-    res = reproduce(_config(args, mode=args.mode))
+    res = reproduce(config_from_args(args))
     print(res.summary())
     if args.json:
         print(f"record written to {res.save(args.json)}")
@@ -56,25 +21,26 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from workbench.bench import bench
+    from workbench.config import config_from_args, make_config
 
-    bench(_config(args), backends=args.backends or [args.backend], repeats=args.repeats, json_out=args.json)
+    config = config_from_args(args)
+    bench(config, backends=args.backends or [make_config(config).backend], repeats=args.repeats, json_out=args.json)
     return 0
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from workbench.config import ConfigError
+    from workbench.config import ConfigError, add_run_args
     from workbench.models.loader import CheckpointError
 
     ap = argparse.ArgumentParser(prog="workbench", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="run EAGLE3 (or greedy) once and write the run record")
-    _add_run_args(run)
-    run.add_argument("--mode", default="eagle", help="eagle or greedy")
+    add_run_args(run)
     run.add_argument("--json", default=None, help="write the run record here")
     run.add_argument("--show-traceback", action="store_true")
     run.set_defaults(func=cmd_run)
     b = sub.add_parser("bench", help="plain greedy vs EAGLE3 on the same backend(s): accept length, tokens/s, speedup")
-    _add_run_args(b)
+    add_run_args(b, exclude=("mode",))
     b.add_argument("--backends", nargs="+", default=None)
     b.add_argument("--repeats", type=int, default=1)
     b.add_argument("--json", default=None)
@@ -86,6 +52,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ct.add_argument("rest", nargs=argparse.REMAINDER)
     ct.set_defaults(func=lambda a: _delegate("workbench.contracts", a.rest))
     args = ap.parse_args(argv)
+    import kernels
+
+    kernels.setup()  # where the Triton kernels run, chosen once before anything else loads them
     try:
         return args.func(args)
     except (ConfigError, CheckpointError) as e:

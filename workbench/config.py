@@ -1,52 +1,67 @@
-"""``RunConfig``: every parameter of a run, validated before any process starts."""
+"""``RunConfig``: every parameter of a run, validated before any process starts, and the one
+source of the command-line run flags (each field's metadata: flag, SGLang-style aliases, help,
+choices), so the CLI, torchrun's entry and the notebooks cannot drift apart."""
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import json
 from dataclasses import dataclass, field
-from typing import List, Optional
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from workbench.backends import backend_names
+from workbench.dp.policy import POLICIES as DP_POLICIES
 from workbench.revisions import REVISIONS
 
-DP_POLICIES = ("balanced", "pack")
+MODES = ("eagle", "greedy")
 
 
 class ConfigError(ValueError):
     """A bad run parameter; the message names the value and the valid choices."""
 
 
+def _arg(help: str, *, aliases: Sequence[str] = (), flag: Optional[str] = None,
+         choices: Optional[Callable[[], Sequence[str]]] = None, cli: bool = True) -> Dict[str, Any]:
+    """Field metadata: the CLI flag (default ``--field-name``), aliases, help and valid choices."""
+    return {"help": help, "aliases": tuple(aliases), "flag": flag, "choices": choices, "cli": cli}
+
+
 @dataclass
 class RunConfig:
-    backend: str = "triton"
-    revision: str = "pr-28221"
-    dp: int = 1
-    steps: int = 5
-    topk: int = 4
-    draft_tokens: int = 16
-    prompts: Optional[List[str]] = None  # None: the shipped prompt set
-    max_new_tokens: int = 64
-    max_running: int = 20
-    seed: int = 0
-    mode: str = "eagle"  # "eagle" or "greedy" (the target alone)
-    dp_policy: str = "balanced"
-    apply_fix_in_place: bool = False  # patch the regressed class in every rank before running
-    timeout_s: float = 600.0
-    fault: Optional[str] = None  # test hook: "raise@rank1" or "sigkill@rank1"
-    model_dir: Optional[str] = None
-    extra: dict = field(default_factory=dict)
+    backend: str = field(default="triton", metadata=_arg(
+        "attention backend", aliases=("--attention-backend",), choices=backend_names))
+    revision: str = field(default="pr-28221", metadata=_arg(
+        "code state of the draft-extend spec_info", choices=lambda: list(REVISIONS)))
+    dp: int = field(default=1, metadata=_arg("DP attention ranks (processes)", aliases=("--dp-size",)))
+    steps: int = field(default=5, metadata=_arg("EAGLE draft steps per round", aliases=("--speculative-num-steps",)))
+    topk: int = field(default=4, metadata=_arg("branches kept per draft step", aliases=("--speculative-eagle-topk",)))
+    draft_tokens: int = field(default=16, metadata=_arg(
+        "tree tokens the target verifies per request, root included (2..steps*topk+1)",
+        aliases=("--speculative-num-draft-tokens",)))
+    prompts: Optional[List[str]] = field(default=None, metadata=_arg("prompt strings (default: the shipped set)"))
+    max_new_tokens: int = field(default=64, metadata=_arg("tokens to generate per prompt"))
+    max_running: int = field(default=20, metadata=_arg("requests per batch on one rank", aliases=("--max-running-requests",)))
+    seed: int = field(default=0, metadata=_arg("torch seed"))
+    mode: str = field(default="eagle", metadata=_arg("eagle, or greedy (the target alone)", choices=lambda: MODES))
+    dp_policy: str = field(default="balanced", metadata=_arg(
+        "how prompts go to DP ranks (pack: fill rank 0 first, leaving later ranks idle)", choices=lambda: DP_POLICIES))
+    apply_fix_in_place: bool = field(default=False, metadata=_arg(
+        "patch the regressed class in every rank before running (PR #28221 in place)"))
+    timeout_s: float = field(default=600.0, metadata=_arg("whole-run limit in seconds", flag="--timeout",
+                                                          aliases=("--timeout-s",)))
+    fault: Optional[str] = field(default=None, metadata=_arg("test hook: raise@rankN or sigkill@rankN", cli=False))
+    model_dir: Optional[str] = field(default=None, metadata=_arg("checkpoint directory (default: the shipped models)"))
+    extra: dict = field(default_factory=dict, metadata=_arg("free-form notes kept in the record", cli=False))
 
     def validate(self) -> "RunConfig":
         def bad(name, value, valid):
             raise ConfigError(f"invalid {name} {value!r}; valid: {valid}")
 
-        if self.backend not in backend_names():
-            bad("backend", self.backend, ", ".join(backend_names()))
-        if self.revision not in REVISIONS:
-            bad("revision", self.revision, ", ".join(REVISIONS))
-        if self.mode not in ("eagle", "greedy"):
-            bad("mode", self.mode, "eagle, greedy")
-        if self.dp_policy not in DP_POLICIES:
-            bad("dp_policy", self.dp_policy, ", ".join(DP_POLICIES))
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            if choices is not None and getattr(self, f.name) not in choices():
+                bad(f.name, getattr(self, f.name), ", ".join(choices()))
         for name in ("dp", "steps", "topk", "max_new_tokens", "max_running"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 bad(name, getattr(self, name), "an integer >= 1")
@@ -69,3 +84,57 @@ class RunConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def make_config(config: Union[RunConfig, dict, None] = None, **overrides: Any) -> RunConfig:
+    """A validated RunConfig from a RunConfig, a dict and/or keyword overrides."""
+    if isinstance(config, RunConfig):
+        cfg = dataclasses.replace(config, **overrides)
+    else:
+        fields = {f.name for f in dataclasses.fields(RunConfig)}
+        merged = {**(config or {}), **overrides}
+        unknown = sorted(set(merged) - fields)
+        if unknown:
+            raise ConfigError(f"unknown run parameter(s) {unknown}; valid: {sorted(fields)}")
+        cfg = RunConfig(**merged)
+    return cfg.validate()
+
+
+def _flag(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def add_run_args(parser: argparse.ArgumentParser, exclude: Sequence[str] = ()) -> None:
+    """One flag per RunConfig field (with its aliases and choices), plus ``--prompts-file`` and
+    ``--num-prompts``. Defaults are None so that ``config_from_args`` passes only what was given."""
+    for f in dataclasses.fields(RunConfig):
+        meta = f.metadata
+        if not meta.get("cli") or f.name in exclude:
+            continue
+        shown = "" if f.default is None else f" (default: {f.default})"
+        kw: Dict[str, Any] = {"dest": f.name, "default": None, "help": meta["help"] + shown}
+        if f.type in ("bool", bool):
+            kw["action"] = "store_const"
+            kw["const"] = True
+        elif f.name == "prompts":
+            kw["nargs"] = "+"
+        else:
+            kw["type"] = {"int": int, "float": float}.get(f.type, str)
+        if meta.get("choices") is not None:
+            kw["choices"] = list(meta["choices"]())
+        parser.add_argument(_flag(f), *meta["aliases"], **kw)
+    parser.add_argument("--prompts-file", type=Path, default=None, help="JSON list of prompt strings")
+    parser.add_argument("--num-prompts", type=int, default=None, help="use the first N prompts")
+
+
+def config_from_args(args: argparse.Namespace, **overrides: Any) -> dict:
+    """The run parameters given on the command line (``add_run_args``), as a dict for ``make_config``."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
+             if getattr(args, f.name, None) is not None}
+    if getattr(args, "prompts_file", None) is not None:
+        given["prompts"] = json.loads(args.prompts_file.read_text())
+    if getattr(args, "num_prompts", None) is not None:
+        from workbench.models.loader import load_prompts
+
+        given["prompts"] = (given.get("prompts") or load_prompts())[: args.num_prompts]
+    return {**given, **overrides}

@@ -4,6 +4,11 @@
 The spec-input cases are the (mode, spec_info) pairs the engine produces (``spec_cases``); a
 spec-input type lacking something a backend reads shows up as a failing cell. The target's idle
 verify pass carries no spec_info here, which is why EagleVerifyInput never rides an IDLE batch.
+
+Each cell also carries the outcome the declared contracts predict (``expected_outcome``): a
+backend that declares ``reads_spec_kv_indptr`` must fail on a non-empty decode/idle batch whose
+spec_info lacks ``kv_indptr``, every other cell must pass. A cell that differs either way is
+*unexpected*, and ``workbench contracts`` exits 1.
 """
 from __future__ import annotations
 
@@ -88,8 +93,7 @@ def minimal_batch(mode: str, backend: "AttentionBackend") -> ForwardBatch:
     if mode.startswith("IDLE"):
         bs = 1 if mode == "IDLE (padded)" else 0
         z = torch.zeros(bs, dtype=torch.int64)
-        return ForwardBatch(ForwardMode.IDLE, bs, z, z, z, torch.ones(bs, dtype=torch.int64), z,
-                            is_padded_idle=bs > 0, **kw)
+        return ForwardBatch(ForwardMode.IDLE, bs, z, z, z, torch.ones(bs, dtype=torch.int64), z, **kw)
     if mode == "DECODE":
         seq = PREFIX + 1
         return ForwardBatch(ForwardMode.DECODE, 2, torch.tensor([7, 8]), PREFIX.clone(), rows, seq,
@@ -102,16 +106,32 @@ def minimal_batch(mode: str, backend: "AttentionBackend") -> ForwardBatch:
                         torch.arange(1, t + 1), extend_seq_lens=lens, extend_prefix_lens=PREFIX.clone(), **kw)
 
 
+def expected_outcome(backend: AttentionBackend, fb: ForwardBatch) -> str:
+    """What the declared contracts predict: ``AttributeError`` where a backend that declares reading
+    ``spec_info.kv_indptr`` gets a non-empty decode/idle batch whose spec_info lacks it, else ``pass``."""
+    spec, mode = fb.spec_info, fb.forward_mode
+    reached = mode.is_decode_or_idle() and fb.batch_size > 0 and spec is not None
+    return "AttributeError" if reached and backend.reads_spec_kv_indptr and not hasattr(spec, "kv_indptr") else "pass"
+
+
 def probe(backend_name: str, case: SpecCase, mode: str) -> dict:
+    """{outcome: "pass" or the exception's class, message, expected: the contracts' prediction}."""
     ctx = BackendContext(ReqToTokenPool(4, 64), KVCache(1, 64, KV_HEADS, D, torch.float32), HEADS, KV_HEADS, D)
     backend = create_backend(backend_name, ctx)
     fb = minimal_batch(mode, backend)
     fb.spec_info = case.make(mode, fb)
+    expected = expected_outcome(backend, fb)
     try:
         called = init_metadata_for(backend, fb)
     except Exception as e:
-        return {"outcome": type(e).__name__, "message": str(e)}
-    return {"outcome": "pass", "message": "" if called else "not called: idle batch of size 0 (as the model runner)"}
+        return {"outcome": type(e).__name__, "message": str(e), "expected": expected}
+    return {"outcome": "pass", "message": "" if called else "not called: idle batch of size 0 (as the model runner)",
+            "expected": expected}
+
+
+def unexpected(rows: List[dict]) -> List[dict]:
+    """Cells whose outcome differs from what the declared contracts predict."""
+    return [r for r in rows if r["outcome"] != r["expected"]]
 
 
 def run_matrix(backends: Optional[Iterable[str]] = None, revisions: Optional[Iterable[str]] = None,
@@ -128,10 +148,13 @@ def run_matrix(backends: Optional[Iterable[str]] = None, revisions: Optional[Ite
 
 
 def format_failures(rows: List[dict]) -> str:
-    bad = [r for r in rows if r["outcome"] != "pass"]
-    lines = [f"{len(rows)} cells, {len(rows) - len(bad)} pass, {len(bad)} fail"]
-    lines += [f"  FAIL {r['revision']:10s} {r['backend']:12s} {r['spec_input']:40s} {r['mode']:14s} "
-              f"{r['outcome']}: {r['message']}" for r in bad]
+    """One line of counts, then every failing cell, marked ``expected`` or ``UNEXPECTED`` (and what was)."""
+    bad = [r for r in rows if r["outcome"] != "pass" or r["expected"] != "pass"]
+    lines = [f"{len(rows)} cells, {sum(r['outcome'] == 'pass' for r in rows)} pass, "
+             f"{sum(r['outcome'] != 'pass' for r in rows)} fail, {len(unexpected(rows))} unexpected"]
+    lines += [f"  {'expected  ' if r['outcome'] == r['expected'] else 'UNEXPECTED'} {r['revision']:10s} "
+              f"{r['backend']:12s} {r['spec_input']:40s} {r['mode']:14s} {r['outcome']}: {r['message']}"
+              + ("" if r["outcome"] == r["expected"] else f" (contracts predict {r['expected']})") for r in bad]
     return "\n".join(lines)
 
 
@@ -146,4 +169,4 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
-    return 0
+    return 1 if unexpected(rows) else 0

@@ -13,13 +13,6 @@ class ForwardMode(enum.IntEnum):
     DRAFT_EXTEND = 4  # the draft model runs over the tokens the target accepted
     IDLE = 5  # a DP rank with no work joins the collectives
 
-    def is_extend(self) -> bool:
-        """Modes whose queries are ragged runs of new tokens (prefill-like kernels)."""
-        return self in (ForwardMode.EXTEND, ForwardMode.DRAFT_EXTEND, ForwardMode.TARGET_VERIFY)
-
-    def is_decode(self) -> bool:
-        return self == ForwardMode.DECODE
-
     def is_idle(self) -> bool:
         return self == ForwardMode.IDLE
 
@@ -28,9 +21,6 @@ class ForwardMode(enum.IntEnum):
 
     def is_target_verify(self) -> bool:
         return self == ForwardMode.TARGET_VERIFY
-
-    def is_draft_extend(self) -> bool:
-        return self == ForwardMode.DRAFT_EXTEND
 
 
 class CaptureHiddenMode(enum.IntEnum):

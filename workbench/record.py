@@ -1,18 +1,68 @@
-"""The run record (DESIGN §7): one JSON-serialisable dict per run, and ``RunResult`` around it."""
+"""The run record: one JSON-serialisable dict per run, ``RunResult`` around it, and the one
+constructor of its ``crash`` entry that every producer uses (rank runner, DP collector, torchrun
+merge, upstream replay).
+
+Light on purpose (torch is imported only when a record is built): the nightly imports the status
+names and crash fields from here.
+"""
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
 import json
+import os
 import platform
+import traceback as traceback_mod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
-import torch
-
-from workbench.config import RunConfig
 from workbench.metrics import Metrics, loop_summary
+
+if TYPE_CHECKING:
+    from workbench.config import RunConfig
+
+STATUSES = ("ok", "crashed", "timeout", "error")  # a run record's ``status``
+CRASH_FIELDS = ("rank", "phase", "forward_mode", "batch_size", "exception_type", "message", "traceback", "time",
+                "raised_at", "bundle")
+
+
+def crash_record(
+    *, rank: Optional[int], phase: Optional[str], forward_mode: Optional[str], batch_size: Optional[int],
+    exception_type: str, message: str, traceback: Optional[str] = None, time: Optional[float] = None,
+    raised_at: Optional[dict] = None, bundle: Optional[str] = None,
+) -> dict:
+    """The ``crash`` entry of a run record, keys ``CRASH_FIELDS``.
+
+    rank: the DP rank (None: no one rank, e.g. a whole-run timeout); phase / forward_mode /
+    batch_size: the forward pass it was in; time: epoch seconds when raised (orders the ranks'
+    failures); raised_at: {file, line, function, code} of the innermost frame; bundle: path of a
+    crash bundle, if one was written.
+    """
+    if not isinstance(exception_type, str) or not exception_type:
+        raise ValueError(f"invalid exception_type {exception_type!r}; valid: an exception class name")
+    return {"rank": rank, "phase": phase, "forward_mode": forward_mode, "batch_size": batch_size,
+            "exception_type": exception_type, "message": str(message), "traceback": traceback, "time": time,
+            "raised_at": raised_at, "bundle": bundle}
+
+
+def raised_at(exc: BaseException) -> Optional[dict]:
+    """{file, line, function, code} of the innermost frame of ``exc``'s traceback."""
+    frames = traceback_mod.extract_tb(exc.__traceback__)
+    if not frames:
+        return None
+    f = frames[-1]
+    return {"file": os.path.relpath(f.filename) if f.filename.startswith(os.getcwd()) else f.filename,
+            "line": f.lineno, "function": f.name, "code": f.line}
+
+
+def crash_from_exception(exc: BaseException, *, rank: Optional[int], where: dict, time: Optional[float] = None,
+                         bundle: Optional[str] = None) -> dict:
+    """``crash_record`` of a caught exception; ``where`` holds phase, forward_mode, batch_size."""
+    return crash_record(rank=rank, phase=where.get("phase"), forward_mode=where.get("forward_mode"),
+                        batch_size=where.get("batch_size"), exception_type=type(exc).__name__, message=str(exc),
+                        traceback="".join(traceback_mod.format_exception(exc)), time=time, raised_at=raised_at(exc),
+                        bundle=bundle)
 
 
 def outputs_sha256(outputs: List[Optional[List[int]]]) -> str:
@@ -21,6 +71,9 @@ def outputs_sha256(outputs: List[Optional[List[int]]]) -> str:
 
 
 def environment(backend_kernel: Optional[str]) -> dict:
+    """Python, torch, triton and device of this process, and how the run's kernels executed."""
+    import torch
+
     env = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", "kernel": backend_kernel}
     try:
@@ -33,10 +86,13 @@ def environment(backend_kernel: Optional[str]) -> dict:
 
 
 def build_record(
-    cfg: RunConfig, prompts: List[str], outputs: Dict[int, List[int]], metrics: Metrics, wall_s: float,
+    cfg: "RunConfig", prompts: List[str], outputs: Dict[int, List[int]], metrics: Metrics, wall_s: float,
     crash: Optional[dict], kernel: Optional[str], kernel_stand_in: Optional[bool], status: Optional[str] = None,
     extra: Optional[dict] = None,
 ) -> dict:
+    """The run record of ``cfg`` over ``prompts``; ``status`` (one of STATUSES) defaults from ``crash``."""
+    if status is not None and status not in STATUSES:
+        raise ValueError(f"invalid status {status!r}; valid: {', '.join(STATUSES)}")
     ordered = [outputs.get(i) for i in range(len(prompts))]
     tokens = sum(len(o) for o in ordered if o)
     config = cfg.to_dict()

@@ -18,7 +18,6 @@ class Revision:
     name: str
     summary: str
     draft_extend_class: type
-    expected_dp_triton: str  # "ok" or "crashed": the outcome DESIGN §3 predicts on triton + DP attention
 
     def draft_extend_input(self, hidden_states: torch.Tensor, verified_id: torch.Tensor, accept_length: torch.Tensor) -> SpecInput:
         """spec_info of a (non-idle) draft-extend pass. hidden_states (T, 3H), verified_id (T,), accept_length (bs,)."""
@@ -43,9 +42,9 @@ class Revision:
 REVISIONS: Dict[str, Revision] = {
     r.name: r
     for r in (
-        Revision("pre-24860", "draft-extend carries an EagleDraftInput (kv_indptr None)", EagleDraftInput, "ok"),
-        Revision("pr-24860", "EagleDraftExtendInput without kv_indptr", regressed.EagleDraftExtendInput, "crashed"),
-        Revision("pr-28221", "EagleDraftExtendInput with kv_indptr: Optional[Tensor] = None", fix.EagleDraftExtendInput, "ok"),
+        Revision("pre-24860", "draft-extend carries an EagleDraftInput (kv_indptr None)", EagleDraftInput),
+        Revision("pr-24860", "EagleDraftExtendInput without kv_indptr", regressed.EagleDraftExtendInput),
+        Revision("pr-28221", "EagleDraftExtendInput with kv_indptr: Optional[Tensor] = None", fix.EagleDraftExtendInput),
     )
 }
 

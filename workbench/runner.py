@@ -5,7 +5,6 @@ Used directly for dp 1 and by each rank process under DP attention (``workbench.
 from __future__ import annotations
 
 import time
-import traceback
 from typing import Callable, List, Optional
 
 import torch
@@ -17,6 +16,7 @@ from workbench.engine.scheduler import AnyRank, Scheduler
 from workbench.engine.schedule_batch import Req
 from workbench.engine.worker import GreedyWorker, WorkerBase
 from workbench.metrics import Metrics
+from workbench.record import crash_from_exception
 from workbench.models.loader import load_models
 from workbench.models.tokenizer import encode
 from workbench.revisions import get_revision
@@ -61,11 +61,7 @@ def run_rank(
         out["slots_capacity"] = worker.memory.allocator.capacity
     except Exception as e:  # the record carries it; DP callers end the other ranks
         where = dict(worker.current) if worker is not None else {"phase": "setup"}
-        out["crash"] = {
-            "rank": rank, "phase": where.get("phase"), "forward_mode": where.get("forward_mode"),
-            "batch_size": where.get("batch_size"), "exception_type": type(e).__name__, "message": str(e),
-            "traceback": traceback.format_exc(), "time": time.time(),
-        }
+        out["crash"] = crash_from_exception(e, rank=rank, where=where, time=time.time())
         for r in (sched.finished if sched is not None else []):  # requests done before the crash stay
             out["outputs"][r.rid] = r.output_ids
     out["wall_s"] = time.perf_counter() - t0

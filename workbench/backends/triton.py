@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-import kernels  # first: selects Triton's interpreter on a machine without a GPU
+import kernels
 import torch
 
 from workbench.backends.base import AttentionBackend

@@ -7,7 +7,7 @@ from typing import Dict, List, Optional
 
 from workbench.config import RunConfig
 from workbench.metrics import Metrics
-from workbench.record import build_record
+from workbench.record import build_record, crash_record
 
 
 def primary_crash(crashes: List[dict]) -> Optional[dict]:
@@ -29,9 +29,9 @@ def signal_crash(rank: int, exitcode: Optional[int], last: Optional[dict], log: 
         how += " without reporting a result"
     last = last or {}
     tail = log.read_text()[-4000:] if log is not None and log.exists() else ""
-    return {"rank": rank, "phase": last.get("phase"), "forward_mode": last.get("forward_mode"),
-            "batch_size": last.get("batch_size"), "exception_type": kind, "message": f"rank {rank} {how}",
-            "traceback": tail or None}
+    return crash_record(rank=rank, phase=last.get("phase"), forward_mode=last.get("forward_mode"),
+                        batch_size=last.get("batch_size"), exception_type=kind, message=f"rank {rank} {how}",
+                        traceback=tail or None)
 
 
 class Collector:
@@ -76,8 +76,7 @@ class Collector:
         }
         crash = primary_crash(self.crashes)
         if status == "timeout":
-            crash = {"rank": None, "phase": None, "forward_mode": None, "batch_size": None, "exception_type": "Timeout",
-                     "message": f"run exceeded {self.cfg.timeout_s} s; last forward per rank: {self.last_forward}",
-                     "traceback": None}
+            crash = crash_record(rank=None, phase=None, forward_mode=None, batch_size=None, exception_type="Timeout",
+                                 message=f"run exceeded {self.cfg.timeout_s} s; last forward per rank: {self.last_forward}")
         return build_record(self.cfg, prompts, outputs, self.metrics, wall_s, crash, first.get("kernel"),
                             first.get("kernel_stand_in"), status=status, extra=extra)

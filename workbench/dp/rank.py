@@ -9,12 +9,13 @@ import json
 import os
 import signal
 import sys
-import traceback
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import List
 
 from workbench.config import RunConfig
+from workbench.record import crash_from_exception
 
 
 class Emitter:
@@ -26,6 +27,19 @@ class Emitter:
     def put(self, event) -> None:
         self.stream.write(json.dumps(event) + "\n")
         self.stream.flush()
+
+
+class _FaultyRunner:
+    """A model runner whose forward fails as the test hook asks, inside the worker's ``run`` (so the
+    crash record knows the forward mode and batch size, as for a real failure)."""
+
+    def __init__(self, kind: str, rank: int, hook: str) -> None:
+        self.kind, self.rank, self.hook = kind, rank, hook
+
+    def forward(self, fb, hidden=None):
+        if self.kind == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise RuntimeError(f"fault injected on rank {self.rank} (test hook {self.hook})")
 
 
 def _hooks(cfg: RunConfig, rank: int, queue):
@@ -43,10 +57,7 @@ def _hooks(cfg: RunConfig, rank: int, queue):
             queue.put(("forward", rank, {"phase": worker.current.get("phase"), "forward_mode": fb.forward_mode.name,
                                          "batch_size": fb.batch_size}))
             if fault is not None and worker.current.get("phase") == "verify":
-                if fault == "sigkill":
-                    os.kill(os.getpid(), signal.SIGKILL)
-                fault = None
-                raise RuntimeError(f"fault injected on rank {rank} (test hook {cfg.fault})")
+                runner, fault = _FaultyRunner(fault, rank, cfg.fault), None
             return run(runner, fb, hidden)
 
         def latency(phase, s):
@@ -65,6 +76,7 @@ def _hooks(cfg: RunConfig, rank: int, queue):
 def rank_main(rank: int, world: int, init_method: str, cfg_dict: dict, prompts: List[str], ids: List[int],
               queue, collective_timeout_s: float) -> None:
     """Entry point of a spawned rank (and of ``workbench.dp.torchrun``)."""
+    import kernels
     import torch.distributed as dist
 
     from workbench.dp.comm import DPCommunicator
@@ -73,15 +85,15 @@ def rank_main(rank: int, world: int, init_method: str, cfg_dict: dict, prompts: 
 
     import torch
 
+    kernels.setup()
     cfg = RunConfig(**cfg_dict)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))  # ranks share the cores: no oversubscription
     try:
         dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=collective_timeout_s))
     except Exception as e:
-        queue.put(("done", rank, {"crash": {"rank": rank, "phase": "setup", "forward_mode": None, "batch_size": None,
-                                            "exception_type": type(e).__name__, "message": str(e),
-                                            "traceback": traceback.format_exc()}, "outputs": {}}))
+        crash = crash_from_exception(e, rank=rank, where={"phase": "setup"}, time=time.time())
+        queue.put(("done", rank, {"crash": crash, "outputs": {}}))
         return
     if cfg.apply_fix_in_place:
         apply_fix()

@@ -19,14 +19,13 @@ from workbench.config import RunConfig
 
 
 def _run(args: argparse.Namespace) -> int:
-    from workbench.api import make_config
-    from workbench.cli import _config
+    from workbench.config import config_from_args, make_config
     from workbench.dp.policy import assign
     from workbench.dp.rank import Emitter, rank_main
     from workbench.models.loader import load_prompts
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    cfg = make_config(_config(args, mode=args.mode), dp=world)
+    cfg = make_config(config_from_args(args), dp=world)
     prompts = cfg.prompts if cfg.prompts is not None else load_prompts()
     plan = assign(len(prompts), world, cfg.dp_policy, cfg.max_running)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -59,12 +58,11 @@ def merge(directory: Path) -> dict:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from workbench.cli import _add_run_args
+    from workbench.config import add_run_args
 
     ap = argparse.ArgumentParser(prog="python -m workbench.dp.torchrun", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_run_args(ap)
-    ap.add_argument("--mode", default="eagle")
+    add_run_args(ap, exclude=("dp",))  # the world size is torchrun's
     ap.add_argument("--out", type=Path, default=Path("runs/torchrun"))
     ap.add_argument("--merge", type=Path, default=None, help="merge a finished job's directory into a record")
     ap.add_argument("--json", default=None)

@@ -4,14 +4,15 @@ draft-extend inputs), one torch version each, and the backend-chosen set the wor
 A backend names its set in ``AttentionBackend.ops``: ``TRITON_OPS`` runs the speculative helper
 kernels of ``kernels`` (as upstream's triton path does), ``TORCH_OPS`` their torch versions (the
 kernels' ``*_ref``). In Triton's CPU interpreter each launch costs ~0.1 s, which would swamp the
-per-step timings of the torch-computed backends.
+per-step timings of the torch-computed backends. Ops are looked up in ``kernels`` when called,
+so no kernel module loads before ``kernels.setup()``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Tuple
+from typing import Any, Tuple
 
-import kernels  # first: selects Triton's interpreter on a machine without a GPU
+import kernels
 import torch
 from kernels.ragged import indptr_from_lens, ragged_arange
 
@@ -20,12 +21,23 @@ __all__ = ["BookkeepingOps", "TORCH_OPS", "TRITON_OPS", "gather_req_to_token", "
 
 @dataclass(frozen=True)
 class BookkeepingOps:
-    """Three ops with the keyword signatures of the Triton kernels of the same names."""
+    """Three ops with the keyword signatures of the Triton kernels of the same names;
+    ``suffix`` "" picks the kernels, "_ref" their torch versions."""
 
     name: str
-    assign_req_to_token_pool: Callable[..., None]
-    build_kv_indices: Callable[..., None]
-    draft_extend_positions_and_bonus: Callable[..., None]
+    suffix: str
+
+    def _op(self, op: str) -> Any:
+        return getattr(kernels, op + self.suffix)
+
+    def assign_req_to_token_pool(self, **kw: torch.Tensor) -> None:
+        self._op("assign_req_to_token_pool")(**kw)
+
+    def build_kv_indices(self, **kw: torch.Tensor) -> None:
+        self._op("build_kv_indices")(**kw)
+
+    def draft_extend_positions_and_bonus(self, **kw: torch.Tensor) -> None:
+        self._op("draft_extend_positions_and_bonus")(**kw)
 
     def assign(self, req_to_token: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor, lens: torch.Tensor,
                slots: torch.Tensor) -> None:
@@ -44,10 +56,8 @@ class BookkeepingOps:
         return positions, last
 
 
-TORCH_OPS = BookkeepingOps("torch", kernels.assign_req_to_token_pool_ref, kernels.build_kv_indices_ref,
-                           kernels.draft_extend_positions_and_bonus_ref)
-TRITON_OPS = BookkeepingOps("triton", kernels.assign_req_to_token_pool, kernels.build_kv_indices,
-                            kernels.draft_extend_positions_and_bonus)
+TORCH_OPS = BookkeepingOps("torch", "_ref")
+TRITON_OPS = BookkeepingOps("triton", "")
 
 
 def gather_req_to_token(req_to_token: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor,

@@ -15,9 +15,3 @@ class SpecInput:
 
     def __init__(self, spec_input_type: SpecInputType) -> None:
         self.spec_input_type = spec_input_type
-
-    def is_draft_input(self) -> bool:
-        return self.spec_input_type in (SpecInputType.EAGLE_DRAFT, SpecInputType.EAGLE_DRAFT_EXTEND)
-
-    def is_verify_input(self) -> bool:
-        return self.spec_input_type == SpecInputType.EAGLE_VERIFY

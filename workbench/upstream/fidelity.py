@@ -55,6 +55,19 @@ def observed_reads(backend: str) -> Dict[str, bool]:
     return out
 
 
+def padded_idle_table() -> torch.Tensor:
+    """req_to_token (4, 8) as the engine leaves it with two requests running: row 0 reserved for
+    padded IDLE rows (slot 0, the sink), rows 1-2 holding real slots from the allocator. A builder
+    that reads any other row or column than row 0 / column 0 yields a real slot number there."""
+    from workbench.mem.pool import ReqToTokenPool, TokenSlotAllocator
+
+    pool, slots = ReqToTokenPool(4, 8), TokenSlotAllocator(32)
+    pool.alloc(1)  # row 0: the padding row, reserved as the workers reserve it
+    for row, n in zip(pool.alloc(2), (5, 8)):
+        pool.req_to_token[row, :n] = slots.alloc(n).to(torch.int32)
+    return pool.req_to_token
+
+
 def load_snapshot(path: Optional[Path] = None) -> dict:
     return json.loads(Path(path or SNAPSHOT).read_text())
 
@@ -98,7 +111,7 @@ def fidelity(snapshot: Optional[dict] = None) -> dict:
             facts = survey.get(release, {}).get("spec_inputs", {})
             upstream = facts.get("EagleDraftExtendInput", facts.get("EagleDraftInput"))
             check(f"{rev} draft-extend spec_info has kv_indptr vs {release}", ours, upstream)
-    table = torch.zeros(1, 8, dtype=torch.int32)
+    table = padded_idle_table()
     kv_indptr, kv_indices = seq_lens_kv_metadata(table, torch.zeros(2, dtype=torch.int64), torch.ones(2, dtype=torch.int64))
     real = snap["replay"].get("0.5.14", {})
     check("seq_lens fallback kv_indptr, padded idle bs 2, vs real 0.5.14", kv_indptr.tolist(), real.get("kv_indptr"))

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from workbench.record import crash_record
+
 from .env import EnvBuildError, ensure_env
 from .releases import Log, ReleaseError, check_version, default_cache_dir, echo, known_releases
 
@@ -97,10 +99,9 @@ def _fill_from_result(rec: dict, result: dict, tag: str, log: Log) -> None:
         log(f"{tag} ok: kv_indptr={result['metrics']['kv_indptr']} {run}")
     elif result["status"] == "crashed":
         rec["status"] = "crashed"
-        rec["crash"] = {"rank": 0, "phase": "draft-extend", "forward_mode": "IDLE",
-                        "batch_size": BATCH_SIZE, "exception_type": result["exception_type"],
-                        "message": result["message"], "traceback": result["traceback"],
-                        "raised_at": _raised_at(result.get("frames", []))}
+        rec["crash"] = crash_record(rank=0, phase="draft-extend", forward_mode="IDLE", batch_size=BATCH_SIZE,
+                                    exception_type=result["exception_type"], message=result["message"],
+                                    traceback=result["traceback"], raised_at=_raised_at(result.get("frames", [])))
         where = rec["crash"]["raised_at"] or {}
         log(f"{tag} crashed: {result['exception_type']}: {result['message']} "
             f"at {where.get('file')}:{where.get('line')} {run}")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from workbench.report import Table
+from workbench.notebook import Table
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
@@ -77,26 +77,26 @@ def replay_failures(replays: List[dict], expected: dict) -> List[str]:
     return [f"sglang {v}: expected {want}, got {got.get(v)}" for v, want in expected.items() if got.get(v) != want]
 
 
-HOLE = {("pr-24860", b, "IDLE (padded)") for b in ("triton", "flashinfer")}
-
-
 def problems(data: dict, fid: dict, cells: List[dict], replay_releases: List[str]) -> List[str]:
     """What departs from upstream: replays not ending as released (0.5.12 / 0.5.13 crashed, later
-    ok), fidelity differences, fuzzer failures outside the pr-24860 hole."""
+    ok), fidelity differences, fuzzer cells that differ from what the declared contracts predict
+    (a failure outside the pr-24860 hole, or a hole cell that passes)."""
+    from workbench.contracts import unexpected
+
     expected = {v: ("crashed" if v in ("0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1") else "ok")
                 for v in replay_releases}
     out = replay_failures(data["replays"], expected)
     out += [f"fidelity: {d['check']}" for d in fid["differences"]]
-    out += [f"fuzzer: unexpected failing cell {c['revision']} {c['backend']} {c['spec_input']} {c['mode']}"
-            for c in cells if c["outcome"] != "pass" and (c["revision"], c["backend"], c["mode"]) not in HOLE]
+    out += [f"fuzzer: {c['revision']} {c['backend']} {c['spec_input']} {c['mode']}: {c['outcome']}, "
+            f"contracts predict {c['expected']}" for c in unexpected(cells)]
     return out
 
 
 def save_record(path: str, params: dict, data: dict, fid: dict, cells: List[dict], found: List[str]) -> Path:
-    """The notebook record (``workbench.report`` bundle): one run record per replayed release
+    """The notebook record (``workbench.notebook`` bundle): one run record per replayed release
     (role ``replay/<version>``) and a ``checks`` record whose status is ok when nothing departs
     from upstream (else ``mismatch``, with the problems)."""
-    from workbench.report import save_bundle
+    from workbench.notebook import save_bundle
 
     checks = {"status": "ok" if not found else "mismatch", "crash": None, "problems": found,
               "config": {"backend": "workbench contracts", "kernel": None, "source": data["source"]},

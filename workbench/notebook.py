@@ -1,4 +1,6 @@
-"""Notebook-facing helpers: prompt choice, tables of run records, the notebook record, the expectation gate.
+"""Notebook-facing helpers: the run config from a notebook's parameters, prompt choice, tables of
+run records, the notebook record, the expectation gate. Notebook 04's views of the real releases
+are ``workbench.notebook.upstream`` (``workbench/upstream/views.py``).
 
 A notebook writes one *notebook record* (``save_bundle``) at its ``record_path``: its parameters
 and every run record it made, by role (e.g. ``run``; ``reference`` / ``fixed`` / ``undo``;
@@ -6,6 +8,7 @@ and every run record it made, by role (e.g. ``run``; ``reference`` / ``fixed`` /
 """
 from __future__ import annotations
 
+import dataclasses
 import html
 import io
 import json
@@ -60,6 +63,21 @@ def select_prompts(prompts: Optional[List[str]] = None, num_prompts: Optional[in
 
     shipped = load_prompts()
     return shipped[:num_prompts] if num_prompts else shipped
+
+
+def run_config(params: Mapping[str, Any], **overrides: Any) -> dict:
+    """The run parameters among a notebook's ``params``: its RunConfig fields, with ``prompts`` /
+    ``num_prompts`` resolved to the prompt list (``select_prompts``), then ``overrides``. Other
+    keys (``backends``, ``expect``, ``record_path``, ...) are the notebook's own. Validated now:
+    a bad value raises ConfigError naming it and the valid ones, before anything runs."""
+    from workbench.config import RunConfig, make_config
+
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    config = {k: v for k, v in params.items() if k in fields}
+    config["prompts"] = select_prompts(params.get("prompts"), params.get("num_prompts"))
+    config.update(overrides)
+    make_config(config)
+    return config
 
 
 def _fmt(x: Optional[float], digits: int = 2) -> Optional[str]:
@@ -182,3 +200,11 @@ def compare_backends(config: dict, backends: Sequence[str], modes: Sequence[str]
     from workbench.api import reproduce
 
     return {f"{mode}/{b}": reproduce({**config, "backend": b, "mode": mode}) for b in backends for mode in modes}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "upstream":  # imported on use: views.py builds on this module's Table
+        from workbench.upstream import views
+
+        return views
+    raise AttributeError(f"module 'workbench.notebook' has no attribute {name!r}")

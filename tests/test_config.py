@@ -1,0 +1,55 @@
+"""One config source: the run flags of the CLI and of torchrun's entry come from RunConfig's fields,
+SGLang's flag names are aliases, and notebooks build their config with one helper."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+
+from workbench.config import DP_POLICIES, ConfigError, RunConfig, add_run_args, config_from_args, make_config
+from workbench.dp import policy
+
+
+def _parse(argv, **kw):
+    ap = argparse.ArgumentParser()
+    add_run_args(ap, **kw)
+    return config_from_args(ap.parse_args(argv))
+
+
+def test_every_cli_field_has_a_flag_and_only_given_flags_reach_the_config():
+    ap = argparse.ArgumentParser()
+    add_run_args(ap)
+    dests = {a.dest for a in ap._actions}
+    cli_fields = {f.name for f in dataclasses.fields(RunConfig) if f.metadata["cli"]}
+    assert cli_fields <= dests and {"fault", "extra"}.isdisjoint(dests)
+    assert _parse([]) == {}
+    assert _parse(["--timeout", "5", "--apply-fix-in-place"]) == {"timeout_s": 5.0, "apply_fix_in_place": True}
+
+
+def test_sglang_flag_names_are_aliases_of_the_one_name():
+    got = _parse(["--speculative-num-steps", "3", "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "4",
+                  "--attention-backend", "fa3", "--dp-size", "2"])
+    assert got == {"steps": 3, "topk": 2, "draft_tokens": 4, "backend": "fa3", "dp": 2}
+    assert make_config(got).draft_tokens == 4
+
+
+def test_choices_come_from_the_registries_and_the_policy_list_exists_once(capsys):
+    assert DP_POLICIES is policy.POLICIES
+    with pytest.raises(SystemExit):
+        _parse(["--dp-policy", "random"])
+    assert "invalid choice: 'random' (choose from 'balanced', 'pack')" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        _parse(["--dp", "2"], exclude=("dp",))  # torchrun's entry: the world size is torchrun's
+
+
+def test_notebook_run_config_takes_the_run_fields_and_validates():
+    from workbench.notebook import run_config
+
+    params = dict(backend="triton", revision="pr-24860", dp=2, steps=3, topk=2, draft_tokens=4, prompts=["a"],
+                  num_prompts=1, expect="crash", record_path="x.json", compare_backends=["fa3"])
+    assert run_config(params) == dict(backend="triton", revision="pr-24860", dp=2, steps=3, topk=2, draft_tokens=4,
+                                      prompts=["a"])
+    assert len(run_config({"num_prompts": 2})["prompts"]) == 2
+    with pytest.raises(ConfigError, match="invalid draft_tokens 9; valid: an integer in 2..steps"):
+        run_config({**params, "draft_tokens": 9})

@@ -1,0 +1,108 @@
+"""One crash record and one execution outcome: every producer goes through its constructor, and
+the nightly's expectation fields are fields of that record."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ci.execute import OUTCOMES, execution_result
+from ci.expect import CRASH_FIELDS as CHECKED_FIELDS, check_cell, check_run
+from ci.matrix import EXPECT_FIELDS
+from workbench.record import CRASH_FIELDS, STATUSES, crash_from_exception, crash_record
+
+ROOT = Path(__file__).resolve().parent.parent
+MESSAGE = "'EagleDraftExtendInput' object has no attribute 'kv_indptr'"
+
+
+def _dict_key_sets(tree: ast.AST):
+    """(line, string keys) of every dict literal and dict(...) call in ``tree``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            yield node.lineno, {k.value for k in node.keys if isinstance(k, ast.Constant)}
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "dict":
+            yield node.lineno, {kw.arg for kw in node.keywords}
+
+
+@pytest.mark.parametrize("keys,owner,dirs", [
+    ({"exception_type", "message"}, "workbench/record.py", ("workbench", "ci", "kernels", "benchmarks")),
+    ({"outcome", "error"}, "ci/execute.py", ("ci",)),
+])
+def test_no_module_builds_the_record_by_hand(keys, owner, dirs):
+    """A dict literal with the record's keys anywhere but its constructor is a second constructor."""
+    found = []
+    for d in dirs:
+        for path in sorted((ROOT / d).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel != owner:
+                found += [f"{rel}:{line}" for line, ks in _dict_key_sets(ast.parse(path.read_text())) if keys <= ks]
+    assert found == [], f"{sorted(keys)} dict built outside {owner}: {found}"
+
+
+def test_every_crash_producer_emits_exactly_the_constructors_fields(tmp_path):
+    from workbench.config import RunConfig
+    from workbench.dp.collect import Collector, signal_crash
+    from workbench.dp.rank import rank_main
+    from workbench.runner import run_rank
+    from workbench.upstream.release_replay import _fill_from_result, _record
+
+    produced = {}
+    res = run_rank(RunConfig(model_dir=str(tmp_path / "missing")), ["x"], [0])  # fails while building the worker
+    produced["runner"] = res["crash"]
+    events = []
+
+    class Sink:
+        put = events.append
+
+    rank_main(0, 1, "bogus://nowhere", RunConfig().to_dict(), ["x"], [0], Sink(), 5.0)
+    produced["rank setup"] = events[-1][2]["crash"]
+    produced["signal"] = signal_crash(1, -9, {"phase": "verify", "forward_mode": "IDLE", "batch_size": 1}, None)
+    col = Collector(RunConfig(dp=2))
+    produced["timeout"] = col.record(["x"], 1.0, "timeout", {})["crash"]
+    rec = _record("0.5.13", "triton")
+    _fill_from_result(rec, {"status": "crashed", "exception_type": "AttributeError", "message": MESSAGE,
+                            "traceback": "Traceback ...", "frames": []}, "[t]", lambda s: None)
+    produced["upstream replay"] = rec["crash"]
+    for name, crash in produced.items():
+        assert tuple(crash) == CRASH_FIELDS, name
+    assert produced["runner"]["phase"] == "setup" and produced["runner"]["exception_type"] == "CheckpointError"
+    assert produced["rank setup"]["rank"] == 0 and produced["rank setup"]["phase"] == "setup"
+    assert produced["signal"]["exception_type"] == "RankProcessDied" and "SIGKILL" in produced["signal"]["message"]
+    assert rec["status"] in STATUSES and produced["upstream replay"]["message"] == MESSAGE
+
+
+def test_the_nightlys_expectation_fields_are_fields_of_the_crash_record():
+    assert set(EXPECT_FIELDS) - {"status", "message_contains"} == set(CHECKED_FIELDS)
+    assert set(CHECKED_FIELDS) <= set(CRASH_FIELDS)
+    want = yaml.safe_load((ROOT / "ci" / "matrix.yaml").read_text())["expectations"]["idle_rank_kv_indptr"]
+    crash = crash_record(rank=1, phase="draft-extend", forward_mode="IDLE", batch_size=1,
+                         exception_type="AttributeError", message=MESSAGE)
+    assert check_run(want, {"status": "crashed", "crash": crash}) == []
+    for field, other in (("rank", 0), ("phase", "verify"), ("forward_mode", "DECODE"),
+                         ("exception_type", "KeyError"), ("message", "something else")):
+        got = check_run(want, {"status": "crashed", "crash": {**crash, field: other}})
+        assert len(got) == 1 and got[0].startswith(field), (field, got)
+
+
+def test_crash_from_exception_says_where_it_was_raised():
+    try:
+        {}.__getattribute__("kv_indptr")
+    except AttributeError as e:
+        crash = crash_from_exception(e, rank=1, where={"phase": "draft-extend", "forward_mode": "IDLE", "batch_size": 1})
+    assert tuple(crash) == CRASH_FIELDS and crash["raised_at"]["file"] == "tests/test_record.py"
+    assert "kv_indptr" in crash["raised_at"]["code"] and crash["traceback"].startswith("Traceback")
+    with pytest.raises(ValueError, match="invalid exception_type ''"):
+        crash_record(rank=0, phase=None, forward_mode=None, batch_size=None, exception_type="", message="")
+
+
+def test_every_execution_outcome_is_judged_by_the_nightly():
+    with pytest.raises(ValueError, match="invalid outcome 'crashed'; valid: completed, failed"):
+        execution_result("crashed")
+    bundle = {"primary": "run", "runs": {"run": {"status": "ok", "crash": None}}}
+    assert check_cell({"primary": {"status": "ok"}}, execution_result("completed"), bundle) == []
+    for outcome in OUTCOMES[1:]:
+        ex = execution_result(outcome, cell=3, ename="E", evalue="why")
+        assert set(ex["error"]) == {"cell", "ename", "evalue", "traceback"}
+        assert check_cell({"primary": {"status": "ok"}}, ex, bundle) == [f"notebook {outcome} in cell 3: E: why"]
