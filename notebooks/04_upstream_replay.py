@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -20,8 +22,9 @@
 # 1. **Survey.** The sglang wheels, read statically with `ast` (never imported): which spec-input
 #    classes declare `kv_indptr`, which attention backends read `spec_info.kv_indptr` and how
 #    (plain attribute, a None guard, `getattr` with a default), which worker installs which class.
-# 2. **Replay.** Per release an isolated, cached virtual environment (CPU torch, sglang `--no-deps`,
-#    a torchvision *import stand-in* used only there) and, in a subprocess, the real
+# 2. **Replay.** Per range of releases one cached dependency environment (CPU torch, the imports
+#    sglang needs, a torchvision *import stand-in* used only there), the release's own sources
+#    first on the path, and, in a subprocess, the real
 #    `TritonAttnBackend.init_forward_metadata` on a real DP-padded IDLE `ForwardBatch` whose
 #    spec_info is the real `EagleDraftExtendInput.create_idle_input(...)`. 0.5.12 and 0.5.13 ship
 #    the class without the field; 0.5.14 ships the fix.
@@ -29,10 +32,12 @@
 #    for a padded idle batch against what the real 0.5.14 backend produced.
 # 4. **Contract fuzzer.** Every backend × spec-input × forward mode of the workbench through
 #    `init_forward_metadata`: the whole class of bug, not just this instance.
+# 5. **The bug class on real SGLang.** The contract lint over every release, each finding
+#    triaged by a replay on the real code.
 #
 # With `live = False` it uses the measurements shipped in `workbench/assets/` (no network,
-# seconds). With `live = True` it downloads the wheels and builds the environments (about
-# 1.5 min and 2.4 GiB per release the first time, cached afterwards).
+# seconds). With `live = True` it downloads the wheels and builds the environments (1.2–4 min
+# and ~2.3 GiB per range of releases the first time, cached afterwards).
 
 # %%
 from workbench import contracts, notebook
@@ -41,6 +46,7 @@ from workbench.upstream import fidelity, views
 # %% tags=["parameters"]
 releases = ["0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.23"]
 replay_releases = ["0.5.12", "0.5.13", "0.5.14"]
+lint_releases = ["0.5.12", "0.5.13", "0.5.14", "0.5.23"]
 backend = "triton"
 live = False
 cache_dir = None
@@ -98,6 +104,21 @@ views.fidelity_table(fid)
 # %%
 cells = contracts.run_matrix()
 views.fuzzer_table(cells)
+
+# %% [markdown]
+# ## 5 · The whole bug class on real SGLang: lint findings, each triaged by a replay
+# `workbench upstream lint --sglang ... --replay` reads every attention backend's
+# `init_forward_metadata` (and the same file's helpers) for `spec_info.<attr>` reads, with the
+# forward-mode branch and guards of each; every `SpecInput` subclass's attributes; and which class
+# each worker installs for which forward mode. A finding is a read the installed class lacks.
+# Each is replayed where CPU allows (triton under the Triton interpreter, torch_native):
+# **confirmed** (the real backend raised), **refuted** (it did not: why), or **not replayable**.
+# The same command takes `--sglang-src DIR` for a branch before it merges.
+
+# %%
+guard = views.load_findings(lint_releases, live=live, cache_dir=cache_dir)
+print("source:", guard["source"])
+views.findings_table(guard["findings"])
 
 # %% [markdown]
 # ## Record and expectation

@@ -1,4 +1,10 @@
-"""Isolated, cached virtual environments that hold one real sglang release each."""
+"""Cached replay environments: one dependency venv per compatible release range, sources apart.
+
+A dependency venv holds torch (CPU), triton and the imports sglang needs, but no sglang: the
+releases whose wheels pin the same transformers share it. Each release's (or a checkout's)
+`sglang/` package is put first on `sys.path` by the driver. So a checkout reuses the nearest
+release's environment and 18 releases need five venvs, not eighteen.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,8 +25,8 @@ from .standin import STANDIN_NOTE, write_standin
 
 TORCH_PIN = "torch==2.13.0"  # the CPU build from local disk; unpinned pulls a CUDA build
 TRITON_PIN = "triton==3.9.0"
-# What sglang's import chain for the replay path needs (UPSTREAM.md); a pin in the
-# release's own metadata (transformers, openai) wins over the bare name.
+# What sglang's import chain for the replay path needs; a pin in the release's own
+# metadata (transformers, openai) wins over the bare name.
 IMPORT_DEPS: tuple[str, ...] = (
     "transformers", "openai", "numpy", "orjson", "psutil", "pybase64", "requests",
     "packaging", "pillow", "starlette", "tqdm", "IPython", "pydantic", "aiohttp", "pyzmq",
@@ -27,9 +34,10 @@ IMPORT_DEPS: tuple[str, ...] = (
     "msgspec", "fastapi", "uvicorn",
 )
 LATER_DEPS: tuple[str, ...] = ("apache-tvm-ffi",)  # needed by releases after 0.5.14
+XGRAMMAR_FROM = "0.5.16"  # server_args imports xgrammar (function-call parser) from this release
 READY_MARKER = ".workbench-ready.json"
 _PIP_STEP = re.compile(r"^(Collecting|Downloading|Installing|Successfully|Processing|ERROR|"
-                       r"Requirement already satisfied: (torch|triton|sglang))")
+                       r"Requirement already satisfied: (torch|triton))")
 
 
 class EnvBuildError(RuntimeError):
@@ -42,7 +50,7 @@ class EnvBuildError(RuntimeError):
 
 @dataclass
 class ReplayEnv:
-    """A ready replay venv."""
+    """A ready replay environment: a dependency venv plus the sglang sources to put first."""
 
     version: str
     root: Path
@@ -52,20 +60,25 @@ class ReplayEnv:
     packages: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     built_in_s: float | None = None  # how long the (possibly earlier) build took
-
-
-def env_dir(version: str, cache_dir: Path) -> Path:
-    """Where the venv for one release lives."""
-    return cache_dir / f"sglang-{version}"
+    src_root: Path | None = None  # the folder holding `sglang/`; None: sglang is installed
+    group: str = ""
 
 
 def dependency_specs(version: str, wheel: Path) -> list[str]:
-    """The pip requirement strings installed before sglang itself (torch and triton aside)."""
+    """The pip requirement strings installed besides torch and triton."""
     pins = wheel_requirements(wheel)
     names = list(IMPORT_DEPS)
     if Version(version) > Version("0.5.14"):
         names += LATER_DEPS
+    if Version(version) >= Version(XGRAMMAR_FROM):
+        names.append("xgrammar")
     return [pins.get(n.lower(), n) for n in names]
+
+
+def dependency_group(version: str, wheel: Path) -> str:
+    """The name of the dependency venv `version` shares with its compatible releases."""
+    pin = wheel_requirements(wheel).get("transformers", "transformers").replace("==", "-")
+    return f"deps-{pin}" + ("-tvmffi" if Version(version) > Version("0.5.14") else "")
 
 
 def _missing_from(output: str) -> str:
@@ -101,43 +114,91 @@ def _site_packages(python: Path) -> Path:
 
 
 def _installed_versions(python: Path) -> dict[str, str]:
-    code = ("import importlib.metadata as m, json; print(json.dumps({n: m.version(n) for n in "
-            "('torch','triton','transformers','sglang','torchvision')}))")
+    code = ("import importlib.metadata as m, json\nout = {}\n"
+            "for n in ('torch','triton','transformers','torchvision','xgrammar'):\n"
+            "    try: out[n] = m.version(n)\n    except m.PackageNotFoundError: out[n] = None\n"
+            "print(json.dumps(out))")
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
     return json.loads(out.stdout) if out.returncode == 0 else {}
 
 
-def ensure_env(version: str, cache_dir: Path, log: Log = echo, rebuild: bool = False) -> ReplayEnv:
-    """Build (or reuse) the replay venv for `version`; raises EnvBuildError naming what failed."""
-    root = env_dir(version, cache_dir)
-    python = root / "bin" / "python"
-    marker = root / READY_MARKER
-    tag = f"[sglang-{version}]"
-    if marker.exists() and python.exists() and not rebuild:
-        info = json.loads(marker.read_text())
-        log(f"{tag} reusing cached venv {root}")
-        return ReplayEnv(version, root, python, True, 0.0, info.get("packages", {}),
-                         info.get("notes", []), info.get("install_s"))
-    start = time.perf_counter()
+def _not_installed(python: Path, specs: list[str]) -> list[str]:
+    names = {re.split(r"[\s\[<>=!~;]", x, maxsplit=1)[0]: x for x in specs}
+    code = ("import importlib.metadata as m, json, sys\nout = []\nfor n in json.loads(sys.argv[1]):\n"
+            "    try: m.version(n)\n    except m.PackageNotFoundError: out.append(n)\nprint(json.dumps(out))")
+    proc = subprocess.run([str(python), "-c", code, json.dumps(list(names))], capture_output=True, text=True)
+    return [names[n] for n in json.loads(proc.stdout)] if proc.returncode == 0 else []
+
+
+def ensure_sources(version: str, cache_dir: Path, log: Log = echo) -> Path:
+    """The release's wheel unpacked under `<cache>/src/sglang-<version>` (holds `sglang/`)."""
+    root = cache_dir / "src" / f"sglang-{version}"
+    if (root / READY_MARKER).exists():
+        return root
     try:
         wheel, _ = ensure_wheel(version, cache_dir, log)
     except RuntimeError as exc:
         raise EnvBuildError("download", f"sglang=={version}", str(exc)) from None
     if root.exists():
         shutil.rmtree(root)
-    log(f"{tag} creating venv {root}")
+    with zipfile.ZipFile(wheel) as zf:
+        members = [n for n in zf.namelist() if n.startswith("sglang/")]
+        zf.extractall(root, members)
+    (root / READY_MARKER).write_text(json.dumps({"version": version, "wheel": wheel.name}))
+    return root
+
+
+def ensure_deps(version: str, cache_dir: Path, log: Log = echo, rebuild: bool = False) -> ReplayEnv:
+    """Build (or reuse) the dependency venv of `version`'s range; no sglang inside."""
+    try:
+        wheel, _ = ensure_wheel(version, cache_dir, log)
+    except RuntimeError as exc:
+        raise EnvBuildError("download", f"sglang=={version}", str(exc)) from None
+    group = dependency_group(version, wheel)
+    root = cache_dir / group
+    python, marker, tag = root / "bin" / "python", root / READY_MARKER, f"[{group}]"
+    specs = dependency_specs(version, wheel)
+    if marker.exists() and python.exists() and not rebuild:
+        info = json.loads(marker.read_text())
+        extra = _not_installed(python, specs)
+        if extra:  # a later release of the range imports one more package: add it in place
+            _pip_install(python, extra, "imports", tag, log)
+            info["specs"] = sorted(set(info.get("specs", [])) | set(specs))
+            info["packages"] = _installed_versions(python)
+            marker.write_text(json.dumps(info, indent=1))
+        return ReplayEnv(version, root, python, True, 0.0, info.get("packages", {}),
+                         info.get("notes", []), info.get("install_s"), group=group)
+    start = time.perf_counter()
+    if root.exists():
+        shutil.rmtree(root)
+    log(f"{tag} creating the dependency venv {root} (for sglang {version} and its range)")
     made = subprocess.run([sys.executable, "-m", "venv", str(root)], capture_output=True, text=True)
     if made.returncode != 0:
         raise EnvBuildError("venv", f"{sys.executable} -m venv", made.stderr.strip()[-300:])
     _pip_install(python, [TORCH_PIN], "torch", tag, log)
-    _pip_install(python, [TRITON_PIN, *dependency_specs(version, wheel)], "imports", tag, log)
-    _pip_install(python, ["--no-deps", str(wheel)], "sglang", tag, log)
+    _pip_install(python, [TRITON_PIN, *specs], "imports", tag, log)
     write_standin(_site_packages(python))
     log(f"{tag} {STANDIN_NOTE}")
-    notes = [STANDIN_NOTE]
     packages = _installed_versions(python)
     install_s = round(time.perf_counter() - start, 1)
-    marker.write_text(json.dumps({"version": version, "packages": packages, "notes": notes,
-                                  "install_s": install_s, "wheel": wheel.name}, indent=1))
-    log(f"{tag} venv ready in {install_s:.1f} s")
-    return ReplayEnv(version, root, python, False, install_s, packages, notes, install_s)
+    marker.write_text(json.dumps({"group": group, "built_for": version, "specs": specs, "packages": packages,
+                                  "notes": [STANDIN_NOTE], "install_s": install_s}, indent=1))
+    log(f"{tag} dependency venv ready in {install_s:.1f} s")
+    return ReplayEnv(version, root, python, False, install_s, packages, [STANDIN_NOTE],
+                     install_s, group=group)
+
+
+def ensure_env(version: str, cache_dir: Path, log: Log = echo, rebuild: bool = False,
+               src_root: Path | None = None) -> ReplayEnv:
+    """The replay environment of `version`: its range's dependency venv + its sources first.
+
+    `src_root` (a checkout's folder holding `sglang/`) replaces the release's own sources:
+    a checkout runs on the environment of the release named by `version`.
+    """
+    start = time.perf_counter()
+    env = ensure_deps(version, cache_dir, log, rebuild)
+    env.src_root = src_root if src_root is not None else ensure_sources(version, cache_dir, log)
+    env.packages = {**env.packages, "sglang": version if src_root is None else f"checkout near {version}"}
+    if env.cached:
+        env.install_s = round(time.perf_counter() - start, 2)
+    return env

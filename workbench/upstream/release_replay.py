@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -16,14 +13,13 @@ from packaging.version import Version
 from workbench.record import crash_record
 
 from .env import EnvBuildError, ensure_env
+from .triage import run_driver as _run_driver
 from .releases import Log, ReleaseError, check_version, default_cache_dir, echo, known_releases
 
 SUPPORTED_BACKENDS = ("triton",)
 KERNEL = "real sglang TritonAttnBackend (triton interpreter, CPU)"
 BATCH_SIZE, NUM_TOKENS = 2, 2
 BATCH = f"IDLE padded bs={BATCH_SIZE}"
-DRIVER = Path(__file__).with_name("driver.py")
-MARK = "WB_RESULT "
 LAST_DRIVEN = "0.5.14"  # the newest release this harness drives end to end
 
 
@@ -56,30 +52,15 @@ def _raised_at(frames: list[dict]) -> dict | None:
     return frames[-1] if frames else None
 
 
-def run_driver(python: Path, timeout_s: float = 900) -> tuple[dict | None, str, float, bool]:
-    """Run driver.py under `python` with TRITON_INTERPRET=1.
+def run_driver(python: Path, timeout_s: float = 900, src_root: Path | None = None,
+               extra: dict | None = None) -> tuple[dict | None, str, float, bool]:
+    """Run driver.py under `python` (TRITON_INTERPRET=1) with `src_root` first on the path.
 
     Returns (the driver's result or None, stderr tail, wall seconds, timed out).
     """
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(TRITON_INTERPRET="1", PYTHONWARNINGS="ignore", TOKENIZERS_PARALLELISM="false")
-    cfg = json.dumps({"batch_size": BATCH_SIZE, "num_tokens": NUM_TOKENS})
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="wb-replay-") as cwd:
-        try:
-            proc = subprocess.run([str(python), "-I", str(DRIVER), cfg], capture_output=True,
-                                  text=True, cwd=cwd, env=env, timeout=timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            tail = exc.stderr or ""
-            tail = tail.decode("utf-8", "replace") if isinstance(tail, bytes) else tail
-            return None, tail[-2000:], time.perf_counter() - start, True
-    wall = time.perf_counter() - start
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
-    try:
-        result = json.loads(lines[-1][len(MARK):]) if lines else None
-    except ValueError:
-        result = None
-    return result, proc.stderr[-2000:], wall, False
+    cfg = {"batch_size": BATCH_SIZE, "num_tokens": NUM_TOKENS,
+           "src_root": str(src_root) if src_root else None, **(extra or {})}
+    return _run_driver(python, cfg, timeout_s)
 
 
 def _fill_from_result(rec: dict, result: dict, tag: str, log: Log) -> None:
@@ -130,7 +111,7 @@ def _replay_into(rec: dict, version: str, cache_dir: Path, log: Log, timeout_s: 
     rec["env"].update(venv=str(env.root), packages=env.packages)
     rec["notes"].extend(env.notes)
     log(f"{tag} running the real TritonAttnBackend.init_forward_metadata (TRITON_INTERPRET=1) ...")
-    result, stderr, wall, timed_out = run_driver(env.python, timeout_s=timeout_s)
+    result, stderr, wall, timed_out = run_driver(env.python, timeout_s=timeout_s, src_root=env.src_root)
     rec["timings"]["run_s"] = round(wall, 2)
     if result is None:
         _fail(rec, "driver", f"replay subprocess gave no result; stderr tail: {stderr[-600:]}")

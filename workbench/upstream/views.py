@@ -104,3 +104,30 @@ def save_record(path: str, params: dict, data: dict, fid: dict, cells: List[dict
     runs = {f"replay/{r['config']['sglang']}": r for r in data["replays"]}
     runs["checks"] = checks
     return save_bundle(path, "04_upstream_replay", params, runs, primary="checks")
+
+
+def load_findings(releases: List[str], live: bool = False, cache_dir: Optional[str] = None,
+                  log: Callable[[str], None] = print) -> dict:
+    """Lint findings of every release, each triaged by a replay: shipped (dated) or measured now."""
+    if not live:
+        data = json.loads((ASSETS / "upstream_findings.json").read_text())
+        data["source"] = f"shipped measurement ({data['generated_at']}, {data['measured_on']})"
+        return data
+    from workbench.upstream.guard import check
+
+    data = check(releases, replay=True, cache_dir=Path(cache_dir) if cache_dir else None, log=log)
+    data["source"] = "measured now"
+    return data
+
+
+def findings_table(findings: List[dict]) -> Table:
+    """One row per (finding, releases it appears in): backend, mode, class, attribute, triage."""
+    merged: dict = {}
+    for f in findings:
+        key = (f["backend"], f["forward_mode"], f["class"], f["attribute"], f["triage"]["status"])
+        row = merged.setdefault(key, {"backend": f["backend"], "mode": f["forward_mode"], "class": f["class"],
+                                      "attribute": f["attribute"], "releases": [], "read": f["read"].split("/")[-1],
+                                      "triage": f["triage"]["status"], "why": f["triage"]["reason"]})
+        row["releases"].append(f["source"].replace("sglang ", ""))
+    rows = [{**r, "releases": ", ".join(dict.fromkeys(r["releases"]))} for r in merged.values()]
+    return Table(rows, ["backend", "mode", "class", "attribute", "releases", "read", "triage", "why"])
