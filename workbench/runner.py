@@ -12,6 +12,7 @@ import torch
 from workbench.config import RunConfig
 from workbench.debug.bundle import write_crash_bundle
 from workbench.speculative.eagle_worker import EagleWorker
+from workbench.speculative.spec_config import SpecConfig
 from workbench.engine.scheduler import AnyRank, Scheduler
 from workbench.engine.schedule_batch import Req
 from workbench.engine.worker import GreedyWorker, WorkerBase
@@ -28,10 +29,8 @@ def build_worker(cfg: RunConfig, dp_comm: Optional[object] = None, metrics: Opti
     target, draft = load_models(cfg.model_dir)
     if cfg.mode == "greedy":
         return GreedyWorker(target, cfg.backend, cfg.max_running, MAX_CONTEXT, dp_comm=dp_comm, metrics=metrics)
-    return EagleWorker(
-        target, draft, cfg.backend, get_revision(cfg.revision), cfg.steps, cfg.topk, cfg.draft_tokens,
-        cfg.max_running, MAX_CONTEXT, dp_comm=dp_comm, metrics=metrics,
-    )
+    spec = SpecConfig(get_revision(cfg.revision), cfg.steps, cfg.topk, cfg.draft_tokens)
+    return EagleWorker(target, draft, cfg.backend, spec, cfg.max_running, MAX_CONTEXT, dp_comm=dp_comm, metrics=metrics)
 
 
 def run_rank(
