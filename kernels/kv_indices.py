@@ -11,6 +11,7 @@ import torch
 
 from . import runtime
 from .runtime import tl, triton  # after set-up: triton sees the interpreter choice
+from .ragged import ragged_arange
 
 
 @triton.jit
@@ -80,12 +81,15 @@ def build_kv_indices_ref(
     req_pool_indices: torch.Tensor,
     seq_lens: torch.Tensor,
     kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
     kv_start_idx: Optional[torch.Tensor] = None,
-) -> torch.Tensor:
-    """Torch reference of build_kv_indices: returns kv_indices (kv_indptr[-1],) int64."""
-    out = torch.empty(int(kv_indptr[-1]), dtype=torch.int64, device=req_to_token.device)
-    for i in range(seq_lens.shape[0]):
-        start = int(kv_start_idx[i]) if kv_start_idx is not None else 0
-        n, at = int(seq_lens[i]), int(kv_indptr[i])
-        out[at:at + n] = req_to_token[int(req_pool_indices[i]), start:start + n]
-    return out
+) -> None:
+    """Torch version of build_kv_indices, same arguments (fills kv_indices): the kernel's
+    reference and the bookkeeping op of every backend that does not run Triton."""
+    if seq_lens.shape[0] == 0:
+        return
+    lens = seq_lens.long()
+    starts = kv_start_idx.long() if kv_start_idx is not None else torch.zeros_like(lens)
+    total = kv_indices.shape[0]
+    rows = torch.repeat_interleave(req_pool_indices.long(), lens, output_size=total)
+    kv_indices[ragged_arange(kv_indptr[:-1], lens)] = req_to_token[rows, ragged_arange(starts, lens)].to(kv_indices.dtype)

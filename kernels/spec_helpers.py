@@ -9,6 +9,7 @@ import torch
 
 from . import runtime
 from .runtime import tl, triton  # after set-up: triton sees the interpreter choice
+from .ragged import indptr_from_lens, ragged_arange
 
 
 @triton.jit
@@ -109,13 +110,13 @@ def assign_req_to_token_pool_ref(
     end_offset: torch.Tensor,
     out_cache_loc: torch.Tensor,
 ) -> None:
-    """Torch reference of assign_req_to_token_pool (writes req_to_token in place)."""
-    at = 0
-    for i in range(req_pool_indices.shape[0]):
-        start, end = int(start_offset[i]), int(end_offset[i])
-        new_slots = out_cache_loc[at:at + end - start]
-        req_to_token[int(req_pool_indices[i]), start:end] = new_slots.to(req_to_token.dtype)
-        at += end - start
+    """Torch version of assign_req_to_token_pool, same arguments (writes req_to_token): the
+    kernel's reference and the bookkeeping op of every backend that does not run Triton."""
+    if out_cache_loc.numel() == 0:
+        return
+    lens = (end_offset - start_offset).long()
+    rows = torch.repeat_interleave(req_pool_indices.long(), lens, output_size=out_cache_loc.shape[0])
+    req_to_token[rows, ragged_arange(start_offset, lens)] = out_cache_loc.to(req_to_token.dtype)
 
 
 def draft_extend_positions_and_bonus(
@@ -153,11 +154,15 @@ def draft_extend_positions_and_bonus_ref(
     seq_lens_before: torch.Tensor,
     accept_lens: torch.Tensor,
     packed_tokens: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Torch reference: returns (positions (sum(accept_lens),) int64, bonus_tokens (bs,))."""
+    positions: torch.Tensor,
+    bonus_tokens: torch.Tensor,
+) -> None:
+    """Torch version of draft_extend_positions_and_bonus, same arguments (writes positions and
+    bonus_tokens): the kernel's reference and the torch backends' bookkeeping op."""
+    if accept_lens.shape[0] == 0:
+        return
     lens = accept_lens.long()
-    starts = torch.repeat_interleave(seq_lens_before.long() - torch.cumsum(lens, 0) + lens, lens)
-    positions = starts + torch.arange(int(lens.sum()), device=lens.device)
-    last = (torch.cumsum(lens, 0) - 1).clamp(min=0)
-    bonus = torch.where(lens > 0, packed_tokens[last] if packed_tokens.numel() else lens * 0, -1)
-    return positions, bonus.to(packed_tokens.dtype)
+    positions.copy_(ragged_arange(seq_lens_before, lens))
+    last = (indptr_from_lens(lens)[1:] - 1).clamp(min=0)
+    found = packed_tokens[last] if packed_tokens.numel() else torch.zeros_like(lens)
+    bonus_tokens.copy_(torch.where(lens > 0, found.to(bonus_tokens.dtype), -1))

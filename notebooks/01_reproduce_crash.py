@@ -74,6 +74,7 @@ config = notebook.run_config(params)
 # %%
 result = workbench.reproduce(config, backend=backend)
 print(result.summary())
+result
 
 # %% [markdown]
 # ## Where it happened

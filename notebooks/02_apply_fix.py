@@ -39,7 +39,8 @@
 
 # %%
 import workbench
-from workbench import notebook
+from workbench import display, notebook
+from workbench.speculative.eagle_draft_extend_pr24860 import EagleDraftExtendInput
 
 # %% tags=["parameters"]
 backend = "triton"
@@ -75,10 +76,20 @@ print(reference.summary())
 
 # %% [markdown]
 # ## The regressed revision with the fix applied in place
+# The class's fields before `apply_fix()`: no `kv_indptr`.
+
+# %%
+display.class_fields(EagleDraftExtendInput)
+
+# %% [markdown]
+# After `apply_fix()`: the same class object now declares `kv_indptr: Optional[torch.Tensor] = None`.
 
 # %%
 workbench.apply_fix()
 print("fix applied:", workbench.fix_applied())
+display.class_fields(EagleDraftExtendInput)
+
+# %%
 fixed = workbench.reproduce(config, revision=revision)
 print(fixed.summary())
 
@@ -91,6 +102,20 @@ print(f"outputs token-identical to {reference_revision}:", notebook.same_outputs
 notebook.summary_table({"reference": reference, "fixed": fixed})
 
 # %% [markdown]
+# The decoded text, prompt by prompt (a line diff where they differ):
+
+# %%
+display.text_diff(reference, fixed, labels=(reference_revision, f"{revision} + apply_fix()"))
+
+# %% [markdown]
+# EAGLE3 is lossless: plain greedy decoding with the target alone (dp 1) generates the same text.
+
+# %%
+greedy = workbench.reproduce(config, revision=reference_revision, mode="greedy", dp=1)
+print(greedy.summary())
+display.text_diff(greedy, fixed, labels=("greedy (target only)", "EAGLE3 + apply_fix()"))
+
+# %% [markdown]
 # ## Undo the fix: the crash comes back
 # On a crashing configuration (DP attention with an idle rank, a backend that reads `kv_indptr`)
 # the idle rank fails in draft-extend again.
@@ -99,8 +124,7 @@ notebook.summary_table({"reference": reference, "fixed": fixed})
 workbench.undo_fix()
 print("fix applied:", workbench.fix_applied())
 undone = workbench.reproduce(config, revision=revision)
-print(undone.summary())
-notebook.where_table(undone)
+undone
 
 # %%
 runs = {"reference": reference, "fixed": fixed, "undo": undone}

@@ -28,3 +28,15 @@ def prompts():
     from workbench.models.loader import load_prompts
 
     return load_prompts()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _bundles_in_pytest_tmp(tmp_path_factory):
+    """Crash bundles the tests provoke go under pytest's own tmp folder, not the user's cache."""
+    old = os.environ.get("WB_BUNDLE_DIR")
+    os.environ["WB_BUNDLE_DIR"] = str(tmp_path_factory.mktemp("crash-bundles"))
+    yield
+    if old is None:
+        os.environ.pop("WB_BUNDLE_DIR", None)
+    else:
+        os.environ["WB_BUNDLE_DIR"] = old

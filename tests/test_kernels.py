@@ -262,9 +262,13 @@ def _check_build_kv_indices(*, with_start: bool) -> None:
         out = torch.full((sum(lens),), -1, dtype=torch.int64, device=DEVICE)
         kernels.build_kv_indices(req_to_token=req_to_token, req_pool_indices=pool_idx, seq_lens=seq_lens,
                                  kv_indptr=kv_indptr, kv_indices=out, kv_start_idx=start)
-        assert torch.equal(out, kernels.build_kv_indices_ref(
-            req_to_token=req_to_token, req_pool_indices=pool_idx, seq_lens=seq_lens, kv_indptr=kv_indptr,
-            kv_start_idx=start))
+        ref = torch.full_like(out, -1)
+        kernels.build_kv_indices_ref(req_to_token=req_to_token, req_pool_indices=pool_idx, seq_lens=seq_lens,
+                                     kv_indptr=kv_indptr, kv_indices=ref, kv_start_idx=start)
+        assert torch.equal(out, ref)
+        for i, (n, row) in enumerate(zip(lens, reqs)):  # and both against the table itself
+            first = int(start[i]) if start is not None else 0
+            assert torch.equal(out[int(kv_indptr[i]):int(kv_indptr[i]) + n], req_to_token[row, first:first + n].long())
 
 
 def _check_assign_req_to_token_pool() -> None:
@@ -277,6 +281,10 @@ def _check_assign_req_to_token_pool() -> None:
         kernels.assign_req_to_token_pool(req_to_token=table, **args)
         kernels.assign_req_to_token_pool_ref(req_to_token=expected, **args)
         assert torch.equal(table, expected)
+        at = 0
+        for row, first, n in zip(reqs, starts, counts):  # and both against the definition
+            assert torch.equal(table[row, first:first + n].long(), args["out_cache_loc"][at:at + n])
+            at += n
 
 
 def _check_draft_extend_positions_and_bonus() -> None:
@@ -286,8 +294,14 @@ def _check_draft_extend_positions_and_bonus() -> None:
         positions = torch.full((sum(accepted),), -7, dtype=torch.int64, device=DEVICE)
         bonus = torch.full((len(accepted),), -7, dtype=torch.int64, device=DEVICE)
         kernels.draft_extend_positions_and_bonus(positions=positions, bonus_tokens=bonus, **args)
-        ref_positions, ref_bonus = kernels.draft_extend_positions_and_bonus_ref(**args)
+        ref_positions, ref_bonus = torch.full_like(positions, -7), torch.full_like(bonus, -7)
+        kernels.draft_extend_positions_and_bonus_ref(positions=ref_positions, bonus_tokens=ref_bonus, **args)
         assert torch.equal(positions, ref_positions) and torch.equal(bonus, ref_bonus)
+        at = 0
+        for i, (b, n) in enumerate(zip(before, accepted)):  # and both against the definition
+            assert positions[at:at + n].tolist() == list(range(b, b + n))
+            assert int(bonus[i]) == (int(args["packed_tokens"][at + n - 1]) if n else -1)
+            at += n
 
 
 @pytest.mark.parametrize("with_start", [False, True])

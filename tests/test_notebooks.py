@@ -17,8 +17,8 @@ from workbench.notebook import load_bundle
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 FIXTURES = ROOT / "tests" / "fixtures"
-ENGINE_NAMES = ["01_reproduce_crash", "02_apply_fix", "03_backend_comparison"]
-NAMES = ENGINE_NAMES + ["04_upstream_replay"]
+ENGINE_NAMES = ["01_reproduce_crash", "02_apply_fix", "03_backend_comparison", "05_debug_crash"]
+NAMES = sorted(ENGINE_NAMES + ["04_upstream_replay"])
 TINY = dict(steps=3, topk=2, draft_tokens=4, num_prompts=1, max_new_tokens=8, model_dir=os.environ.get("WB_MODEL_DIR"))
 CRASH = "'EagleDraftExtendInput' object has no attribute 'kv_indptr'"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workbench.speculative.eagle_tree import build_tree, greedy_verify
+from workbench.speculative.eagle_tree import DraftBranches, build_tree, greedy_verify
 
 
 def random_candidates(bs: int, steps: int, topk: int, vocab: int, gen: torch.Generator):
@@ -104,3 +104,33 @@ def test_too_few_candidates_is_an_error():
     with pytest.raises(ValueError, match="cannot fill"):
         build_tree(torch.tensor([0]), torch.rand(1, 2), torch.zeros(1, 2, dtype=torch.long),
                    torch.full((1, 2), -1), 4)
+
+
+def test_draft_branches_keep_the_best_paths_with_their_parents_state():
+    """DraftBranches.select against a brute-force ranking of every (branch, child) path: the
+    best topk paths survive, each with its parent's hidden state and path slots."""
+    gen = torch.Generator().manual_seed(1)
+    bs, k, h = 2, 3, 4
+    branches = DraftBranches.start(torch.rand(bs, k, generator=gen).sort(1, descending=True).values,
+                                   torch.randint(0, 50, (bs, k), generator=gen), torch.randn(bs, h, generator=gen))
+    for i in range(1, 4):
+        child_p = torch.rand(bs * k, k, generator=gen)
+        child_t = torch.randint(0, 50, (bs * k, k), generator=gen)
+        hidden = torch.randn(bs * k, h, generator=gen)
+        own = torch.randint(1, 1000, (bs * k, i), generator=gen)
+        prev, prev_cand = branches.scores.clone(), branches.cand.clone()
+        width = sum(c.shape[1] for c in branches.cand_scores)
+        branches.select(child_p, child_t, hidden, own)
+        for r in range(bs):
+            paths = [(float(prev[r, j] * child_p[r * k + j, c]), j, c) for j in range(k) for c in range(k)]
+            best = sorted(range(len(paths)), key=lambda m: -paths[m][0])[:k]  # sorted() is stable
+            for slot, m in enumerate(best):
+                score, j, c = paths[m]
+                assert branches.scores[r, slot].item() == pytest.approx(score, rel=0, abs=0)
+                assert branches.tokens[r, slot] == child_t[r * k + j, c]
+                assert branches.cand[r, slot] == width + j * k + c
+                assert torch.equal(branches.hidden[r * k + slot], hidden[r * k + j])
+                assert torch.equal(branches.path_slots[r, slot], own[r * k + j])
+                assert branches.cand_parents[-1][r, j * k + c] == prev_cand[r, j]
+    tree = branches.tree(torch.tensor([7, 8]), 8)
+    assert tree.tokens[:, 0].tolist() == [7, 8] and tree.num_nodes == 8

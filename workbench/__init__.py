@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["RunConfig", "RunResult", "reproduce", "apply_fix", "undo_fix", "fix_applied", "REVISIONS"]
+__all__ = ["RunConfig", "RunResult", "reproduce", "apply_fix", "undo_fix", "fix_applied", "REVISIONS", "replay_crash", "load_bundle"]
 
 
 def __getattr__(name: str) -> Any:
@@ -23,6 +23,14 @@ def __getattr__(name: str) -> Any:
         from workbench.speculative import eagle_draft_extend_pr28221 as fix
 
         return getattr(fix, name)
+    if name == "replay_crash":
+        from workbench.debug.replay import replay_crash
+
+        return replay_crash
+    if name == "load_bundle":
+        from workbench.debug.load import load_bundle
+
+        return load_bundle
     if name == "REVISIONS":
         from workbench.revisions import REVISIONS
 

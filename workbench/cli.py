@@ -1,4 +1,4 @@
-"""Command line: ``workbench run``, ``workbench bench``, ``workbench compare``, ``workbench sweep``, ``workbench upstream``, ``workbench contracts``."""
+"""Command line: ``workbench run``, ``bench``, ``compare``, ``sweep``, ``upstream``, ``contracts``, ``debug``."""
 from __future__ import annotations
 
 import argparse
@@ -94,6 +94,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ct = sub.add_parser("contracts", help="fuzz every backend x spec-input x forward mode through init_forward_metadata")
     ct.add_argument("rest", nargs=argparse.REMAINDER)
     ct.set_defaults(func=lambda a: _delegate("workbench.contracts", a.rest))
+    dbg = sub.add_parser("debug", help="replay a crash bundle in this process (see workbench.debug.cli)")
+    dbg.add_argument("rest", nargs=argparse.REMAINDER)
+    dbg.set_defaults(func=lambda a: _delegate("workbench.debug.cli", a.rest))
     args = ap.parse_args(argv)
     import kernels
 

@@ -197,10 +197,13 @@ def same_outputs(a: RecordLike, b: RecordLike) -> bool:
 
 
 def compare_backends(config: dict, backends: Sequence[str], modes: Sequence[str] = ("greedy", "eagle")) -> Dict[str, Any]:
-    """``reproduce`` once per backend and mode; RunResults keyed ``"<mode>/<backend>"``. Crashes are data."""
+    """``reproduce`` once per backend and mode, under a progress bar; RunResults keyed ``"<mode>/<backend>"``.
+    Crashes are data."""
     from workbench.api import reproduce
+    from workbench.display import run_all
 
-    return {f"{mode}/{b}": reproduce({**config, "backend": b, "mode": mode}) for b in backends for mode in modes}
+    return run_all({f"{mode}/{b}": (lambda b=b, mode=mode: reproduce({**config, "backend": b, "mode": mode}))
+                    for b in backends for mode in modes}, desc="backends")
 
 
 def __getattr__(name: str) -> Any:

@@ -133,6 +133,26 @@ class RunResult:
     def metrics(self) -> dict:
         return self.record.get("metrics") or {}
 
+    def __repr__(self) -> str:
+        return f"RunResult: {self.summary()}"
+
+    def _repr_html_(self) -> str:
+        from workbench.display import run_html
+
+        return run_html(self.record)
+
+    def replay_crash(self, fix: bool = False, rank: Optional[int] = None):
+        """Replay this run's crash bundle in-process (``workbench.debug.replay.replay_crash``); ``rank``
+        picks another failed rank's bundle. Raises the recorded exception, or returns a ReplayResult."""
+        from workbench.debug.replay import replay_crash
+
+        crashes = [self.crash] + list((self.record.get("dp") or {}).get("rank_failures") or [])
+        chosen = next((c for c in crashes if c and (rank is None or c.get("rank") == rank) and c.get("bundle")), None)
+        if chosen is None:
+            have = sorted({c.get("rank") for c in crashes if c and c.get("bundle")})
+            raise ValueError(f"no crash bundle for rank {rank} in this run (ranks with bundles: {have})")
+        return replay_crash(chosen["bundle"], fix=fix)
+
     def save(self, path: str) -> Path:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)

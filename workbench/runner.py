@@ -10,7 +10,9 @@ from typing import Callable, List, Optional
 import torch
 
 from workbench.config import RunConfig
+from workbench.debug.bundle import write_crash_bundle
 from workbench.speculative.eagle_worker import EagleWorker
+from workbench.speculative.spec_config import SpecConfig
 from workbench.engine.scheduler import AnyRank, Scheduler
 from workbench.engine.schedule_batch import Req
 from workbench.engine.worker import GreedyWorker, WorkerBase
@@ -28,23 +30,23 @@ def build_worker(cfg: RunConfig, dp_comm: Optional[object] = None, metrics: Opti
     target, draft = load_models(cfg.model_dir)
     if cfg.mode == "greedy":
         return GreedyWorker(target, cfg.backend, cfg.max_running, MAX_CONTEXT, dp_comm=dp_comm, metrics=metrics)
-    return EagleWorker(
-        target, draft, cfg.backend, get_revision(cfg.revision), cfg.steps, cfg.topk, cfg.draft_tokens,
-        cfg.max_running, MAX_CONTEXT, dp_comm=dp_comm, metrics=metrics,
-    )
+    spec = SpecConfig(get_revision(cfg.revision), cfg.steps, cfg.topk, cfg.draft_tokens)
+    return EagleWorker(target, draft, cfg.backend, spec, cfg.max_running, MAX_CONTEXT, dp_comm=dp_comm, metrics=metrics)
 
 
 def run_rank(
     cfg: RunConfig, prompts: List[str], prompt_ids: List[int], rank: int = 0,
     dp_comm: Optional[object] = None, any_rank: Optional[AnyRank] = None,
-    on_start: Optional[Callable[[WorkerBase], None]] = None,
+    on_start: Optional[Callable[[WorkerBase], None]] = None, bundle_dir: Optional[str] = None,
 ) -> dict:
     """Run this rank's share of the prompts. Never raises: a failure becomes a ``crash`` entry.
 
     Returns {"outputs": {prompt index: token ids}, "metrics": Metrics, "crash": None | dict,
     "backend": name, "kernel": label, "device": where the tensors are, "wall_s": seconds,
     "setup_s": seconds before the first prefill, "generation_s": first prefill to last token,
-    "gen_start" / "gen_end": epoch seconds of both ends (DP merges ranks with them)}.
+    "gen_start" / "gen_end": epoch seconds of both ends (DP merges ranks with them)}. A forward that
+    raises leaves a crash bundle in ``bundle_dir`` (when None, a new folder under
+    ``workbench.debug.bundle.bundle_root()``); ``crash["bundle"]`` gives its path.
     """
     torch.manual_seed(cfg.seed)
     metrics = Metrics()
@@ -76,6 +78,7 @@ def run_rank(
     except Exception as e:  # the record carries it; DP callers end the other ranks
         where = dict(worker.current) if worker is not None else {"phase": "setup"}
         out["crash"] = crash_from_exception(e, rank=rank, where=where, time=time.time())
+        write_crash_bundle(out["crash"], worker, cfg, e, bundle_dir)
         for r in (sched.finished if sched is not None else []):  # requests done before the crash stay
             out["outputs"][r.rid] = r.output_ids
     end = time.perf_counter()

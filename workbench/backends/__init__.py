@@ -5,6 +5,7 @@ import importlib
 from typing import Dict, List, Tuple
 
 from workbench.backends.base import AttentionBackend, BackendContext
+from workbench.backends.multi_step import MultiStepDraftBackend
 
 _REGISTRY: Dict[str, Tuple[str, str]] = {
     "torch_native": ("workbench.backends.torch_native", "TorchNativeBackend"),
@@ -29,4 +30,4 @@ def create_backend(name: str, ctx: BackendContext) -> AttentionBackend:
     return get_backend_class(name)(ctx)
 
 
-__all__ = ["AttentionBackend", "BackendContext", "backend_names", "create_backend", "get_backend_class"]
+__all__ = ["AttentionBackend", "BackendContext", "MultiStepDraftBackend", "backend_names", "create_backend", "get_backend_class"]

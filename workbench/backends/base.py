@@ -7,11 +7,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from workbench.engine.forward_batch import ForwardBatch
+from workbench.engine.ops import TORCH_OPS, BookkeepingOps
 from workbench.mem.pool import KVCache, ReqToTokenPool
+
+if TYPE_CHECKING:
+    from workbench.backends.multi_step import DraftDecodePlan
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,7 @@ class BackendContext:
 class AttentionBackend(ABC):
     name: str = ""
     reads_spec_kv_indptr: bool = False  # part of the contract: does decode/idle read spec_info.kv_indptr?
+    ops: BookkeepingOps = TORCH_OPS  # the bookkeeping ops the workers use on this backend's runs
 
     def __init__(self, ctx: BackendContext) -> None:
         self.ctx = ctx
@@ -48,6 +54,11 @@ class AttentionBackend(ABC):
     @abstractmethod
     def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:
         """Build this batch's metadata and store it on ``forward_batch.attn_metadata``."""
+
+    def init_draft_decode_metadata(self, forward_batch: ForwardBatch, plan: "DraftDecodePlan", step: int) -> None:
+        """A multi-step draft's DECODE step ``step`` over ``plan``'s branch rows (see
+        ``backends.multi_step``): by default the plain ``init_forward_metadata``."""
+        self.init_forward_metadata(forward_batch)
 
     @abstractmethod
     def forward_decode(self, q: torch.Tensor, layer_id: int, forward_batch: ForwardBatch) -> torch.Tensor:

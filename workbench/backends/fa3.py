@@ -14,6 +14,7 @@ import torch
 from workbench.backends.base import AttentionBackend
 from workbench.backends.paged_ref import PaddedLayout, StandInBackend, build_layout, split_custom_mask
 from workbench.engine.forward_batch import ForwardBatch
+from workbench.engine.ops import indptr_from_lens
 
 
 @dataclass
@@ -42,10 +43,7 @@ class FlashAttention3Backend(StandInBackend, AttentionBackend):
         else:
             cache_seqlens, q_lens = fb.seq_lens, fb.extend_seq_lens
         max_k = int(cache_seqlens.max()) if bs else 0
-        cu_q = torch.zeros(bs + 1, dtype=torch.int32)
-        cu_q[1:] = torch.cumsum(q_lens, 0)
-        cu_k = torch.zeros(bs + 1, dtype=torch.int32)
-        cu_k[1:] = torch.cumsum(cache_seqlens, 0)
+        cu_q, cu_k = indptr_from_lens(q_lens, torch.int32), indptr_from_lens(cache_seqlens, torch.int32)
         masks = (split_custom_mask(fb.spec_info.custom_mask, q_lens.tolist(), cache_seqlens.tolist())
                  if fb.forward_mode.is_target_verify() else None)
         page_table = fb.req_to_token_pool.req_to_token[fb.req_pool_indices, :max_k]

@@ -14,6 +14,7 @@ from workbench.backends.base import AttentionBackend
 from workbench.backends.fallback import seq_lens_kv_metadata
 from workbench.backends.paged_ref import PaddedLayout, StandInBackend, build_layout, split_custom_mask
 from workbench.engine.forward_batch import ForwardBatch
+from workbench.engine.ops import indptr_from_lens
 
 
 @dataclass
@@ -38,7 +39,7 @@ class FlashInferBackend(StandInBackend, AttentionBackend):
         if fb.forward_mode.is_decode_or_idle():
             # indices updater (decode): multi-step draft decode hands over its own indices
             if spec_info is None or spec_info.kv_indptr is None:
-                kv_indptr, kv_indices = seq_lens_kv_metadata(table, fb.req_pool_indices, fb.seq_lens)
+                kv_indptr, kv_indices = seq_lens_kv_metadata(table, fb.req_pool_indices, fb.seq_lens, self.ops.build_kv_indices)
             else:
                 kv_indptr, kv_indices = spec_info.kv_indptr, spec_info.kv_indices
             qo_indptr = torch.arange(bs + 1, dtype=torch.int64)
@@ -50,9 +51,8 @@ class FlashInferBackend(StandInBackend, AttentionBackend):
                 kv_lens = fb.seq_lens + spec_info.draft_token_num
             else:
                 kv_lens = fb.seq_lens
-            kv_indptr, kv_indices = seq_lens_kv_metadata(table, fb.req_pool_indices, kv_lens)
-            qo_indptr = torch.zeros(bs + 1, dtype=torch.int64)
-            qo_indptr[1:] = torch.cumsum(q_lens, 0)
+            kv_indptr, kv_indices = seq_lens_kv_metadata(table, fb.req_pool_indices, kv_lens, self.ops.build_kv_indices)
+            qo_indptr = indptr_from_lens(q_lens)
             masks = (split_custom_mask(spec_info.custom_mask, q_lens.tolist(), kv_lens.tolist())
                      if fb.forward_mode.is_target_verify() else None)
             causal = masks is None

@@ -9,15 +9,11 @@ from __future__ import annotations
 import torch
 
 from workbench.backends.base import AttentionBackend
-from workbench.backends.fallback import torch_build_kv_indices
-from workbench.backends.paged_ref import build_layout, padded_attention, split_custom_mask
+from workbench.backends.fallback import seq_lens_kv_metadata
+from workbench.backends.multi_step import DraftDecodePlan
+from workbench.backends.paged_ref import PaddedLayout, build_layout, padded_attention, split_custom_mask
 from workbench.engine.forward_batch import ForwardBatch
-
-
-def _indptr(lens: torch.Tensor) -> torch.Tensor:
-    out = torch.zeros(lens.numel() + 1, dtype=torch.int64)
-    out[1:] = torch.cumsum(lens, 0)
-    return out
+from workbench.engine.ops import indptr_from_lens
 
 
 class TorchNativeBackend(AttentionBackend):
@@ -40,12 +36,19 @@ class TorchNativeBackend(AttentionBackend):
             masks = split_custom_mask(fb.spec_info.custom_mask, q_lens.tolist(), kv_lens.tolist())
         else:
             q_lens, kv_lens = fb.extend_seq_lens, fb.seq_lens
-        kv_indptr = _indptr(kv_lens)
-        slots = torch.empty(int(kv_indptr[-1]), dtype=torch.int64)
-        torch_build_kv_indices(req_to_token=fb.req_to_token_pool.req_to_token, req_pool_indices=fb.req_pool_indices,
-                               seq_lens=kv_lens, kv_indptr=kv_indptr, kv_indices=slots)
+        kv_indptr, slots = seq_lens_kv_metadata(fb.req_to_token_pool.req_to_token, fb.req_pool_indices, kv_lens,
+                                                self.ops.build_kv_indices)
         causal = not fb.forward_mode.is_decode_or_idle() and masks is None
-        fb.attn_metadata = build_layout(_indptr(q_lens), kv_indptr, slots, causal, masks)
+        fb.attn_metadata = build_layout(indptr_from_lens(q_lens), kv_indptr, slots, causal, masks)
+
+    def init_draft_decode_metadata(self, forward_batch: ForwardBatch, plan: DraftDecodePlan, step: int) -> None:
+        """The padded layout straight from the branch rows and the plan's mask: what
+        ``init_forward_metadata`` builds for this batch, without rebuilding it every step."""
+        width = plan.max_prefix + step
+        rows = plan.rows.shape[0]
+        slots = forward_batch.req_to_token_pool.req_to_token[plan.rows, :width].long()
+        mask = plan.valid[step - 1, :, :width].view(rows, 1, 1, width)
+        forward_batch.attn_metadata = PaddedLayout(slots, plan.q_index, plan.q_valid, mask)
 
     def _attend(self, q: torch.Tensor, layer_id: int, fb: ForwardBatch) -> torch.Tensor:
         k_cache, v_cache = fb.kv_cache.get_kv(layer_id)

@@ -16,6 +16,7 @@ import torch
 from workbench.backends.base import AttentionBackend
 from workbench.backends.fallback import seq_lens_kv_metadata
 from workbench.engine.forward_batch import ForwardBatch
+from workbench.engine.ops import TRITON_OPS, indptr_from_lens
 
 MAX_KV_SPLITS = 8
 
@@ -36,6 +37,7 @@ class TritonMetadata:
 class TritonBackend(AttentionBackend):
     name = "triton"
     reads_spec_kv_indptr = True
+    ops = TRITON_OPS
 
     @property
     def kernel(self) -> str:
@@ -49,7 +51,7 @@ class TritonBackend(AttentionBackend):
         if fb.forward_mode.is_decode_or_idle():
             if spec_info is None or spec_info.kv_indptr is None:
                 # kv_indptr is None for draft-extend's idle batch: plain metadata from seq_lens
-                kv_indptr, kv_indices = seq_lens_kv_metadata(table, fb.req_pool_indices, fb.seq_lens, kernels.build_kv_indices)
+                kv_indptr, kv_indices = seq_lens_kv_metadata(table, fb.req_pool_indices, fb.seq_lens, self.ops.build_kv_indices)
             else:
                 kv_indptr, kv_indices = spec_info.kv_indptr, spec_info.kv_indices
             h, d = self.ctx.num_heads, self.ctx.head_dim
@@ -61,16 +63,13 @@ class TritonBackend(AttentionBackend):
             )
             return
         prefix = fb.seq_lens if fb.forward_mode.is_target_verify() else fb.extend_prefix_lens
-        kv_indptr, kv_indices = seq_lens_kv_metadata(table, fb.req_pool_indices, prefix, kernels.build_kv_indices)
+        kv_indptr, kv_indices = seq_lens_kv_metadata(table, fb.req_pool_indices, prefix, self.ops.build_kv_indices)
         q_lens = fb.extend_seq_lens
-        qo_indptr = torch.zeros(bs + 1, dtype=torch.int64)
-        qo_indptr[1:] = torch.cumsum(q_lens, 0)
-        md = TritonMetadata(kv_indptr, kv_indices, qo_indptr, int(q_lens.max()) if bs else 0)
+        md = TritonMetadata(kv_indptr, kv_indices, indptr_from_lens(q_lens), int(q_lens.max()) if bs else 0)
         if fb.forward_mode.is_target_verify():
             n = spec_info.draft_token_num
             md.custom_mask = spec_info.custom_mask
-            md.mask_indptr = torch.zeros(bs + 1, dtype=torch.int64)
-            md.mask_indptr[1:] = torch.cumsum(n * (prefix + n), 0)
+            md.mask_indptr = indptr_from_lens(n * (prefix + n))
         fb.attn_metadata = md
 
     def forward_decode(self, q: torch.Tensor, layer_id: int, forward_batch: ForwardBatch) -> torch.Tensor:

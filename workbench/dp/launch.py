@@ -22,16 +22,19 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
 
 from workbench.config import RunConfig
 from workbench.dp import LOG_DIR_ENV
 from workbench.dp.policy import assign
+from workbench.debug.bundle import new_bundle_dir
 from workbench.dp.collect import Collector
 
 PORT_ATTEMPTS = 3  # launches when the rendezvous port was taken before rank 0 bound it
 GRACE_S = 2.0
 CAUSE_WINDOW_S = 1.0  # after a first failure, how long to wait for the one that caused it
+# called with every rank event (kind, rank, payload) as it arrives, e.g. by workbench.display.progress
+listeners: List[Callable[[str, int, Any], None]] = []
 
 
 def free_port() -> int:
@@ -91,7 +94,8 @@ def _run_ranks(cfg: RunConfig, prompts: List[str], workdir: Path) -> dict:
     init = f"tcp://127.0.0.1:{free_port()}"
     job = workdir / "job.json"
     job.write_text(json.dumps({"config": cfg.to_dict(), "prompts": prompts, "assignment": plan,
-                               "collective_timeout_s": min(cfg.timeout_s, 120.0)}))
+                               "collective_timeout_s": min(cfg.timeout_s, 120.0),
+                               "bundle_dir": str(new_bundle_dir())}))
     q: "queue_mod.Queue" = queue_mod.Queue()
     procs, pumps, logs = [], [], []
     col = Collector(cfg)
@@ -122,6 +126,8 @@ def _run_ranks(cfg: RunConfig, prompts: List[str], workdir: Path) -> dict:
                         col.rank_died(r, p.returncode, workdir / f"rank{r}.log")
                         first_crash_at = first_crash_at or time.perf_counter()
                 continue
+            for listener in listeners:
+                listener(kind, rank, payload)
             if col.feed(kind, rank, payload):
                 first_crash_at = first_crash_at or time.perf_counter()
     finally:

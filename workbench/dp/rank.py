@@ -12,7 +12,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from workbench.config import RunConfig
 from workbench.record import crash_from_exception
@@ -78,8 +78,8 @@ def _hooks(cfg: RunConfig, rank: int, queue):
 
 
 def rank_main(rank: int, world: int, init_method: str, cfg_dict: dict, prompts: List[str], ids: List[int],
-              queue, collective_timeout_s: float) -> None:
-    """Entry point of a spawned rank (and of ``workbench.dp.torchrun``)."""
+              queue, collective_timeout_s: float, bundle_dir: Optional[str] = None) -> None:
+    """Entry point of a spawned rank (and of ``workbench.dp.torchrun``); a crash bundle goes to ``bundle_dir``."""
     import kernels
     import torch.distributed as dist
 
@@ -102,7 +102,8 @@ def rank_main(rank: int, world: int, init_method: str, cfg_dict: dict, prompts: 
     if cfg.apply_fix_in_place:
         apply_fix()
     comm = DPCommunicator(rank, world)
-    res = run_rank(cfg, prompts, ids, rank, comm, lambda flag: comm.any_rank(flag), on_start=_hooks(cfg, rank, queue))
+    res = run_rank(cfg, prompts, ids, rank, comm, lambda flag: comm.any_rank(flag), on_start=_hooks(cfg, rank, queue),
+                   bundle_dir=bundle_dir)
     m = res.pop("metrics")  # phase latencies and accepts were streamed; the other samples go with the result
     res["samples"], res["accepts"] = m.export_samples(), list(m.accept_length_per_step)
     queue.put(("done", rank, res))
@@ -116,7 +117,7 @@ def main(argv: List[str]) -> None:
     out = Emitter(os.fdopen(os.dup(sys.stdout.fileno()), "w"))
     sys.stdout = sys.stderr  # keep stray prints off the event stream
     rank_main(int(rank), int(world), init_method, job["config"], job["prompts"], job["assignment"][int(rank)],
-              out, job["collective_timeout_s"])
+              out, job["collective_timeout_s"], bundle_dir=job.get("bundle_dir"))
 
 
 if __name__ == "__main__":

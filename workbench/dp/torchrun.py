@@ -33,7 +33,8 @@ def _run(args: argparse.Namespace) -> int:
         (args.out / "job.json").write_text(json.dumps({"config": cfg.to_dict(), "prompts": prompts, "assignment": plan}))
     with open(args.out / f"rank{rank}.jsonl", "w") as f:
         out = Emitter(f)
-        rank_main(rank, world, "env://", cfg.to_dict(), prompts, plan[rank], out, min(cfg.timeout_s, 120.0))
+        rank_main(rank, world, "env://", cfg.to_dict(), prompts, plan[rank], out, min(cfg.timeout_s, 120.0),
+                  bundle_dir=str(args.out))
     failed = any(json.loads(line)[0] == "done" and json.loads(line)[2].get("crash")
                  for line in (args.out / f"rank{rank}.jsonl").read_text().splitlines())
     return 1 if failed else 0

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import torch
 
+from kernels.ragged import indptr_from_lens
 from workbench.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.mem.pool import KVCache, ReqToTokenPool
 
@@ -49,5 +50,4 @@ class ForwardBatch:
 
     def extend_start_loc(self) -> torch.Tensor:
         """(bs,) offset of each request's first new token in the packed token dim."""
-        lens = self.extend_seq_lens
-        return torch.cumsum(lens, 0) - lens
+        return indptr_from_lens(self.extend_seq_lens)[:-1]

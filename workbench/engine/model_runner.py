@@ -10,7 +10,7 @@ from typing import Optional, Tuple, Union
 
 import torch
 
-from workbench.backends import AttentionBackend, BackendContext, create_backend
+from workbench.backends import AttentionBackend, BackendContext, MultiStepDraftBackend, create_backend
 from workbench.engine.forward_batch import ForwardBatch
 from workbench.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.mem.pool import KVCache, ReqToTokenPool, TokenSlotAllocator
@@ -47,6 +47,7 @@ class ModelRunner:
         self.attn_backend = create_backend(
             backend, BackendContext(memory.req_to_token_pool, self.kv_cache, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
         )
+        self.draft_attn_backend = MultiStepDraftBackend(self.attn_backend) if self.is_draft else None
 
     def make_batch(self, forward_mode: ForwardMode, **kw) -> ForwardBatch:
         bs = int(kw["seq_lens"].shape[0])
@@ -67,12 +68,15 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, fb: ForwardBatch, hidden: Optional[torch.Tensor] = None) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
-        """Runs the model: the target returns (hidden (T, H), aux (T, 3H)), the draft hidden (T, H)."""
+        """Runs the model: the target returns (hidden (T, H), aux (T, 3H)), the draft hidden (T, H).
+        A batch whose ``attn_metadata`` is already set (a multi-step draft step, built by the
+        ``MultiStepDraftBackend``) skips ``init_forward_metadata``, as upstream's ``skip_attn_backend_init``."""
         if fb.dp_comm is not None:
             fb.dp_comm.begin_forward(fb)
         if fb.forward_mode.is_idle():
             return self.forward_idle(fb, hidden)
-        self.attn_backend.init_forward_metadata(fb)
+        if fb.attn_metadata is None:
+            self.attn_backend.init_forward_metadata(fb)
         return self._run(fb, hidden)
 
     def forward_idle(self, fb: ForwardBatch, hidden: Optional[torch.Tensor]) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:

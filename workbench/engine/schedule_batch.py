@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import torch
 
@@ -30,16 +30,18 @@ class Req:
 
 @dataclass
 class ScheduleBatch:
-    """The running requests of one rank. seq_lens counts tokens whose KV both models hold; the
-    EAGLE state (verified_id, topk_p, topk_index, hidden) is what the next draft starts from."""
+    """The running requests of one rank. seq_lens counts tokens whose KV both models hold.
+
+    ``spec_info`` (an ``EagleDraftInput`` under EAGLE3, None for plain greedy) holds the state
+    the next draft starts from; it is filtered and merged with the batch (``filter_batch`` /
+    ``merge_batch``), as upstream.
+    """
 
     reqs: List[Req]
     req_pool_indices: torch.Tensor  # (bs,) int64
     seq_lens: torch.Tensor  # (bs,) int64
-    verified_id: torch.Tensor  # (bs,) int64, the last token (its KV not yet computed)
-    topk_p: Optional[torch.Tensor] = None  # (bs, topk)
-    topk_index: Optional[torch.Tensor] = None  # (bs, topk)
-    hidden: Optional[torch.Tensor] = None  # (bs, H) draft state that predicted topk
+    output_ids: torch.Tensor  # (bs,) int64, the last sampled token (its KV not yet computed)
+    spec_info: Optional[Any] = None
 
     def __len__(self) -> int:
         return len(self.reqs)
@@ -47,10 +49,9 @@ class ScheduleBatch:
     def filter(self, keep: torch.Tensor) -> "ScheduleBatch":
         """keep: (bs,) bool."""
         idx = keep.nonzero().flatten()
-        opt = lambda t: None if t is None else t[idx]  # noqa: E731
         return ScheduleBatch(
-            [self.reqs[i] for i in idx.tolist()], self.req_pool_indices[idx], self.seq_lens[idx],
-            self.verified_id[idx], opt(self.topk_p), opt(self.topk_index), opt(self.hidden),
+            [self.reqs[i] for i in idx.tolist()], self.req_pool_indices[idx], self.seq_lens[idx], self.output_ids[idx],
+            None if self.spec_info is None else self.spec_info.filter_batch(idx),
         )
 
     @staticmethod
@@ -59,9 +60,8 @@ class ScheduleBatch:
             return b
         if b is None or len(b) == 0:
             return a
-        cat = lambda x, y: None if x is None else torch.cat((x, y))  # noqa: E731
         return ScheduleBatch(
-            a.reqs + b.reqs, cat(a.req_pool_indices, b.req_pool_indices), cat(a.seq_lens, b.seq_lens),
-            cat(a.verified_id, b.verified_id), cat(a.topk_p, b.topk_p), cat(a.topk_index, b.topk_index),
-            cat(a.hidden, b.hidden),
+            a.reqs + b.reqs, torch.cat((a.req_pool_indices, b.req_pool_indices)), torch.cat((a.seq_lens, b.seq_lens)),
+            torch.cat((a.output_ids, b.output_ids)),
+            None if a.spec_info is None else a.spec_info.merge_batch(b.spec_info),
         )

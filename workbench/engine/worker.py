@@ -5,11 +5,10 @@ import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
-import kernels
 import torch
 
 from workbench.engine.model_runner import Memory, ModelRunner
-from workbench.engine.ops import assign_req_to_token, gather_req_to_token
+from workbench.engine.ops import gather_req_to_token, indptr_from_lens, ragged_arange
 from workbench.engine.schedule_batch import Req, ScheduleBatch
 from workbench.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.mem.pool import ReqToTokenPool, TokenSlotAllocator
@@ -35,9 +34,9 @@ class WorkerBase:
         self.dp_comm = dp_comm
         self.target = ModelRunner(target, backend, self.memory, capacity, dp_comm)
         self.metrics = metrics or Metrics()
-        self.use_kernels = backend == "triton"  # bookkeeping through the Triton helpers, as upstream's triton path
-        self.indices_builder = kernels.build_kv_indices if self.use_kernels else None  # None: the torch builder
+        self.ops = self.target.attn_backend.ops  # the bookkeeping ops this backend's runs use
         self.current: Dict[str, object] = {}  # phase / forward_mode / batch_size of the forward in flight
+        self.failed_forward: Optional[Tuple[ModelRunner, "ForwardBatch"]] = None  # for the crash bundle
 
     @property
     def backend(self) -> "AttentionBackend":
@@ -52,7 +51,11 @@ class WorkerBase:
 
     def run(self, runner: ModelRunner, fb: "ForwardBatch", hidden: Optional[torch.Tensor] = None) -> Any:
         self.current.update(forward_mode=fb.forward_mode.name, batch_size=fb.batch_size)
-        return runner.forward(fb, hidden)
+        try:
+            return runner.forward(fb, hidden)
+        except Exception:
+            self.failed_forward = (runner, fb)  # what the crash bundle captures (workbench.debug.bundle)
+            raise
 
     def check_fits(self, reqs: List[Req], extra: int) -> None:
         for r in reqs:
@@ -72,15 +75,15 @@ class WorkerBase:
         lens = torch.tensor([len(r.prompt_ids) for r in reqs], dtype=torch.int64)
         slots = self.memory.allocator.alloc(int(lens.sum()))
         zeros = torch.zeros_like(lens)
-        assign_req_to_token(pool.req_to_token, rows, zeros, lens, slots, self.use_kernels)
-        positions = torch.cat([torch.arange(n) for n in lens.tolist()])
+        self.ops.assign(pool.req_to_token, rows, zeros, lens, slots)
+        positions = ragged_arange(zeros, lens)
         input_ids = torch.tensor([t for r in reqs for t in r.prompt_ids], dtype=torch.int64)
         fb = self.target.make_batch(
             ForwardMode.EXTEND, input_ids=input_ids, positions=positions, req_pool_indices=rows, seq_lens=lens,
             out_cache_loc=slots, extend_seq_lens=lens, extend_prefix_lens=zeros, capture_hidden_mode=CaptureHiddenMode.FULL,
         )
         hidden, aux = self.run(self.target, fb)
-        last = torch.cumsum(lens, 0) - 1
+        last = indptr_from_lens(lens)[1:] - 1
         first = self.target.model.logits(hidden[last]).argmax(-1)
         for r, t in zip(reqs, first.tolist()):
             r.append([t])
@@ -120,13 +123,13 @@ class GreedyWorker(WorkerBase):
             table = self.memory.req_to_token_pool.req_to_token
             table[batch.req_pool_indices, batch.seq_lens] = slots.to(table.dtype)
             fb = self.target.make_batch(
-                ForwardMode.DECODE, input_ids=batch.verified_id, positions=batch.seq_lens.clone(),
+                ForwardMode.DECODE, input_ids=batch.output_ids, positions=batch.seq_lens.clone(),
                 req_pool_indices=batch.req_pool_indices, seq_lens=batch.seq_lens + 1, out_cache_loc=slots,
             )
             hidden, _ = self.run(self.target, fb)
             nxt = self.target.model.logits(hidden).argmax(-1)
             batch.seq_lens = batch.seq_lens + 1
-            batch.verified_id = nxt
+            batch.output_ids = nxt
             for r, t in zip(batch.reqs, nxt.tolist()):
                 r.append([t])
         return batch

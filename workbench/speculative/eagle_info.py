@@ -6,7 +6,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Optional
 
 import torch
@@ -17,11 +17,11 @@ from workbench.speculative.spec_info import SpecInput, SpecInputType
 
 @dataclass
 class EagleDraftInput(SpecInput):
-    """State between rounds and the spec_info of draft passes.
+    """State between rounds (``ScheduleBatch.spec_info``) and the spec_info of draft passes.
 
-    topk_p, topk_index: (bs, topk) the draft's first-step candidates; hidden_states: (bs, H) or
-    (T, 3H); verified_id: (bs,) the last verified token (no KV yet) or, for draft-extend, the
-    input tokens (T,). kv_indptr (rows+1,) / kv_indices (nnz,) are set only for multi-step draft
+    topk_p, topk_index: (bs, topk) the draft's first-step candidates; hidden_states: (bs, H) the
+    draft state that predicted them, or on a pass (T, 3H) / (rows, H); verified_id: (bs,) the
+    last verified token (no KV yet) or, for draft-extend, the input tokens (T,). kv_indptr (rows+1,) / kv_indices (nnz,) are set only for multi-step draft
     decode, one row per (request, branch); None everywhere else (backends then use seq_lens).
     """
 
@@ -37,6 +37,16 @@ class EagleDraftInput(SpecInput):
 
     def __post_init__(self) -> None:
         super().__init__(SpecInputType.EAGLE_DRAFT)
+
+    _BATCH_FIELDS = ("topk_p", "topk_index", "hidden_states", "verified_id")
+
+    def filter_batch(self, new_indices: torch.Tensor) -> "EagleDraftInput":
+        """The round state of the requests at ``new_indices`` (k,) int64."""
+        return EagleDraftInput(**{f: getattr(self, f)[new_indices] for f in self._BATCH_FIELDS})
+
+    def merge_batch(self, other: "EagleDraftInput") -> "EagleDraftInput":
+        """The round state of this batch followed by ``other``'s."""
+        return EagleDraftInput(**{f: torch.cat((getattr(self, f), getattr(other, f))) for f in self._BATCH_FIELDS})
 
     @classmethod
     def create_idle_input(
@@ -87,3 +97,25 @@ class EagleVerifyInput(SpecInput):
             spec_steps=spec_steps, topk=topk, draft_token_num=num_verify_tokens,
             capture_hidden_mode=CaptureHiddenMode.NULL,
         )
+
+
+@dataclass
+class EagleVerifyOutput:
+    """What target-verify decided, per request; ``filter(keep)`` keeps requests. (bs, N) int64 unless said.
+
+    tree_tokens: the tree's tokens, root first; path: node indices of root + accepted drafts,
+    padded with -1; accept_length (bs,): accepted drafts (root and bonus excluded); bonus (bs,):
+    the target's token after the last accepted node; aux_states (bs, N, 3H) float: the target's
+    states at every node; slots: the KV slot of every node.
+    """
+
+    tree_tokens: torch.Tensor
+    path: torch.Tensor
+    accept_length: torch.Tensor
+    bonus: torch.Tensor
+    aux_states: torch.Tensor
+    slots: torch.Tensor
+
+    def filter(self, keep: torch.Tensor) -> "EagleVerifyOutput":
+        """keep: (bs,) bool."""
+        return EagleVerifyOutput(*(getattr(self, f.name)[keep] for f in fields(self)))

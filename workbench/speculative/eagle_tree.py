@@ -8,8 +8,8 @@ lower index) ahead of its children, so every kept node's parent is kept too.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Tuple
+from dataclasses import dataclass, field
+from typing import List, Tuple
 
 import torch
 
@@ -41,6 +41,61 @@ class DraftTree:
             for s, m in zip(seq_lens.tolist(), self.ancestor_mask)
         ]
         return torch.cat(blocks) if blocks else torch.empty(0, dtype=torch.bool)
+
+
+@dataclass
+class DraftBranches:
+    """The ``topk`` branches a multi-step draft extends, per request, and every candidate so far.
+
+    scores, tokens, cand: (bs, k) cumulative score, token and candidate index of each branch's
+    tip; hidden: (bs * k, H) the draft state that predicted the tips; path_slots: (bs, k, i) KV
+    slots of each branch's drafted tokens after i draft forwards. cand_*: per expansion, (bs, C_s).
+    """
+
+    scores: torch.Tensor
+    tokens: torch.Tensor
+    cand: torch.Tensor
+    hidden: torch.Tensor
+    path_slots: torch.Tensor
+    cand_scores: List[torch.Tensor] = field(default_factory=list)
+    cand_tokens: List[torch.Tensor] = field(default_factory=list)
+    cand_parents: List[torch.Tensor] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, topk_p: torch.Tensor, topk_index: torch.Tensor, hidden: torch.Tensor) -> "DraftBranches":
+        """Expansion 0: the round state's topk (bs, k) children of the root; hidden (bs, H)."""
+        bs, k = topk_p.shape
+        branches = cls(topk_p, topk_index, torch.arange(k).expand(bs, k), hidden.repeat_interleave(k, 0),
+                       torch.empty(bs, k, 0, dtype=torch.int64))
+        branches._add(topk_p, topk_index, torch.full((bs, k), -1, dtype=torch.int64))
+        return branches
+
+    def _add(self, scores: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor) -> None:
+        self.cand_scores.append(scores)
+        self.cand_tokens.append(tokens)
+        self.cand_parents.append(parents)
+
+    def select(self, child_p: torch.Tensor, child_t: torch.Tensor, hidden: torch.Tensor, own_slots: torch.Tensor) -> None:
+        """One expansion: every branch's topk children become candidates; the best k (by path
+        score, ties to the lower index) become the branches. child_p, child_t: (bs * k, k) the
+        draft's topk at each tip; hidden (bs * k, H) its states there; own_slots (bs * k, i)
+        each branch's path slots, tip included."""
+        bs, k = self.scores.shape
+        rows = torch.arange(bs).unsqueeze(1)
+        base = sum(c.shape[1] for c in self.cand_scores)
+        expand = (self.scores.unsqueeze(2) * child_p.view(bs, k, k)).flatten(1)
+        child_t = child_t.view(bs, k * k)
+        self._add(expand, child_t, self.cand.repeat_interleave(k, dim=1))
+        top = torch.sort(expand, dim=1, descending=True, stable=True).indices[:, :k]
+        parent = top // k
+        self.scores, self.tokens, self.cand = expand.gather(1, top), child_t.gather(1, top), base + top
+        self.hidden = hidden.view(bs, k, -1)[rows, parent].flatten(0, 1)
+        self.path_slots = own_slots.view(bs, k, -1)[rows, parent]
+
+    def tree(self, verified_id: torch.Tensor, num_draft_tokens: int) -> "DraftTree":
+        """The N-node tree of the best candidates under the root ``verified_id`` (bs,)."""
+        return build_tree(verified_id, torch.cat(self.cand_scores, 1), torch.cat(self.cand_tokens, 1),
+                          torch.cat(self.cand_parents, 1), num_draft_tokens)
 
 
 def select_nodes(scores: torch.Tensor, num_draft_tokens: int) -> torch.Tensor:
@@ -109,28 +164,21 @@ def child_links(parent: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
 
 
 def greedy_verify(tree: DraftTree, target_pred: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Walk first-child / next-sibling links, accepting a child whose token equals the target's
-    greedy prediction at its parent.
+    """Accept the longest root path whose every token equals the target's greedy prediction at
+    its parent (upstream's ``verify_tree_greedy``), for all requests and nodes at once.
 
-    target_pred: (bs, N) argmax of the target at every node. Returns (path (bs, N) node indices
-    padded with -1, root first; accept_len (bs,) accepted drafts, root and bonus excluded;
-    bonus (bs,) the target's token after the last accepted node).
+    A node's children carry distinct tokens (one branch's topk), so at most one child of an
+    accepted node matches and the accepted nodes form one path. target_pred: (bs, N) argmax of
+    the target at every node. Returns (path (bs, N) node indices padded with -1, root first;
+    accept_len (bs,) accepted drafts, root and bonus excluded; bonus (bs,) the target's token
+    after the last accepted node).
     """
     bs, n = tree.tokens.shape
-    rows = torch.arange(bs)
-    cur = torch.zeros(bs, dtype=torch.int64)
-    child = tree.next_token[:, 0].clone()
-    path = torch.full((bs, n), -1, dtype=torch.int64)
-    path[:, 0] = 0
-    accept_len = torch.zeros(bs, dtype=torch.int64)
-    for _ in range(n):
-        live = child >= 0
-        if not live.any():
-            break
-        c = child.clamp(min=0)
-        hit = live & (tree.tokens[rows, c] == target_pred[rows, cur])
-        accept_len = accept_len + hit.long()
-        path[rows[hit], accept_len[hit]] = c[hit]
-        cur = torch.where(hit, c, cur)
-        child = torch.where(hit, tree.next_token[rows, c], torch.where(live, tree.next_sibling[rows, c], child))
-    return path, accept_len, target_pred[rows, cur]
+    match = tree.tokens == target_pred.gather(1, tree.parent.clamp(min=0))
+    match[:, 0] = True
+    accepted = ~(tree.ancestor_mask & ~match.unsqueeze(1)).any(-1)  # every node on the way matches
+    accept_len = torch.where(accepted, tree.depth, 0).amax(1)
+    path = torch.full((bs, n + 1), -1, dtype=torch.int64)
+    path.scatter_(1, torch.where(accepted, tree.depth, n), torch.arange(n).expand(bs, n))
+    path = path[:, :n]
+    return path, accept_len, target_pred.gather(1, path.gather(1, accept_len.unsqueeze(1))).squeeze(1)
