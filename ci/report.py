@@ -14,6 +14,7 @@ from ci.expect import describe, describe_expect, parity_groups
 from ci.publish import shipped_note, write_junit, write_markdown
 from workbench import plots
 from workbench.comparison_report import comparison_section
+from workbench.plots.common import record_label
 
 CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:12px}
 td,th{border:1px solid #ddd;padding:4px 6px;vertical-align:top;text-align:left}th{background:#f5f5f5}
@@ -100,8 +101,12 @@ def _row(c: dict, out: Path) -> str:
     got = "<br>".join(f"{html.escape(r)}: {html.escape(d)}" for r, d in s["runs"].items()) or html.escape(s["execution"])
     why = "".join(f"<div class='why'>{html.escape(r)}</div>" for r in s["reasons"])
     al = "" if s["accept_length_mean"] is None else f"{s['accept_length_mean']:.3f}"
-    tps = "" if s["tokens_per_s"] is None else f"{s['tokens_per_s']:.1f}"
-    return (f"<tr class='{s['verdict']}'><td><b>{html.escape(s['cell'])}</b><br><code>{html.escape(_params_text(s['parameters']))}"
+    primary = ((c.get("bundle") or {}).get("runs") or {}).get((c.get("bundle") or {}).get("primary")) or {}
+    ok = primary.get("status") == "ok"  # a crashed run's tokens/s (0) and accept length measure nothing
+    tps = "" if s["tokens_per_s"] is None or not ok else f"{s['tokens_per_s']:.1f}"
+    al = al if ok else ""
+    kernel = f"<br>{html.escape(record_label(primary, sep=' '))}" if primary.get("config", {}).get("backend") else ""
+    return (f"<tr class='{s['verdict']}'><td><b>{html.escape(s['cell'])}</b>{kernel}<br><code>{html.escape(_params_text(s['parameters']))}"
             f"</code>{shipped}</td><td>{expect}</td><td>{got}{why}</td><td>{al}</td><td>{tps}</td><td>{s['wall_s']:.1f}</td>"
             f"<td>{s['verdict']}</td><td>{links}</td></tr>")
 

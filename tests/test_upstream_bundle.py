@@ -124,3 +124,28 @@ def test_real_releases_on_a_workbench_bundle(versions: tuple, tmp_path: Path) ->
     assert old["raised_at"].endswith("layers/attention/triton_backend.py:574")
     assert new["outcome"] == "ok" and new["equal_to_reference"], new
     assert new["metadata"] == {"kv_indptr": [0, 1, 2], "kv_indices": [17, 17]}
+
+
+@pytest.mark.network
+@requires_network
+@pytest.mark.timeout(1800)
+def test_real_releases_on_the_bundle_a_workbench_crash_wrote(tmp_path: Path) -> None:
+    """The bundle the rank itself wrote (workbench.debug's writer), not one built by the test."""
+    import workbench
+    from workbench.debug.replay import replay_crash
+
+    res = workbench.reproduce(backend="triton", revision="pr-24860", dp=2, dp_policy="pack", steps=3, topk=2,
+                              draft_tokens=4, max_new_tokens=8, prompts=["def f(x):\n"], timeout_s=240,
+                              model_dir=os.environ.get("WB_MODEL_DIR"))
+    assert res.status == "crashed" and res.crash["bundle"], res.summary()
+    folder = Path(res.crash["bundle"])
+    out = tmp_path / "replay.json"
+    assert cli.main(["replay", "--bundle", str(folder), "--sglang", "0.5.13", "0.5.14", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    old, new = result["releases"]["0.5.13"], result["releases"]["0.5.14"]
+    assert old["outcome"] == "crashed" and old["same_exception_as_bundle"], old
+    assert new["outcome"] == "ok" and new["equal_to_reference"], new
+    ours = replay_crash(folder, fix=True)  # the workbench's own fallback on the same bundle
+    assert not ours.mismatches, ours.mismatches
+    assert new["metadata"] == {k: ours.metadata[k] for k in ("kv_indptr", "kv_indices")}
+    assert new["metadata"] == reference_metadata(load_bundle(folder))
