@@ -94,14 +94,14 @@ def test_bad_bundle_is_refused_naming_the_file(tmp_path: Path, damage: str) -> N
     elif damage == "shape":
         meta["tensors"]["forward_batch.seq_lens"]["shape"] = [3]
         meta_path.write_text(json.dumps(meta))
-        expect = "forward_batch.seq_lens has shape [2], bundle.json says [3]"
+        expect = "tensor 'forward_batch.seq_lens' is int64 [2], bundle.json says int64 [3]"
     elif damage == "newer":
         meta["format_version"] = 2
         meta_path.write_text(json.dumps(meta))
-        expect = "format_version 2"
+        expect = "format_version 2 is newer than this workbench reads"
     else:
         meta_path.write_text("{not json")
-        expect = "bundle.json: not JSON"
+        expect = "bundle.json: not valid UTF-8 JSON"
     with pytest.raises(BundleError, match=expect.replace("[", r"\[").replace("]", r"\]")):
         load_bundle(folder)
 

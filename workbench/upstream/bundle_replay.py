@@ -3,7 +3,8 @@
 The bundle's `seq_lens`, `req_pool_indices` and `req_to_token` rows (the real slot numbers,
 placed at their row ids in a real `ReqToTokenPool` of the bundle's shape) go to the real
 `TritonAttnBackend.init_forward_metadata` with the release's own spec-input class (its idle
-input). The reference it is compared with is computed here from the bundle alone:
+input). The reference it is compared with comes from the bundle alone (the workbench's one
+reference, `workbench.debug.replay.reference_metadata`):
 `kv_indptr = [0, cumsum(seq_lens)]`, `kv_indices = concat(rows[row_of(rpi[i])][:seq_lens[i]])`.
 Bundles are read as JSON + safetensors: loading one never runs code.
 """
@@ -15,63 +16,29 @@ import hashlib
 import json
 from pathlib import Path
 
-FORMAT, FORMAT_VERSION = "eagle-workbench-crash-bundle", 1
+from workbench.debug.bundle import JSON_NAME, TENSORS_NAME, BundleError
+
 REAL_MODULE = "sglang.srt.speculative.eagle_info"
 SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "upstream_bundle_replay.json"
-REQUIRED = ("forward_batch.seq_lens", "forward_batch.req_pool_indices", "req_to_token.row_ids",
-            "req_to_token.rows")
-
-
-class BundleError(ValueError):
-    """A bundle that cannot be replayed; the message names the file and what is wrong."""
 
 
 def load_bundle(path: Path) -> dict:
-    """bundle.json + tensors (as lists) of a `crash-bundle-rank<R>/` folder; validated."""
-    path = Path(path)
-    meta_path, tensor_path = path / "bundle.json", path / "tensors.safetensors"
-    for p in (meta_path, tensor_path):
-        if not p.is_file():
-            raise BundleError(f"{p}: missing (a bundle folder holds bundle.json and tensors.safetensors)")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise BundleError(f"{meta_path}: not JSON ({exc})") from None
-    if meta.get("format") != FORMAT:
-        raise BundleError(f"{meta_path}: format {meta.get('format')!r}, expected {FORMAT!r}")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise BundleError(f"{meta_path}: format_version {meta.get('format_version')!r}; this reader "
-                          f"knows version {FORMAT_VERSION}")
-    from safetensors import safe_open
+    """bundle.json + tensors (as lists) of a `crash-bundle-rank<R>/` folder, validated by the
+    workbench's one bundle reader (`workbench.debug.load`); raises `BundleError` naming the file."""
+    from workbench.debug.load import load_bundle as read_bundle
 
-    with safe_open(str(tensor_path), framework="pt") as f:
-        keys = set(f.keys())
-        missing = [k for k in REQUIRED if k not in keys]
-        if missing:
-            raise BundleError(f"{tensor_path}: missing tensors {missing}")
-        tensors = {k: f.get_tensor(k) for k in keys}
-    for key, declared in (meta.get("tensors") or {}).items():
-        if key in tensors and list(tensors[key].shape) != list(declared.get("shape", [])):
-            raise BundleError(f"{tensor_path}: {key} has shape {list(tensors[key].shape)}, bundle.json "
-                              f"says {declared.get('shape')}")
-    digest = hashlib.sha256(meta_path.read_bytes() + tensor_path.read_bytes()).hexdigest()
-    return {"meta": meta, "tensors": {k: v.tolist() for k, v in tensors.items()}, "sha256": digest,
-            "path": str(path)}
+    path = Path(path)
+    bundle = read_bundle(path)
+    digest = hashlib.sha256((path / JSON_NAME).read_bytes() + (path / TENSORS_NAME).read_bytes()).hexdigest()
+    return {"meta": bundle.meta, "tensors": {k: v.tolist() for k, v in bundle.tensors.items()},
+            "sha256": digest, "path": str(path), "bundle": bundle}
 
 
 def reference_metadata(bundle: dict) -> dict:
     """The seq_lens fallback's (kv_indptr, kv_indices), computed from the bundle alone."""
-    t = bundle["tensors"]
-    seq, rpi = t["forward_batch.seq_lens"], t["forward_batch.req_pool_indices"]
-    row_of = {row: i for i, row in enumerate(t["req_to_token.row_ids"])}
-    indptr, indices = [0], []
-    for r, n in zip(rpi, seq):
-        if r not in row_of:
-            raise BundleError(f"{bundle['path']}: req_pool_indices names row {r}, not among the bundle's "
-                              f"req_to_token rows {sorted(row_of)}")
-        indices += t["req_to_token.rows"][row_of[r]][:n]
-        indptr.append(indptr[-1] + n)
-    return {"kv_indptr": indptr, "kv_indices": indices}
+    from workbench.debug.replay import reference_metadata as reference
+
+    return reference(bundle["bundle"])
 
 
 def driver_cfg(bundle: dict) -> dict:
