@@ -1,12 +1,12 @@
-"""Where the kernels run: Triton's interpreter on a CPU-only machine, compiled Triton on a GPU.
+"""Where the kernels run: Triton's interpreter for CPU tensors, compiled Triton for CUDA tensors.
 
-``setup()`` makes the choice, once: entry points (CLI, ``reproduce``, DP rank processes,
-benchmarks, the test session) call it first. Importing ``kernels`` has no effect; a kernel
-module gets ``triton`` from here (``from .runtime import tl, triton``), which runs ``setup()``
-if no entry point did, so the workbench's own import order never matters. Triton reads
-``TRITON_INTERPRET`` while importing its language library, so a ``triton`` imported by someone
-else before set-up, on a CPU-only machine without the variable, cannot be fixed: ``setup()``
-says so. The kernels never fall back to torch.
+``setup(device)`` makes the choice, once per process: entry points (CLI, ``reproduce``, DP
+rank processes, benchmarks, the test session) call it first with the run's device. Importing
+``kernels`` has no effect; a kernel module gets ``triton`` from here (``from .runtime import tl,
+triton``), which runs ``setup()`` (for CPU tensors) if no entry point did, so the workbench's own
+import order never matters. Triton reads ``TRITON_INTERPRET`` while importing its language
+library, so a ``triton`` imported by someone else before set-up, without the variable, cannot
+serve CPU tensors: ``setup()`` says so. The kernels never fall back to torch.
 """
 from __future__ import annotations
 
@@ -24,27 +24,35 @@ _STATE: dict = {"interpreted": None}  # set by setup()
 _FALSE = ("", "0", "false", "off", "no")
 
 
-def setup() -> bool:
-    """Choose where the kernels run (idempotent); returns True for the interpreter.
+def setup(device: str = "cpu") -> bool:
+    """Choose where the kernels run, once per process (later calls return the first choice);
+    returns True for the interpreter.
 
-    No CUDA GPU: sets ``TRITON_INTERPRET=1`` unless set, before importing triton. Raises
-    RuntimeError, naming the fix, when the interpreter is off there: the variable false, or
-    triton imported earlier without it.
+    ``device`` is where the engine will put its tensors. ``"cpu"``: Triton's interpreter, even on
+    a machine with a GPU (sets ``TRITON_INTERPRET=1`` unless set, before importing triton).
+    ``"cuda"``: compiled Triton, which needs a CUDA GPU. Raises RuntimeError, naming the fix, when
+    the choice cannot be made: no GPU for ``"cuda"``, the interpreter switched off for ``"cpu"``,
+    or triton imported earlier (its language library was built for the compiler).
     """
     if _STATE["interpreted"] is not None:
         return _STATE["interpreted"]
-    if not torch.cuda.is_available():
-        preimported = "triton" in sys.modules
-        if preimported and "TRITON_INTERPRET" not in os.environ:
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"invalid device {device!r}; valid: cpu, cuda")
+    flag = os.environ.get("TRITON_INTERPRET")
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("device 'cuda' asked for, but no CUDA GPU is visible; run with device 'cpu'")
+    else:
+        if "triton" in sys.modules and flag is None:
             raise RuntimeError(
-                "triton was imported before kernels.setup() on a machine without a CUDA GPU and without "
-                "TRITON_INTERPRET, so its language library was built for the compiler and the Triton kernels "
-                "cannot run. Call kernels.setup() before importing triton, or set TRITON_INTERPRET=1.")
+                "triton was imported before kernels.setup() without TRITON_INTERPRET, so its language library "
+                "was built for the compiler and the Triton kernels cannot run on CPU tensors. Call "
+                "kernels.setup() before importing triton, or set TRITON_INTERPRET=1.")
         os.environ.setdefault("TRITON_INTERPRET", "1")
         if os.environ["TRITON_INTERPRET"].strip().lower() in _FALSE:
             raise RuntimeError(
-                f"no CUDA GPU and TRITON_INTERPRET={os.environ['TRITON_INTERPRET']!r}: the Triton kernels cannot "
-                "run. Unset it, or set TRITON_INTERPRET=1.")
+                f"device 'cpu' and TRITON_INTERPRET={flag!r}: the Triton kernels run on CPU tensors only in "
+                "Triton's interpreter. Unset it, or set TRITON_INTERPRET=1.")
     import triton
 
     _STATE["interpreted"] = bool(triton.knobs.runtime.interpret)

@@ -1,6 +1,6 @@
 """Train the shipped target and EAGLE3 head, pick the prompt set, and write them to workbench/assets.
 
-    python scripts/train_models.py            # the shipped run (seed 0; about 40 min on 2 cores)
+    python scripts/train_models.py            # the shipped run (seed 0; about an hour on 2 cores)
     python scripts/train_models.py --quick    # a smoke run into a scratch folder
 
 Everything is deterministic for a given seed, step counts and standard library.
@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from workbench.models.config import ModelConfig  # noqa: E402
+from workbench.models.config import ModelConfig, eagle3_aux_layers  # noqa: E402
 from workbench.models.loader import ASSETS, save_checkpoint  # noqa: E402
 from workbench.models.training import (  # noqa: E402
     eval_bits_per_byte, is_held_out, stdlib_files, train_head, train_target,
@@ -52,6 +52,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ASSETS)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--target-layers", type=int, default=8,
+                    help="target depth; the EAGLE3 head is one layer, so this sets the draft/target cost ratio")
     ap.add_argument("--target-steps", type=int, default=1400)
     ap.add_argument("--head-steps", type=int, default=600)
     ap.add_argument("--batch", type=int, default=16)
@@ -63,7 +65,7 @@ def main() -> None:
     if args.quick:
         args.target_steps, args.head_steps, args.out = 10, 10, Path("runs/quick-models")
     torch.set_num_threads(args.threads)
-    cfg = ModelConfig()
+    cfg = ModelConfig(num_layers=args.target_layers, aux_layers=eagle3_aux_layers(args.target_layers))
     t0 = time.time()
     target = train_target(cfg, args.target_steps, args.batch, args.seq, 3e-3, args.seed, print)
     bpb = eval_bits_per_byte(target)
@@ -76,7 +78,7 @@ def main() -> None:
     (args.out / "prompts.json").write_text(json.dumps({"source": "held-out Python stdlib files", "prompts": prompts}, indent=1))
     meta = {
         "command": " ".join(["python", "scripts/train_models.py", *sys.argv[1:]]),
-        "seed": args.seed, "target_steps": args.target_steps, "head_steps": args.head_steps,
+        "seed": args.seed, "target_layers": args.target_layers, "target_steps": args.target_steps, "head_steps": args.head_steps,
         "batch": args.batch, "seq": args.seq, "ttt_steps": args.ttt_steps,
         "target_heldout_bits_per_byte": round(bpb, 4), "python": platform.python_version(),
         "torch": torch.__version__, "wall_s": round(time.time() - t0, 1),

@@ -53,3 +53,45 @@ def test_notebook_run_config_takes_the_run_fields_and_validates():
     assert len(run_config({"num_prompts": 2})["prompts"]) == 2
     with pytest.raises(ConfigError, match="invalid draft_tokens 9; valid: an integer in 2..steps"):
         run_config({**params, "draft_tokens": 9})
+
+
+def test_threads_apply_to_the_run_and_are_restored_afterwards():
+    import torch
+
+    from workbench.api import reproduce
+
+    before = torch.get_num_threads()
+    want = 1 if before != 1 else 2
+    r = reproduce(backend="torch_native", mode="greedy", prompts=["def f(x):"], max_new_tokens=2, threads=want)
+    assert r.status == "ok" and r.record["env"]["torch_threads"] == want
+    assert torch.get_num_threads() == before
+    with pytest.raises(ConfigError, match="invalid threads 0; valid: an integer >= 1"):
+        make_config(threads=0)
+    args = argparse.ArgumentParser()
+    add_run_args(args)
+    assert config_from_args(args.parse_args(["--threads", "3"])) == {"threads": 3}
+
+
+def test_cuda_is_refused_without_a_gpu_and_at_dp_above_one(monkeypatch):
+    import torch
+
+    with pytest.raises(ConfigError, match="invalid device 'cuda'; valid: cpu \\(no CUDA device is visible"):
+        make_config(device="cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the DP rule, as on a GPU machine
+    with pytest.raises(ConfigError, match="invalid device 'cuda'; valid: cpu at dp 2 \\(DP ranks exchange CPU"):
+        make_config(device="cuda", dp=2)
+    assert make_config(device="cuda").device == "cuda"
+
+
+def test_a_cpu_triton_run_is_refused_where_the_kernels_were_compiled(monkeypatch):
+    """On a GPU machine whose process set the kernels up compiled, CPU tensors cannot reach them."""
+    import kernels.runtime
+
+    from workbench.config import check_kernels
+
+    monkeypatch.setitem(kernels.runtime._STATE, "interpreted", False)
+    with pytest.raises(ConfigError, match="invalid device 'cpu' for backend triton in this process"):
+        check_kernels(make_config(backend="triton"))
+    check_kernels(make_config(backend="torch_native"))  # torch paths do not use the kernels
+    monkeypatch.setitem(kernels.runtime._STATE, "interpreted", True)
+    check_kernels(make_config(backend="triton"))

@@ -89,6 +89,24 @@ def test_paged_greedy_equals_the_cache_free_causal_forward(backend, prompts):
         assert res.record["outputs"][i] == cache_free_greedy(target, prompt, 16), f"{backend} prompt {i}"
 
 
+def test_loaded_linear_weights_are_column_major_with_the_checkpoints_values():
+    """``inference_layout``: same values and shapes as the file, (in, out)-contiguous storage."""
+    from safetensors.torch import load_file
+
+    from workbench.models.loader import DEFAULT_MODEL_DIR
+
+    target, draft = load_models(MODEL_DIR)
+    root = MODEL_DIR or DEFAULT_MODEL_DIR
+    for model, sub in ((target, "target"), (draft, "draft")):
+        state = load_file(str(os.path.join(root, sub, "model.safetensors")))
+        linears = {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+        assert linears
+        for name, m in linears.items():
+            w = m.weight
+            assert w.stride() == (1, w.shape[0]) and w.t().is_contiguous(), name
+            assert torch.equal(w, state[name + ".weight"]), name
+
+
 def test_scheduler_admits_and_drops_requests_independently():
     """Three requests of different lengths through two batch slots: each equals its solo run."""
     target, _ = load_models(MODEL_DIR)

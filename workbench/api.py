@@ -5,7 +5,7 @@ import dataclasses
 from typing import Union
 
 import kernels
-from workbench.config import RunConfig, make_config
+from workbench.config import RunConfig, check_kernels, make_config
 from workbench.models.loader import load_models, load_prompts
 from workbench.record import RunResult, build_record
 from workbench.speculative.eagle_draft_extend_pr28221 import apply_fix, fix_applied
@@ -15,8 +15,9 @@ def reproduce(config: Union[RunConfig, dict, None] = None, **overrides) -> RunRe
     """Run the EAGLE3 loop (or plain greedy) with the given backend, revision, DP and spec
     settings; return the run record. A crash is data in the record; bad parameters and bad
     checkpoints raise (ConfigError, CheckpointError) before anything runs."""
-    kernels.setup()  # the Triton interpreter on a CPU-only machine; rank processes inherit the choice
     cfg = make_config(config, **overrides)
+    kernels.setup(cfg.device)  # interpreter for CPU tensors, compiled for CUDA; rank processes inherit it
+    check_kernels(cfg)
     if fix_applied():
         cfg = dataclasses.replace(cfg, apply_fix_in_place=True)
     prompts = cfg.prompts if cfg.prompts is not None else load_prompts()

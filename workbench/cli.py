@@ -100,7 +100,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = ap.parse_args(argv)
     import kernels
 
-    kernels.setup()  # where the Triton kernels run, chosen once before anything else loads them
+    kernels.setup(getattr(args, "device", None) or "cpu")  # where the Triton kernels run, chosen once
     try:
         return args.func(args)
     except (ConfigError, CheckpointError, ValueError) as e:

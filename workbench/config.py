@@ -58,8 +58,10 @@ class RunConfig:
         "weights, activations and KV cache (bfloat16: both models cast after loading; dp 1 only)",
         choices=lambda: DTYPES))
     device: str = field(default="cpu", metadata=_arg(
-        "where the engine's tensors live (cuda is refused: the engine creates its tensors on the CPU)",
+        "where the engine's tensors live (cuda: dp 1, a visible GPU; the Triton kernels compile there)",
         choices=lambda: DEVICES))
+    threads: Optional[int] = field(default=None, metadata=_arg(
+        "torch math threads per rank (default: this process's setting at dp 1, the cores divided among the ranks under DP)"))
     warmup: bool = field(default=True, metadata=_arg(
         "one untimed short request before generation at dp 1 (counted in setup_s)", cli=False))
     extra: dict = field(default_factory=dict, metadata=_arg("free-form notes kept in the record", cli=False))
@@ -80,7 +82,8 @@ class RunConfig:
 
             if not torch.cuda.is_available():
                 bad("device", self.device, "cpu (no CUDA device is visible on this machine)")
-            bad("device", self.device, "cpu (the engine does not place its tensors on cuda yet)")
+            if self.dp > 1:
+                bad("device", self.device, f"cpu at dp {self.dp} (DP ranks exchange CPU tensors over gloo; cuda runs at dp 1)")
         for name in ("dp", "steps", "topk", "max_new_tokens", "max_running"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 bad(name, getattr(self, name), "an integer >= 1")
@@ -93,6 +96,8 @@ class RunConfig:
             for i, p in enumerate(self.prompts):
                 if not isinstance(p, str) or not p:
                     bad(f"prompts[{i}]", p, "a non-empty string")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            bad("threads", self.threads, "an integer >= 1, or None for the default")
         if self.timeout_s <= 0:
             bad("timeout_s", self.timeout_s, "a positive number of seconds")
         if self.fault is not None:
@@ -103,6 +108,17 @@ class RunConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def check_kernels(cfg: RunConfig) -> None:
+    """After ``kernels.setup``: the triton backend's kernels must run where the tensors are.
+    Compiled Triton (set up for cuda earlier in this process) refuses CPU tensors."""
+    import kernels
+
+    if cfg.backend == "triton" and cfg.device == "cpu" and not kernels.interpreted():
+        raise ConfigError(
+            "invalid device 'cpu' for backend triton in this process: its Triton kernels were set up compiled "
+            "for cuda; valid: cuda here, or cpu in a fresh process (kernels.setup('cpu') picks the interpreter)")
 
 
 def make_config(config: Union[RunConfig, dict, None] = None, **overrides: Any) -> RunConfig:
@@ -138,7 +154,7 @@ def add_run_args(parser: argparse.ArgumentParser, exclude: Sequence[str] = ()) -
         elif f.name == "prompts":
             kw["nargs"] = "+"
         else:
-            kw["type"] = {"int": int, "float": float}.get(f.type, str)
+            kw["type"] = {"int": int, "Optional[int]": int, "float": float}.get(f.type, str)
         if meta.get("choices") is not None:
             kw["choices"] = list(meta["choices"]())
         parser.add_argument(_flag(f), *meta["aliases"], **kw)

@@ -29,8 +29,8 @@ class Revision:
     def idle_draft_extend_input(self, hidden_size: int, dtype: torch.dtype, topk: int) -> SpecInput:
         """spec_info of an idle rank's draft-extend pass, built as upstream does."""
         if self.draft_extend_class is EagleDraftInput:
-            return EagleDraftInput.create_idle_input("cpu", hidden_size, dtype, topk, CaptureHiddenMode.LAST)
-        return self.draft_extend_class.create_idle_input("cpu", hidden_size, dtype, CaptureHiddenMode.LAST)
+            return EagleDraftInput.create_idle_input(torch.get_default_device(), hidden_size, dtype, topk, CaptureHiddenMode.LAST)
+        return self.draft_extend_class.create_idle_input(torch.get_default_device(), hidden_size, dtype, CaptureHiddenMode.LAST)
 
     @property
     def has_kv_indptr(self) -> bool:

@@ -4,6 +4,7 @@ Used directly for dp 1 and by each rank process under DP attention (``workbench.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Callable, List, Optional
 
@@ -49,6 +50,23 @@ def run_rank(
     ``workbench.debug.bundle.bundle_root()``); ``crash["bundle"]`` gives its path.
     """
     torch.manual_seed(cfg.seed)
+    threads_before = torch.get_num_threads()
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    # cuda: every tensor the engine creates without naming a device goes there (models included);
+    # cpu needs no context, and entering one would put a Python hook on every torch call
+    placement = torch.device(cfg.device) if cfg.device != "cpu" else contextlib.nullcontext()
+    try:
+        with placement:
+            return _run_rank(cfg, prompts, prompt_ids, rank, dp_comm, any_rank, on_start, bundle_dir)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _run_rank(
+    cfg: RunConfig, prompts: List[str], prompt_ids: List[int], rank: int, dp_comm: Optional[object],
+    any_rank: Optional[AnyRank], on_start: Optional[Callable[[WorkerBase], None]], bundle_dir: Optional[str],
+) -> dict:
     metrics = Metrics()
     out = {"outputs": {}, "metrics": metrics, "crash": None, "kernel": None, "kernel_stand_in": None,
            "warmup_s": None, "gen_start": None, "gen_end": None, "generation_s": None}

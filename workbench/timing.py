@@ -28,21 +28,27 @@ def instrument(worker: Any, metrics: Metrics) -> None:
     """Wrap ``worker.run`` and each runner's attention backend (instance attributes) with timers.
 
     Keys are ``model/FORWARD_MODE`` (e.g. ``target/TARGET_VERIFY``); IDLE forwards go to
-    ``forward_s_idle``. Attention time sums ``backend.forward`` over the layers of one forward."""
+    ``forward_s_idle``. Attention time sums ``backend.forward`` over the layers of one forward.
+    On CUDA every timer synchronizes first, so a sample is the work's time, not its launch's."""
     attn = {"s": 0.0}
+    sync = torch.cuda.synchronize if tensor_device(worker).startswith("cuda") else (lambda: None)
     names = {id(r): n for n, r in _runners(worker).items()}
     for name, runner in _runners(worker).items():
         be = runner.attn_backend
         init, forward = be.init_forward_metadata, be.forward
 
         def timed_init(fb, _init=init, _name=name):
+            sync()
             t0 = time.perf_counter()
             _init(fb)
+            sync()
             metrics.add_sample("metadata_s", f"{_name}/{fb.forward_mode.name}", time.perf_counter() - t0)
 
         def timed_forward(q, k, v, layer_id, fb, _forward=forward):
+            sync()
             t0 = time.perf_counter()
             out = _forward(q, k, v, layer_id, fb)
+            sync()
             attn["s"] += time.perf_counter() - t0
             return out
 
@@ -55,8 +61,10 @@ def instrument(worker: Any, metrics: Metrics) -> None:
         attn["s"] = 0.0
         if comm is not None:
             comm.collective_acc = 0.0
+        sync()
         t0 = time.perf_counter()
         out = run(runner, fb, hidden)
+        sync()
         dt = time.perf_counter() - t0
         key = f"{names.get(id(runner), 'model')}/{fb.forward_mode.name}"
         if getattr(comm, "collective_acc", None) is not None:

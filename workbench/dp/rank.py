@@ -91,7 +91,7 @@ def rank_main(rank: int, world: int, init_method: str, cfg_dict: dict, prompts: 
 
     kernels.setup()
     cfg = RunConfig(**cfg_dict)
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))  # ranks share the cores: no oversubscription
+    torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // world))  # ranks share the cores
     try:
         dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=collective_timeout_s))

@@ -1,6 +1,6 @@
 """``ForwardBatch``: everything one forward pass of one model needs, metadata included.
 
-Conventions (page size 1, all tensors on cpu):
+Conventions (page size 1, all tensors on the run's device):
 - DECODE / IDLE: one query token per row; ``seq_lens`` counts the KV the row attends to,
   its own new token included.
 - EXTEND / DRAFT_EXTEND: ``extend_seq_lens`` new tokens per request after ``extend_prefix_lens``

@@ -94,7 +94,7 @@ class EagleWorker(WorkerBase):
 
     # ---- draft -----------------------------------------------------------------------------
     def _idle_draft_input(self) -> EagleDraftInput:
-        return EagleDraftInput.create_idle_input("cpu", self.hidden_size, torch.float32, self.topk, CaptureHiddenMode.NULL)
+        return EagleDraftInput.create_idle_input(torch.get_default_device(), self.hidden_size, torch.float32, self.topk, CaptureHiddenMode.NULL)
 
     def _draft_topk(self, hidden: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """hidden (rows, H) -> (probabilities, tokens) of the draft's topk next tokens, (rows, topk) each."""
