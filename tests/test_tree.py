@@ -106,11 +106,12 @@ def test_too_few_candidates_is_an_error():
                    torch.full((1, 2), -1), 4)
 
 
-def test_draft_branches_keep_the_best_paths_with_their_parents_state():
+@pytest.mark.parametrize("k", [3, 1])
+def test_draft_branches_keep_the_best_paths_with_their_parents_state(k):
     """DraftBranches.select against a brute-force ranking of every (branch, child) path: the
-    best topk paths survive, each with its parent's hidden state and path slots."""
+    best topk paths survive, each with its parent's hidden state and path slots (k 1: the chain path)."""
     gen = torch.Generator().manual_seed(1)
-    bs, k, h = 2, 3, 4
+    bs, h = 2, 4
     branches = DraftBranches.start(torch.rand(bs, k, generator=gen).sort(1, descending=True).values,
                                    torch.randint(0, 50, (bs, k), generator=gen), torch.randn(bs, h, generator=gen))
     for i in range(1, 4):
@@ -132,5 +133,25 @@ def test_draft_branches_keep_the_best_paths_with_their_parents_state():
                 assert torch.equal(branches.hidden[r * k + slot], hidden[r * k + j])
                 assert torch.equal(branches.path_slots[r, slot], own[r * k + j])
                 assert branches.cand_parents[-1][r, j * k + c] == prev_cand[r, j]
-    tree = branches.tree(torch.tensor([7, 8]), 8)
-    assert tree.tokens[:, 0].tolist() == [7, 8] and tree.num_nodes == 8
+    n = min(8, sum(c.shape[1] for c in branches.cand_scores) + 1)
+    tree = branches.tree(torch.tensor([7, 8]), n)
+    assert tree.tokens[:, 0].tolist() == [7, 8] and tree.num_nodes == n
+
+
+@pytest.mark.parametrize("steps,n", [(1, 2), (3, 4), (5, 6), (5, 3), (6, 7)])
+def test_the_chain_tree_is_what_the_ranking_keeps_at_topk_one(steps, n):
+    """chain_tree (topk 1, no ranking) against build_tree's ranking of the same candidates,
+    ties included (a draft probability of exactly 1 keeps the path score)."""
+    from workbench.speculative.eagle_tree import chain_tree
+
+    gen = torch.Generator().manual_seed(steps * 10 + n)
+    bs = 4
+    probs = torch.rand(bs, steps, generator=gen)
+    probs[0] = 1.0  # equal scores all along one chain
+    scores = probs.cumprod(1)
+    tokens = torch.randint(0, 50, (bs, steps), generator=gen)
+    parents = (torch.arange(steps) - 1).expand(bs, steps)
+    root = torch.randint(0, 50, (bs,), generator=gen)
+    ranked, chained = build_tree(root, scores, tokens, parents, n), chain_tree(root, tokens, n)
+    for name in ("tokens", "parent", "depth", "ancestor_mask", "next_token", "next_sibling"):
+        assert torch.equal(getattr(ranked, name), getattr(chained, name)), name

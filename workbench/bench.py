@@ -47,7 +47,9 @@ def speedup_row(backend: str, greedy: List[dict], eagle: List[dict]) -> dict:
     e0 = eagle[0]
     return {
         "backend": backend, "kernel": e0["config"]["kernel"], "kernel_stand_in": e0["config"]["kernel_stand_in"],
-        "interpreter": e0["env"]["triton_interpret"], "device": e0["env"]["device"], "repeats": len(eagle),
+        "interpreter": e0["env"]["triton_interpret"], "device": e0["env"]["device"],
+        "torch_threads": e0["env"].get("torch_threads"), "repeats": len(eagle),
+        "spec": [e0["config"]["steps"], e0["config"]["topk"], e0["config"]["draft_tokens"]],
         "accept_length_mean": e0["metrics"]["accept_length_mean"], "acceptance_rate": e0["metrics"]["acceptance_rate"],
         "greedy_tokens_per_s": summarize(tps(greedy)), "eagle_tokens_per_s": summarize(tps(eagle)),
         "speedup": ratio(tps(eagle), tps(greedy)), "interval": INTERVAL,
@@ -66,7 +68,8 @@ def bench(config: dict, backends: List[str], repeats: int = 5, json_out: Optiona
         row = speedup_row(b, [r.record for r in runs[f"greedy/{b}"]], [r.record for r in runs[f"eagle/{b}"]])
         rows.append(row)
         print(f"{b:13s} kernel: {row['kernel']}  (Triton kernels in the interpreter: {row['interpreter']}; "
-              f"tensors on {row['device']})")
+              f"tensors on {row['device']}, {row['torch_threads']} torch thread(s); (steps, topk, draft tokens) "
+              f"{tuple(row['spec'])})")
         print(f"  accept length {row['accept_length_mean']:.3f}  acceptance rate {row['acceptance_rate']:.3f}")
         print(f"  tokens/s (generation only, median [95 % interval] of {repeats}): greedy {fmt(row['greedy_tokens_per_s'])}"
               f"  eagle3 {fmt(row['eagle_tokens_per_s'])}  speedup {fmt(row['speedup'], digits=2)}x"

@@ -81,8 +81,14 @@ class DraftBranches:
         draft's topk at each tip; hidden (bs * k, H) its states there; own_slots (bs * k, i)
         each branch's path slots, tip included."""
         bs, k = self.scores.shape
-        rows = torch.arange(bs).unsqueeze(1)
         base = sum(c.shape[1] for c in self.cand_scores)
+        if k == 1:  # a chain: the one child is the next branch (no ranking to do)
+            self.scores, self.tokens = self.scores * child_p, child_t.view(bs, 1)
+            self._add(self.scores, self.tokens, self.cand)
+            self.cand = torch.full_like(self.cand, base)
+            self.hidden, self.path_slots = hidden, own_slots.view(bs, 1, -1)
+            return
+        rows = torch.arange(bs).unsqueeze(1)
         expand = (self.scores.unsqueeze(2) * child_p.view(bs, k, k)).flatten(1)
         child_t = child_t.view(bs, k * k)
         self._add(expand, child_t, self.cand.repeat_interleave(k, dim=1))
@@ -94,6 +100,8 @@ class DraftBranches:
 
     def tree(self, verified_id: torch.Tensor, num_draft_tokens: int) -> "DraftTree":
         """The N-node tree of the best candidates under the root ``verified_id`` (bs,)."""
+        if self.scores.shape[1] == 1:
+            return chain_tree(verified_id, torch.cat(self.cand_tokens, 1), num_draft_tokens)
         return build_tree(verified_id, torch.cat(self.cand_scores, 1), torch.cat(self.cand_tokens, 1),
                           torch.cat(self.cand_parents, 1), num_draft_tokens)
 
@@ -129,6 +137,22 @@ def build_tree(
     depth = anc.sum(-1) - 1
     first, sibling = child_links(parent)
     return DraftTree(tokens, parent, depth, anc, first, sibling)
+
+
+def chain_tree(verified_id: torch.Tensor, cand_tokens: torch.Tensor, num_draft_tokens: int) -> DraftTree:
+    """topk 1: candidate i is the child of candidate i - 1 and path scores never rise along a
+    chain (a product of probabilities), so ``build_tree`` keeps the first N - 1 candidates in
+    order. The same tree without ranking: verified_id (bs,), cand_tokens (bs, C), C >= N - 1."""
+    bs, num_cand = cand_tokens.shape
+    n = num_draft_tokens
+    if num_cand < n - 1:
+        raise ValueError(f"{num_cand} draft candidates cannot fill {n - 1} tree slots")
+    nodes = torch.arange(n)
+    tokens = torch.cat((verified_id.view(bs, 1), cand_tokens[:, : n - 1]), dim=1)
+    first = torch.where(nodes < n - 1, nodes + 1, -1)
+    return DraftTree(tokens, (nodes - 1).expand(bs, n), nodes.expand(bs, n),
+                     torch.ones(n, n, dtype=torch.bool).tril().expand(bs, n, n), first.expand(bs, n),
+                     torch.full((bs, n), -1, dtype=torch.int64))
 
 
 def ancestor_mask(parent: torch.Tensor) -> torch.Tensor:
