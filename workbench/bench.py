@@ -16,6 +16,18 @@ from workbench.record import RunResult
 from workbench.stats import INTERVAL, fmt, ratio, summarize
 
 MODES = ("greedy", "eagle")
+SPEC_KEYS = ("steps", "topk", "draft_tokens")
+# When no spec setting is given, bench runs the chain that measured fastest at batch 1 on the 2-core
+# CPU box (docs/guide.md, "Choosing the spec setting"): on a CPU every verified token and every extra
+# branch costs compute, unlike on a GPU, where SGLang's auto choice for Llama is (5, 4, 8).
+BENCH_SPEC = {"steps": 5, "topk": 1, "draft_tokens": 6}
+
+
+def with_bench_spec(config: dict) -> dict:
+    """``config`` with bench's default spec setting unless it names any of steps/topk/draft_tokens."""
+    if any(config.get(k) is not None for k in SPEC_KEYS):
+        return config
+    return {**config, **BENCH_SPEC}
 
 
 def _phase_table(records: List[dict]) -> str:

@@ -22,10 +22,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from workbench.bench import bench
+    from workbench.bench import bench, with_bench_spec
     from workbench.config import config_from_args, make_config
 
-    config = config_from_args(args)
+    config = with_bench_spec(config_from_args(args))
     bench(config, backends=args.backends or [make_config(config).backend], repeats=args.repeats, json_out=args.json)
     return 0
 
@@ -66,7 +66,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     run.add_argument("--json", default=None, help="write the run record here")
     run.add_argument("--show-traceback", action="store_true")
     run.set_defaults(func=cmd_run)
-    b = sub.add_parser("bench", help="plain greedy vs EAGLE3 on the same backend(s): accept length, tokens/s, speedup")
+    b = sub.add_parser("bench", help="plain greedy vs EAGLE3 on the same backend(s): accept length, tokens/s, speedup",
+                       description="Without --steps/--topk/--draft-tokens, EAGLE3 runs the chain (5, 1, 6), the "
+                                   "fastest setting measured at batch 1 on a 2-core CPU (docs/guide.md); any of "
+                                   "them given, the others keep the run defaults.")
     add_run_args(b, exclude=("mode",))
     b.add_argument("--backends", nargs="+", default=None)
     b.add_argument("--repeats", type=int, default=5, help="runs per backend and mode, interleaved")

@@ -42,7 +42,7 @@ class EagleWorker(WorkerBase):
     # ---- prefill ---------------------------------------------------------------------------
     def prefill(self, reqs: List[Req]) -> ScheduleBatch:
         """Target EXTEND, then draft EXTEND over the prompt shifted by one token."""
-        self.check_fits(reqs, self.num_draft_tokens + 1)
+        self.check_fits(reqs, max(self.num_draft_tokens, self.steps) + 1)  # verify's tree / a chain's draft path
         with self.phase("prefill"):
             batch, tfb, aux, slots = self.prefill_target(reqs)
             lens = tfb.seq_lens
@@ -123,20 +123,25 @@ class EagleWorker(WorkerBase):
 
     @contextmanager
     def _branch_rows(self, batch: ScheduleBatch) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
-        """Scratch request rows, one per (request, branch), holding the request's slots, and the
-        KV slots of every draft step, (steps - 1, bs * topk). Both are freed on exit."""
+        """Request rows, one per (request, branch), holding the request's slots, and the KV slots
+        of every draft step, (steps - 1, bs * topk); the slots are freed on exit. topk 1: the
+        requests' own rows (the path goes past ``seq_lens``, where verify writes next). Otherwise
+        scratch rows holding a copy of the request's slots, freed on exit."""
         bs, k = len(batch), self.topk
         pool, table = self.memory.req_to_token_pool, self.memory.req_to_token_pool.req_to_token
-        rows = torch.tensor(pool.alloc(bs * k), dtype=torch.int64)
+        scratch = k > 1
+        rows = torch.tensor(pool.alloc(bs * k), dtype=torch.int64) if scratch else batch.req_pool_indices
         slots = torch.empty(0, dtype=torch.int64)
         try:
             slots = self.memory.allocator.alloc(bs * k * (self.steps - 1))
-            width = int(batch.seq_lens.max())
-            table[rows, :width] = table[batch.req_pool_indices.repeat_interleave(k), :width]
+            if scratch:
+                width = int(batch.seq_lens.max())
+                table[rows, :width] = table[batch.req_pool_indices.repeat_interleave(k), :width]
             yield rows, slots.view(self.steps - 1, bs * k)
         finally:
             self.memory.allocator.free(slots)
-            pool.free(rows.tolist())
+            if scratch:
+                pool.free(rows.tolist())
 
     def _draft_step(self, rows: torch.Tensor, prefix: torch.Tensor, path_cols: torch.Tensor, new_slots: torch.Tensor,
                     branches: DraftBranches, i: int) -> Tuple[torch.Tensor, torch.Tensor]:
