@@ -116,3 +116,12 @@ def test_bfloat16_runs_and_the_shipped_sweep_is_labelled():
     assert {(1, 1, 2), (3, 1, 4), (3, 2, 6), (5, 4, 16), (6, 10, 32)} <= settings
     assert shipped["prompts"] >= 8 and shipped["max_new_tokens"] >= 64
     assert {r["dtype"] for r in shipped["rows"]} == {"float32", "bfloat16"}
+
+
+def test_bench_runs_the_cpu_chain_unless_a_spec_setting_is_given():
+    from workbench.bench import BENCH_SPEC, with_bench_spec
+
+    assert with_bench_spec({"backend": "torch_native"}) == {"backend": "torch_native", **BENCH_SPEC}
+    assert BENCH_SPEC == {"steps": 5, "topk": 1, "draft_tokens": 6}
+    assert with_bench_spec({"topk": 4}) == {"topk": 4}  # the others keep the run defaults
+    make_config(with_bench_spec({}))  # a valid setting
