@@ -1,5 +1,6 @@
 """Run matrix cells as papermill child processes, at most ``jobs`` at once, with a progress line per
 cell; collect each cell's execution outcome and notebook record and judge it (``ci.expect``)."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, TextIO
+from typing import TextIO
 
 from ci.execute import execution_result
 from ci.expect import check_cell, describe
@@ -26,10 +27,10 @@ HEARTBEAT_S = 60.0
 class Job:
     cell: Cell
     parameters: dict
-    paths: Dict[str, str]  # relative to the output folder: notebook, record, log, job, result
-    proc: Optional[subprocess.Popen] = None
+    paths: dict[str, str]  # relative to the output folder: notebook, record, log, job, result
+    proc: subprocess.Popen | None = None
     started: float = 0.0
-    log: Optional[TextIO] = None
+    log: TextIO | None = None
 
 
 def usable_cores() -> int:
@@ -42,7 +43,7 @@ def default_jobs(n_cells: int) -> int:
     return max(1, min(usable_cores(), n_cells))
 
 
-def _declared(notebook: Path) -> Dict[str, dict]:
+def _declared(notebook: Path) -> dict[str, dict]:
     import papermill
 
     return papermill.inspect_notebook(str(notebook))
@@ -56,43 +57,70 @@ def prepare(cell: Cell, root: Path, out: Path, extra: dict) -> Job:
     declared = _declared(nb)
     unknown = sorted(set(cell.parameters) - set(declared))
     if unknown:
-        raise ValueError(f"parameter(s) {unknown} are not in {nb.name}'s parameters cell; it declares {sorted(declared)}")
+        raise ValueError(
+            f"parameter(s) {unknown} are not in {nb.name}'s parameters cell; it declares {sorted(declared)}"
+        )
     params = {k: v for k, v in {**cell.defaults, **extra}.items() if k in declared}
     params.update(cell.parameters)
     slug = cell.slug
-    paths = {"notebook": f"notebooks/{slug}.ipynb", "record": f"records/{slug}.json", "log": f"logs/{slug}.log",
-             "rank_logs": f"logs/{slug}", "job": f"jobs/{slug}.json", "result": f"jobs/{slug}.result.json",
-             "tmp": f"jobs/{slug}.tmp"}
+    paths = {
+        "notebook": f"notebooks/{slug}.ipynb",
+        "record": f"records/{slug}.json",
+        "log": f"logs/{slug}.log",
+        "rank_logs": f"logs/{slug}",
+        "job": f"jobs/{slug}.json",
+        "result": f"jobs/{slug}.result.json",
+        "tmp": f"jobs/{slug}.tmp",
+    }
     params["record_path"] = str((out / paths["record"]).resolve())
     params.setdefault("expect", notebook_expect(cell))
     return Job(cell, params, paths)
 
 
-def thread_env(jobs: int) -> Dict[str, str]:
+def thread_env(jobs: int) -> dict[str, str]:
     """Math-library threads per notebook so ``jobs`` notebooks share the cores instead of spinning
     against each other (torch's OpenMP threads busy-wait); variables already set are kept."""
     n = str(max(1, usable_cores() // jobs))
     return {k: os.environ.get(k, n) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
 
 
-def _start(job: Job, matrix: Matrix, root: Path, out: Path, threads: Dict[str, str], kernel: str) -> None:
+def _start(job: Job, matrix: Matrix, root: Path, out: Path, threads: dict[str, str], kernel: str) -> None:
     for key in ("notebook", "record", "log", "job"):
         (out / job.paths[key]).parent.mkdir(parents=True, exist_ok=True)
     (out / job.paths["tmp"]).mkdir(exist_ok=True)
     for key in ("record", "result"):
         (out / job.paths[key]).unlink(missing_ok=True)
     nb = Path(job.cell.notebook)
-    spec = {"input": str(nb if nb.is_absolute() else root / nb), "output": str(out / job.paths["notebook"]),
-            "parameters": job.parameters, "cwd": str(root), "cell_timeout_s": matrix.cell_timeout_s,
-            "start_timeout_s": matrix.start_timeout_s, "result": str(out / job.paths["result"]), "kernel_name": kernel}
+    spec = {
+        "input": str(nb if nb.is_absolute() else root / nb),
+        "output": str(out / job.paths["notebook"]),
+        "parameters": job.parameters,
+        "cwd": str(root),
+        "cell_timeout_s": matrix.cell_timeout_s,
+        "start_timeout_s": matrix.start_timeout_s,
+        "result": str(out / job.paths["result"]),
+        "kernel_name": kernel,
+    }
     (out / job.paths["job"]).write_text(json.dumps(spec, indent=1))
     # The cell's temp files (DP ranks' wb-dp-* folders) go to its own TMPDIR, removed when it ends even
     # if the kernel was killed; rank logs a record points to are kept under logs/.
-    env = {**os.environ, **threads, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
-           "TMPDIR": str(out / job.paths["tmp"]), LOG_DIR_ENV: str(out / job.paths["rank_logs"])}
+    env = {
+        **os.environ,
+        **threads,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+        "TMPDIR": str(out / job.paths["tmp"]),
+        LOG_DIR_ENV: str(out / job.paths["rank_logs"]),
+    }
     job.log = open(out / job.paths["log"], "w")
-    job.proc = subprocess.Popen([sys.executable, "-m", "ci.execute", str(out / job.paths["job"])], cwd=root, env=env,
-                                stdout=job.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    job.proc = subprocess.Popen(
+        [sys.executable, "-m", "ci.execute", str(out / job.paths["job"])],
+        cwd=root,
+        env=env,
+        stdout=job.log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     job.started = time.perf_counter()
 
 
@@ -119,14 +147,17 @@ def _finish(job: Job, out: Path, wall_limit_hit: bool) -> dict:
     wall = time.perf_counter() - job.started
     result_file = out / job.paths["result"]
     if wall_limit_hit:
-        execution = execution_result("timeout", ename="NotebookTimeout",
-                                     evalue=f"notebook ran past the hard limit; killed after {wall:.0f} s")
+        execution = execution_result(
+            "timeout", ename="NotebookTimeout", evalue=f"notebook ran past the hard limit; killed after {wall:.0f} s"
+        )
     elif result_file.is_file():
         execution = json.loads(result_file.read_text())
     else:
-        execution = execution_result("error", ename="RunnerChildDied",
-                                     evalue=f"papermill process exited with code {job.proc.returncode} "
-                                            f"without a result; see {job.paths['log']}")
+        execution = execution_result(
+            "error",
+            ename="RunnerChildDied",
+            evalue=f"papermill process exited with code {job.proc.returncode} without a result; see {job.paths['log']}",
+        )
     execution["wall_s"] = wall
     record_file = out / job.paths["record"]
     bundle = None
@@ -138,39 +169,69 @@ def _finish(job: Job, out: Path, wall_limit_hit: bool) -> dict:
         except ValueError as e:
             execution.setdefault("record_error", str(e))
     reasons = check_cell(job.cell.expect, execution, bundle)
-    return {**job.cell.to_dict(), "parameters": job.parameters, "execution": execution, "bundle": bundle,
-            "paths": job.paths, "reasons": reasons, "verdict": "unexpected" if reasons else "expected"}
+    return {
+        **job.cell.to_dict(),
+        "parameters": job.parameters,
+        "execution": execution,
+        "bundle": bundle,
+        "paths": job.paths,
+        "reasons": reasons,
+        "verdict": "unexpected" if reasons else "expected",
+    }
 
 
 def _progress(done: int, total: int, res: dict, running: int, queued: int, stream: TextIO) -> None:
     primary = (res["bundle"] or {}).get("primary")
-    got = describe(((res["bundle"] or {}).get("runs") or {}).get(primary)) if res["bundle"] else res["execution"]["outcome"]
+    got = (
+        describe(((res["bundle"] or {}).get("runs") or {}).get(primary))
+        if res["bundle"]
+        else res["execution"]["outcome"]
+    )
     mark = "ok  " if res["verdict"] == "expected" else "FAIL"
-    print(f"[{done:>{len(str(total))}}/{total}] {mark} {res['execution']['wall_s']:6.1f}s  {res['name']}  -> "
-          f"{got[:90]}   (running {running}, queued {queued})", file=stream, flush=True)
+    print(
+        f"[{done:>{len(str(total))}}/{total}] {mark} {res['execution']['wall_s']:6.1f}s  {res['name']}  -> "
+        f"{got[:90]}   (running {running}, queued {queued})",
+        file=stream,
+        flush=True,
+    )
     for r in res["reasons"]:
         print(f"        why: {r}", file=stream, flush=True)
 
 
-def run_cells(cells: List[Cell], matrix: Matrix, root: Path, out: Path, jobs: int, extra: Optional[dict] = None,
-              stream: TextIO = sys.stdout) -> List[dict]:
+def run_cells(
+    cells: list[Cell],
+    matrix: Matrix,
+    root: Path,
+    out: Path,
+    jobs: int,
+    extra: dict | None = None,
+    stream: TextIO = sys.stdout,
+) -> list[dict]:
     """Run every cell; results in matrix order. A cell that cannot even start is an unexpected result."""
-    results: Dict[str, dict] = {}
-    queue: List[Job] = []
+    results: dict[str, dict] = {}
+    queue: list[Job] = []
     for cell in cells:
         try:
             queue.append(prepare(cell, root, out, extra or {}))
         except ValueError as e:
-            results[cell.name] = {**cell.to_dict(), "execution": execution_result("error", ename="CellSetupError",
-                                                                                  evalue=str(e)),
-                                  "bundle": None, "paths": {}, "reasons": [f"cell not run: {e}"], "verdict": "unexpected"}
+            results[cell.name] = {
+                **cell.to_dict(),
+                "execution": execution_result("error", ename="CellSetupError", evalue=str(e)),
+                "bundle": None,
+                "paths": {},
+                "reasons": [f"cell not run: {e}"],
+                "verdict": "unexpected",
+            }
     queue.sort(key=lambda j: -j.cell.weight)
     threads = thread_env(jobs)
     kernel = kernel_name()
-    print(f"running {len(queue)} notebook(s), {jobs} at a time ({threads['OMP_NUM_THREADS']} math thread(s) each); "
-          f"per-cell timeout {matrix.cell_timeout_s:.0f} s, per-notebook limit {matrix.notebook_timeout_s:.0f} s",
-          file=stream, flush=True)
-    running: List[Job] = []
+    print(
+        f"running {len(queue)} notebook(s), {jobs} at a time ({threads['OMP_NUM_THREADS']} math thread(s) each); "
+        f"per-cell timeout {matrix.cell_timeout_s:.0f} s, per-notebook limit {matrix.notebook_timeout_s:.0f} s",
+        file=stream,
+        flush=True,
+    )
+    running: list[Job] = []
     done = len(results)
     last_news = time.perf_counter()
     try:
@@ -194,8 +255,12 @@ def run_cells(cells: List[Cell], matrix: Matrix, root: Path, out: Path, jobs: in
                 _progress(done, len(cells), res, len(running), len(queue), stream)
             if time.perf_counter() - last_news > HEARTBEAT_S:
                 last_news = time.perf_counter()
-                print("        still running: " + ", ".join(f"{j.cell.name} ({last_news - j.started:.0f} s)" for j in running),
-                      file=stream, flush=True)
+                print(
+                    "        still running: "
+                    + ", ".join(f"{j.cell.name} ({last_news - j.started:.0f} s)" for j in running),
+                    file=stream,
+                    flush=True,
+                )
     finally:
         for job in running:  # interrupted: the children run in their own sessions and would outlive us
             kill_tree(job.proc.pid)

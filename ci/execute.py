@@ -6,6 +6,7 @@ job's ``result`` path as JSON: ``completed``, ``failed`` (a cell raised), ``time
 past ``cell_timeout_s``), ``killed`` (the kernel died) or ``error`` (papermill itself failed, e.g.
 the kernel never started).
 """
+
 from __future__ import annotations
 
 import json
@@ -13,24 +14,29 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import List, Optional
 
 OUTCOMES = ("completed", "failed", "timeout", "killed", "error")  # an execution's ``outcome``
 EXECUTION_ERROR_FIELDS = ("cell", "ename", "evalue", "traceback")
 
 
-def execution_result(outcome: str, *, cell: Optional[int] = None, ename: Optional[str] = None,
-                     evalue: Optional[str] = None, traceback: Optional[str] = None, wall_s: float = 0.0) -> dict:
+def execution_result(
+    outcome: str,
+    *,
+    cell: int | None = None,
+    ename: str | None = None,
+    evalue: str | None = None,
+    traceback: str | None = None,
+    wall_s: float = 0.0,
+) -> dict:
     """The one constructor of an execution outcome: {"outcome", "error", "wall_s"}; ``error`` is None
     when completed, else {cell, ename, evalue, traceback} (cell: index of the failing cell, if known)."""
     if outcome not in OUTCOMES:
         raise ValueError(f"invalid outcome {outcome!r}; valid: {', '.join(OUTCOMES)}")
-    error = None if outcome == "completed" else {"cell": cell, "ename": ename, "evalue": evalue,
-                                                 "traceback": traceback}
+    error = None if outcome == "completed" else {"cell": cell, "ename": ename, "evalue": evalue, "traceback": traceback}
     return {"outcome": outcome, "error": error, "wall_s": wall_s}
 
 
-def _failed_cell(output: Path) -> Optional[int]:
+def _failed_cell(output: Path) -> int | None:
     """Index of the cell papermill marked as raising / running when it stopped, if any."""
     try:
         cells = json.loads(output.read_text())["cells"]
@@ -55,26 +61,43 @@ def execute(job: dict) -> dict:
     result = execution_result("completed")
     try:
         papermill.execute_notebook(
-            job["input"], str(out), parameters=job["parameters"], cwd=job.get("cwd"), kernel_name=job.get("kernel_name"),
-            execution_timeout=job["cell_timeout_s"], start_timeout=job.get("start_timeout_s", 120),
-            progress_bar=False, log_output=False, report_mode=False,
+            job["input"],
+            str(out),
+            parameters=job["parameters"],
+            cwd=job.get("cwd"),
+            kernel_name=job.get("kernel_name"),
+            execution_timeout=job["cell_timeout_s"],
+            start_timeout=job.get("start_timeout_s", 120),
+            progress_bar=False,
+            log_output=False,
+            report_mode=False,
         )
     except PapermillExecutionError as e:
         result = execution_result("failed", cell=e.cell_index, ename=e.ename, evalue=e.evalue)
     except CellTimeoutError as e:
-        result = execution_result("timeout", cell=_failed_cell(out), ename="CellTimeoutError",
-                                  evalue=f"a cell ran past {job['cell_timeout_s']} s: {str(e)[:300]}")
+        result = execution_result(
+            "timeout",
+            cell=_failed_cell(out),
+            ename="CellTimeoutError",
+            evalue=f"a cell ran past {job['cell_timeout_s']} s: {str(e)[:300]}",
+        )
     except DeadKernelError as e:
-        result = execution_result("killed", cell=_failed_cell(out), ename="DeadKernelError",
-                                  evalue=f"the kernel died: {e}")
+        result = execution_result(
+            "killed", cell=_failed_cell(out), ename="DeadKernelError", evalue=f"the kernel died: {e}"
+        )
     except Exception as e:  # papermill / kernel start-up trouble: reported, not raised
-        result = execution_result("error", cell=_failed_cell(out), ename=type(e).__name__, evalue=str(e)[:2000],
-                                  traceback=traceback.format_exc())
+        result = execution_result(
+            "error",
+            cell=_failed_cell(out),
+            ename=type(e).__name__,
+            evalue=str(e)[:2000],
+            traceback=traceback.format_exc(),
+        )
     result["wall_s"] = time.perf_counter() - t0
     return result
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Execute the job file named by the first argument; exit 0 when the notebook completed."""
     args = sys.argv[1:] if argv is None else argv
     job = json.loads(Path(args[0]).read_text())

@@ -3,14 +3,15 @@
 WAL mode and a busy timeout let several runners read and write at once; each night is appended
 in one ``BEGIN IMMEDIATE`` transaction, so a night is stored whole or not at all.
 """
+
 from __future__ import annotations
 
 import json
 import sqlite3
 import statistics
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Dict, Iterable, List, Tuple, Union
 
 BUSY_TIMEOUT_S = 120.0
 SCHEMA = """
@@ -26,28 +27,59 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_by_cell ON runs(cell, role, night_id);
 """
-RUN_COLUMNS = ("cell", "role", "notebook", "backend", "kernel", "kernel_stand_in", "interpreter", "revision", "dp",
-               "mode", "status", "exception_type", "accept_length_mean", "acceptance_rate", "tokens_per_s", "wall_s",
-               "latency_median_ms", "outputs_sha256", "cell_verdict")
+RUN_COLUMNS = (
+    "cell",
+    "role",
+    "notebook",
+    "backend",
+    "kernel",
+    "kernel_stand_in",
+    "interpreter",
+    "revision",
+    "dp",
+    "mode",
+    "status",
+    "exception_type",
+    "accept_length_mean",
+    "acceptance_rate",
+    "tokens_per_s",
+    "wall_s",
+    "latency_median_ms",
+    "outputs_sha256",
+    "cell_verdict",
+)
 
 
-def run_rows(cells: Iterable[dict]) -> List[dict]:
+def run_rows(cells: Iterable[dict]) -> list[dict]:
     """One history row per run in the cells' notebook records."""
     rows = []
     for c in cells:
         for role, rec in ((c.get("bundle") or {}).get("runs") or {}).items():
             cfg, m = rec.get("config", {}), rec.get("metrics") or {}
             lat = {k: 1000 * statistics.median(v) for k, v in (m.get("latency_s") or {}).items() if v}
-            rows.append({
-                "cell": c["name"], "role": role, "notebook": c.get("notebook"), "backend": cfg.get("backend"),
-                "kernel": cfg.get("kernel"), "kernel_stand_in": cfg.get("kernel_stand_in"),
-                "interpreter": cfg.get("backend") == "triton" and "interpreter" in str(cfg.get("kernel") or ""),
-                "revision": cfg.get("revision"), "dp": cfg.get("dp"), "mode": cfg.get("mode"),
-                "status": rec.get("status"), "exception_type": (rec.get("crash") or {}).get("exception_type"),
-                "accept_length_mean": m.get("accept_length_mean"), "acceptance_rate": m.get("acceptance_rate"),
-                "tokens_per_s": m.get("tokens_per_s"), "wall_s": m.get("wall_s"), "latency_median_ms": json.dumps(lat),
-                "outputs_sha256": rec.get("outputs_sha256"), "cell_verdict": c.get("verdict"),
-            })
+            rows.append(
+                {
+                    "cell": c["name"],
+                    "role": role,
+                    "notebook": c.get("notebook"),
+                    "backend": cfg.get("backend"),
+                    "kernel": cfg.get("kernel"),
+                    "kernel_stand_in": cfg.get("kernel_stand_in"),
+                    "interpreter": cfg.get("backend") == "triton" and "interpreter" in str(cfg.get("kernel") or ""),
+                    "revision": cfg.get("revision"),
+                    "dp": cfg.get("dp"),
+                    "mode": cfg.get("mode"),
+                    "status": rec.get("status"),
+                    "exception_type": (rec.get("crash") or {}).get("exception_type"),
+                    "accept_length_mean": m.get("accept_length_mean"),
+                    "acceptance_rate": m.get("acceptance_rate"),
+                    "tokens_per_s": m.get("tokens_per_s"),
+                    "wall_s": m.get("wall_s"),
+                    "latency_median_ms": json.dumps(lat),
+                    "outputs_sha256": rec.get("outputs_sha256"),
+                    "cell_verdict": c.get("verdict"),
+                }
+            )
     return rows
 
 
@@ -68,7 +100,7 @@ def _retry_locked(step, deadline_s: float = BUSY_TIMEOUT_S):
 class History:
     """A history database; open it, use it, ``close()`` it (or use ``with``)."""
 
-    def __init__(self, path: Union[str, Path]) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -89,7 +121,7 @@ class History:
             self.db.execute("ROLLBACK")
             raise
 
-    def __enter__(self) -> "History":
+    def __enter__(self) -> History:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -99,7 +131,7 @@ class History:
         """Close the connection."""
         self.db.close()
 
-    def previous_accept_lengths(self) -> Dict[Tuple[str, str], Tuple[float, str]]:
+    def previous_accept_lengths(self) -> dict[tuple[str, str], tuple[float, str]]:
         """(cell, role) -> (mean accept length, night label) from the latest night with an ok EAGLE3 run of it."""
         rows = self.db.execute(
             "SELECT r.cell, r.role, r.accept_length_mean, n.label FROM runs r JOIN nights n ON n.id = r.night_id "
@@ -109,7 +141,7 @@ class History:
         ).fetchall()
         return {(r["cell"], r["role"]): (r["accept_length_mean"], r["label"]) for r in rows}
 
-    def append_night(self, label: str, finished_at: str, verdict: str, cells: List[dict], meta: dict) -> int:
+    def append_night(self, label: str, finished_at: str, verdict: str, cells: list[dict], meta: dict) -> int:
         """Store a night and all its runs in one transaction; returns the night id."""
         rows = run_rows(cells)
         unexpected = sum(1 for c in cells if c.get("verdict") != "expected")
@@ -117,30 +149,32 @@ class History:
         try:
             cur = self.db.execute(
                 "INSERT INTO nights (label, finished_at, verdict, cells, unexpected, meta) VALUES (?, ?, ?, ?, ?, ?)",
-                (label, finished_at, verdict, len(cells), unexpected, json.dumps(meta, default=str)))
+                (label, finished_at, verdict, len(cells), unexpected, json.dumps(meta, default=str)),
+            )
             night = cur.lastrowid
             self.db.executemany(
                 f"INSERT INTO runs (night_id, {', '.join(RUN_COLUMNS)}) VALUES (?{', ?' * len(RUN_COLUMNS)})",
-                [(night, *(r[k] for k in RUN_COLUMNS)) for r in rows])
+                [(night, *(r[k] for k in RUN_COLUMNS)) for r in rows],
+            )
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
         return night
 
-    def trend_rows(self, last_nights: int = 60) -> List[dict]:
+    def trend_rows(self, last_nights: int = 60) -> list[dict]:
         """Runs of the last ``last_nights`` nights with night_id and night label, oldest first."""
         rows = self.db.execute(
             "SELECT r.*, n.label AS night FROM runs r JOIN nights n ON n.id = r.night_id "
             "WHERE r.night_id IN (SELECT id FROM nights ORDER BY id DESC LIMIT ?) ORDER BY r.night_id",
-            (last_nights,)).fetchall()
+            (last_nights,),
+        ).fetchall()
         return [dict(r) for r in rows]
 
-    def nights(self) -> List[dict]:
+    def nights(self) -> list[dict]:
         """Every stored night, oldest first."""
         return [dict(r) for r in self.db.execute("SELECT * FROM nights ORDER BY id").fetchall()]
 
     def integrity(self) -> str:
         """``ok`` when SQLite's integrity_check finds nothing wrong."""
         return self.db.execute("PRAGMA integrity_check").fetchone()[0]
-

@@ -5,6 +5,7 @@ and the tests pass this name to papermill explicitly, because a user-level ``pyt
 (preferred by Jupyter over the venv's) could point at an interpreter without the workbench.
 ``make venv`` installs it into the venv's own share dir (``ipykernel install --sys-prefix``).
 """
+
 from __future__ import annotations
 
 import os
@@ -26,10 +27,14 @@ def kernel_name() -> str:
     try:
         spec = ksm.get_kernel_spec(KERNEL_NAME)
     except NoSuchKernel:
-        raise KernelSpecError(f"kernelspec {KERNEL_NAME!r} not found (installed: {sorted(ksm.find_kernel_specs())}); "
-                              f"install it with `make venv` or `{INSTALL.format(python=sys.executable)}`") from None
+        raise KernelSpecError(
+            f"kernelspec {KERNEL_NAME!r} not found (installed: {sorted(ksm.find_kernel_specs())}); "
+            f"install it with `make venv` or `{INSTALL.format(python=sys.executable)}`"
+        ) from None
     exe = spec.argv[0] if spec.argv else ""
     if os.path.dirname(os.path.abspath(exe)) != os.path.dirname(os.path.abspath(sys.executable)):
-        raise KernelSpecError(f"kernelspec {KERNEL_NAME!r} at {spec.resource_dir} runs {exe!r}, not this interpreter "
-                              f"{sys.executable!r}; reinstall it with `{INSTALL.format(python=sys.executable)}`")
+        raise KernelSpecError(
+            f"kernelspec {KERNEL_NAME!r} at {spec.resource_dir} runs {exe!r}, not this interpreter "
+            f"{sys.executable!r}; reinstall it with `{INSTALL.format(python=sys.executable)}`"
+        )
     return KERNEL_NAME

@@ -5,6 +5,7 @@ An expectation is ``"ok"``, a named expectation from ``expectations:``, or a dic
 ``message_contains``); a dict of those keyed by run role (``"*"``: every run) checks several runs.
 An unkeyed expectation applies to the notebook record's primary run.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -12,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 from workbench.record import STATUSES
 
@@ -28,9 +29,9 @@ class MatrixError(ValueError):
 class Cell:
     name: str
     notebook: str  # path relative to the repository root (or absolute)
-    parameters: Dict[str, Any]  # the cell's own: a notebook must declare every one
-    expect: Dict[str, Dict[str, Any]]  # role ("primary", "*", or a role name) -> expected record fields
-    defaults: Dict[str, Any] = field(default_factory=dict)  # matrix-wide: given where the notebook declares them
+    parameters: dict[str, Any]  # the cell's own: a notebook must declare every one
+    expect: dict[str, dict[str, Any]]  # role ("primary", "*", or a role name) -> expected record fields
+    defaults: dict[str, Any] = field(default_factory=dict)  # matrix-wide: given where the notebook declares them
     weight: float = 1.0  # relative run time: heavier cells start first so the pool ends together
 
     @property
@@ -40,28 +41,33 @@ class Cell:
 
     def to_dict(self) -> dict:
         """JSON-serialisable form, for results files."""
-        return {"name": self.name, "notebook": self.notebook, "parameters": self.parameters, "expect": self.expect,
-                "defaults": self.defaults}
+        return {
+            "name": self.name,
+            "notebook": self.notebook,
+            "parameters": self.parameters,
+            "expect": self.expect,
+            "defaults": self.defaults,
+        }
 
 
 @dataclass
 class Matrix:
     path: str
-    cells: List[Cell]
+    cells: list[Cell]
     cell_timeout_s: float = 300.0
     notebook_timeout_s: float = 900.0
     start_timeout_s: float = 120.0
     accept_length_drop: float = 0.1
-    checks: Dict[str, bool] = field(default_factory=lambda: {"output_parity": True, "lossless": True})
+    checks: dict[str, bool] = field(default_factory=lambda: {"output_parity": True, "lossless": True})
 
-    def shard(self, index: int, count: int) -> List[Cell]:
+    def shard(self, index: int, count: int) -> list[Cell]:
         """Cells of shard ``index`` (1-based) of ``count``: every count-th cell, so each shard gets a mix."""
         if not 1 <= index <= count:
             raise MatrixError(f"shard {index}/{count}: the index must be in 1..{count}")
         return self.cells[index - 1 :: count]
 
 
-def parse_shard(text: str) -> Tuple[int, int]:
+def parse_shard(text: str) -> tuple[int, int]:
     """``"i/N"`` -> (i, N)."""
     m = re.fullmatch(r"(\d+)/(\d+)", text.strip())
     if not m or int(m.group(2)) < 1:
@@ -82,7 +88,7 @@ def _read(path: Path) -> dict:
     return doc
 
 
-def _one(value: Any, named: Dict[str, dict], where: str) -> Dict[str, Any]:
+def _one(value: Any, named: dict[str, dict], where: str) -> dict[str, Any]:
     if isinstance(value, str):
         if value in STATUSES:
             return {"status": value}
@@ -97,7 +103,7 @@ def _one(value: Any, named: Dict[str, dict], where: str) -> Dict[str, Any]:
     raise MatrixError(f"{where}: an expectation is 'ok', a name, or a mapping with 'status'; got {value!r}")
 
 
-def normalize_expect(value: Any, named: Dict[str, dict], where: str) -> Dict[str, Dict[str, Any]]:
+def normalize_expect(value: Any, named: dict[str, dict], where: str) -> dict[str, dict[str, Any]]:
     """Role -> expected fields. A bare expectation is for the primary run."""
     if isinstance(value, dict) and "status" not in value:
         return {role: _one(v, named, f"{where} role {role!r}") for role, v in value.items()}
@@ -108,14 +114,14 @@ def _matches(rule: dict, params: dict) -> bool:
     return all(params.get(k) in (v if isinstance(v, list) else [v]) for k, v in rule.items())
 
 
-def _grid_cells(grid: dict, defaults: dict, named: dict, where: str) -> List[Cell]:
+def _grid_cells(grid: dict, defaults: dict, named: dict, where: str) -> list[Cell]:
     if "notebook" not in grid or not isinstance(grid.get("axes"), dict):
         raise MatrixError(f"{where}: a grid needs 'notebook' and 'axes'")
     stem = Path(grid["notebook"]).stem
     keys = list(grid["axes"])
     cells = []
     for values in itertools.product(*(grid["axes"][k] for k in keys)):
-        point = dict(zip(keys, values))
+        point = dict(zip(keys, values, strict=False))
         expect = grid.get("expect", "ok")
         for rule in grid.get("rules", []):
             if _matches(rule.get("when", {}), point):
@@ -124,8 +130,16 @@ def _grid_cells(grid: dict, defaults: dict, named: dict, where: str) -> List[Cel
         label = "/".join(f"{k}{v}" if isinstance(v, int) else str(v) for k, v in point.items())
         name = f"{stem}/{label}"
         params = {**grid.get("parameters", {}), **point}
-        cells.append(Cell(name, grid["notebook"], params, normalize_expect(expect, named, name), dict(defaults),
-                          float(grid.get("weight", 1.0))))
+        cells.append(
+            Cell(
+                name,
+                grid["notebook"],
+                params,
+                normalize_expect(expect, named, name),
+                dict(defaults),
+                float(grid.get("weight", 1.0)),
+            )
+        )
     return cells
 
 
@@ -134,16 +148,23 @@ def load_matrix(path: str) -> Matrix:
     p = Path(path)
     doc = _read(p)
     defaults, named = doc.get("defaults", {}), doc.get("expectations", {})
-    cells: List[Cell] = []
+    cells: list[Cell] = []
     for i, grid in enumerate(doc.get("grids", [])):
         cells += _grid_cells(grid, defaults, named, f"{p}: grids[{i}]")
     for i, c in enumerate(doc.get("cells", [])):
         where = f"{p}: cells[{i}]"
         if "name" not in c or "notebook" not in c:
             raise MatrixError(f"{where}: a cell needs 'name' and 'notebook'")
-        cells.append(Cell(c["name"], c["notebook"], dict(c.get("parameters", {})),
-                          normalize_expect(c.get("expect", "ok"), named, where), dict(defaults),
-                          float(c.get("weight", 1.0))))
+        cells.append(
+            Cell(
+                c["name"],
+                c["notebook"],
+                dict(c.get("parameters", {})),
+                normalize_expect(c.get("expect", "ok"), named, where),
+                dict(defaults),
+                float(c.get("weight", 1.0)),
+            )
+        )
     names = [c.name for c in cells]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -152,8 +173,12 @@ def load_matrix(path: str) -> Matrix:
         raise MatrixError(f"{p}: no cells")
     t, tol = doc.get("timeouts", {}), doc.get("tolerances", {})
     return Matrix(
-        str(p), cells, cell_timeout_s=float(t.get("cell_s", 300)), notebook_timeout_s=float(t.get("notebook_s", 900)),
-        start_timeout_s=float(t.get("start_s", 120)), accept_length_drop=float(tol.get("accept_length_drop", 0.1)),
+        str(p),
+        cells,
+        cell_timeout_s=float(t.get("cell_s", 300)),
+        notebook_timeout_s=float(t.get("notebook_s", 900)),
+        start_timeout_s=float(t.get("start_s", 120)),
+        accept_length_drop=float(tol.get("accept_length_drop", 0.1)),
         checks={"output_parity": True, "lossless": True, **doc.get("checks", {})},
     )
 

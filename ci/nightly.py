@@ -9,6 +9,7 @@ history database and exits 1 on any unexpected outcome (2 on a usage or matrix e
 ``--shard i/N`` runs one shard and writes only its partial ``results.json``; ``--merge DIR...``
 merges shard folders into one report, history entry and exit status.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,36 +20,56 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Dict, List, Optional
 
 from ci import expect
+from ci.cell_runner import default_jobs, run_cells, thread_env, usable_cores
 from ci.history import History
 from ci.kernelspec import KernelSpecError
 from ci.matrix import MatrixError, load_matrix, parse_shard
-from ci.cell_runner import default_jobs, run_cells, thread_env, usable_cores
 from ci.publish import export_html
 from ci.report import write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = "results.json"
-OWNED = ("notebooks", "records", "logs", "jobs", "plots", RESULTS, "summary.json", "report.html", "junit.xml", "summary.md")
+OWNED = (
+    "notebooks",
+    "records",
+    "logs",
+    "jobs",
+    "plots",
+    RESULTS,
+    "summary.json",
+    "report.html",
+    "junit.xml",
+    "summary.md",
+)
 COPIED = ("notebooks", "records", "logs")
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _environment() -> dict:
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                             timeout=10).stdout.strip() or None
+        rev = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         rev = None
-    return {"python": platform.python_version(), "torch": importlib.metadata.version("torch"), "host": platform.node(),
-            "cpu": platform.machine(), "cores": usable_cores(), "git": rev}
+    return {
+        "python": platform.python_version(),
+        "torch": importlib.metadata.version("torch"),
+        "host": platform.node(),
+        "cpu": platform.machine(),
+        "cores": usable_cores(),
+        "git": rev,
+    }
 
 
 def _clean(out: Path) -> None:
@@ -80,17 +101,29 @@ def _run(args: argparse.Namespace) -> int:
     jobs = args.jobs or default_jobs(len(cells))
     results = run_cells(cells, matrix, ROOT, out.resolve(), jobs, extra)
     export_html(out, results)
-    doc = {"schema": "ci.nightly-results/1", "matrix": matrix.path, "shard": shard, "started_at": started,
-           "wall_s": time.perf_counter() - t0,
-           "environment": {**_environment(), "notebooks_at_once": jobs, "threads_each": thread_env(jobs)["OMP_NUM_THREADS"]},
-           "settings": {"accept_length_drop": matrix.accept_length_drop, "checks": matrix.checks}, "cells": results}
+    doc = {
+        "schema": "ci.nightly-results/1",
+        "matrix": matrix.path,
+        "shard": shard,
+        "started_at": started,
+        "wall_s": time.perf_counter() - t0,
+        "environment": {
+            **_environment(),
+            "notebooks_at_once": jobs,
+            "threads_each": thread_env(jobs)["OMP_NUM_THREADS"],
+        },
+        "settings": {"accept_length_drop": matrix.accept_length_drop, "checks": matrix.checks},
+        "cells": results,
+    }
     (out / RESULTS).write_text(json.dumps(doc, indent=1, default=str))
     if shard:
         bad = [r for r in results if r["verdict"] != "expected"]
         for r in bad:
             print(f"UNEXPECTED {r['name']}: {'; '.join(r['reasons'])}", file=sys.stderr)
-        print(f"shard {shard}: {len(results) - len(bad)}/{len(results)} cells as expected; partial results in "
-              f"{(out / RESULTS).resolve()}")
+        print(
+            f"shard {shard}: {len(results) - len(bad)}/{len(results)} cells as expected; partial results in "
+            f"{(out / RESULTS).resolve()}"
+        )
         return 1 if bad else 0
     return finalize(out, [doc], args.history or out / "history.sqlite", args.night, t0)
 
@@ -117,7 +150,7 @@ def _merge(args: argparse.Namespace) -> int:
     return finalize(out, docs, args.history or out / "history.sqlite", args.night, t0, missing)
 
 
-def _missing_shards(docs: List[dict]) -> List[str]:
+def _missing_shards(docs: list[dict]) -> list[str]:
     shards = [d["shard"] for d in docs if d.get("shard")]
     if not shards:
         return []
@@ -125,23 +158,27 @@ def _missing_shards(docs: List[dict]) -> List[str]:
     return [f"{i}/{n}" for i in range(1, n + 1) if f"{i}/{n}" not in shards]
 
 
-def _wall(docs: List[dict], elapsed: float) -> float:
+def _wall(docs: list[dict], elapsed: float) -> float:
     """Unsharded: ``elapsed`` covers the whole run; merged: the slowest shard plus the merge."""
     shards = [d.get("wall_s", 0.0) for d in docs if d.get("shard")]
     return max(shards) + elapsed if shards else elapsed
 
 
-def finalize(out: Path, docs: List[dict], history_path: Path, night: Optional[str], t0: float,
-             missing_dirs: Optional[List[str]] = None) -> int:
+def finalize(
+    out: Path, docs: list[dict], history_path: Path, night: str | None, t0: float, missing_dirs: list[str] | None = None
+) -> int:
     """Cross-cell checks, history, report; prints every unexpected cell and where the report is."""
     cells = [c for d in docs for c in d["cells"]]
     settings = docs[0]["settings"]
     night = night or _now()
     with History(history_path) as hist:
         earlier = len(hist.nights())
-        history_note = (f"history: {earlier} earlier night(s)" if earlier else
-                        "history: none before this night (a new history starts)")
-        extra_reasons: Dict[str, List[str]] = {}
+        history_note = (
+            f"history: {earlier} earlier night(s)"
+            if earlier
+            else "history: none before this night (a new history starts)"
+        )
+        extra_reasons: dict[str, list[str]] = {}
         checks = [expect.check_accept_length(cells, hist.previous_accept_lengths(), settings["accept_length_drop"])]
         if settings["checks"].get("output_parity", True):
             checks.append(expect.check_parity(cells))
@@ -158,15 +195,24 @@ def finalize(out: Path, docs: List[dict], history_path: Path, night: Optional[st
         bad = [c for c in cells if c["verdict"] != "expected"]
         verdict = "fail" if bad or problems else "pass"
         env = docs[0].get("environment", {})
-        hist.append_night(night, _now(), verdict, cells, {"matrix": docs[0]["matrix"], "environment": env,
-                                                          "problems": problems})
+        hist.append_night(
+            night, _now(), verdict, cells, {"matrix": docs[0]["matrix"], "environment": env, "problems": problems}
+        )
         trend = hist.trend_rows()
-    summary = {"night": night, "matrix": docs[0]["matrix"], "verdict": verdict, "cells_total": len(cells),
-               "wall_s": _wall(docs, time.perf_counter() - t0),
-               "shards": [d["shard"] for d in docs if d.get("shard")], "environment": env, "problems": problems,
-               "history": str(Path(history_path).resolve()), "history_note": history_note,
-               "unexpected": [{"cell": c["name"], "reasons": c["reasons"]} for c in bad]
-               + [{"cell": "(merge)", "reasons": [p]} for p in problems]}
+    summary = {
+        "night": night,
+        "matrix": docs[0]["matrix"],
+        "verdict": verdict,
+        "cells_total": len(cells),
+        "wall_s": _wall(docs, time.perf_counter() - t0),
+        "shards": [d["shard"] for d in docs if d.get("shard")],
+        "environment": env,
+        "problems": problems,
+        "history": str(Path(history_path).resolve()),
+        "history_note": history_note,
+        "unexpected": [{"cell": c["name"], "reasons": c["reasons"]} for c in bad]
+        + [{"cell": "(merge)", "reasons": [p]} for p in problems],
+    }
     report = write_report(out, summary, cells, trend)
     for c in bad:
         for r in c["reasons"]:
@@ -180,8 +226,9 @@ def finalize(out: Path, docs: List[dict], history_path: Path, night: Optional[st
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line (see the module docstring)."""
-    ap = argparse.ArgumentParser(prog="python -m ci.nightly", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m ci.nightly", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--matrix", default="ci/matrix.yaml", help="matrix file, YAML or JSON (default %(default)s)")
     ap.add_argument("--out", default="artifacts/nightly", help="artifact folder (default %(default)s)")
     ap.add_argument("--shard", default=None, help="run shard i/N only (1-based) and write partial results")
@@ -194,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run, shard or merge; 0 when every cell ended as expected, 1 otherwise, 2 on a usage error."""
     args = build_parser().parse_args(argv)
     try:

@@ -1,17 +1,17 @@
 """What the nightly writes beside ``report.html`` for people and CI systems: each executed notebook
 as an HTML page (nbconvert), ``junit.xml`` (one test case per cell) and ``summary.md`` (Markdown
 for a CI job summary, e.g. ``$GITHUB_STEP_SUMMARY``)."""
+
 from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import List, Optional
 from xml.etree import ElementTree as ET
 
 from ci.expect import describe, describe_expect
 
 
-def export_html(out: Path, cells: List[dict]) -> None:
+def export_html(out: Path, cells: list[dict]) -> None:
     """Write ``notebooks/<slug>.html`` beside every executed ``.ipynb`` and add it to the cell's paths.
 
     A notebook that cannot be converted gets a page saying why (the ``.ipynb`` stays linked)."""
@@ -25,25 +25,42 @@ def export_html(out: Path, cells: List[dict]) -> None:
             continue
         page_rel = str(Path(nb_rel).with_suffix(".html"))
         try:
-            body, _ = exporter.from_notebook_node(nbformat.read(out / nb_rel, as_version=4),
-                                                  resources={"metadata": {"name": c["name"]}})
+            body, _ = exporter.from_notebook_node(
+                nbformat.read(out / nb_rel, as_version=4), resources={"metadata": {"name": c["name"]}}
+            )
         except Exception as e:  # a truncated notebook from a killed kernel: say so, keep the .ipynb
-            body = (f"<!doctype html><meta charset='utf-8'><p>{html.escape(nb_rel)} could not be converted: "
-                    f"{html.escape(type(e).__name__)}: {html.escape(str(e))}</p>")
+            body = (
+                f"<!doctype html><meta charset='utf-8'><p>{html.escape(nb_rel)} could not be converted: "
+                f"{html.escape(type(e).__name__)}: {html.escape(str(e))}</p>"
+            )
         (out / page_rel).write_text(body, encoding="utf-8")
         c["paths"] = {**c["paths"], "html": page_rel}
 
 
-def shipped_note(bundle: Optional[dict]) -> Optional[str]:
+def shipped_note(bundle: dict | None) -> str | None:
     """For a notebook that showed shipped measurements instead of measuring now: when and with what."""
     runs = (bundle or {}).get("runs") or {}
-    source = next((str(r["config"]["source"]) for r in runs.values()
-                   if str((r.get("config") or {}).get("source", "")).startswith("shipped")), None)
+    source = next(
+        (
+            str(r["config"]["source"])
+            for r in runs.values()
+            if str((r.get("config") or {}).get("source", "")).startswith("shipped")
+        ),
+        None,
+    )
     if source is None:
         return None
-    versions = sorted({", ".join(f"{k} {v}" for k, v in sorted(((r.get("env") or {}).get("packages") or {}).items())
-                                 if k in ("sglang", "torch", "triton"))
-                       for r in runs.values() if (r.get("env") or {}).get("packages")})
+    versions = sorted(
+        {
+            ", ".join(
+                f"{k} {v}"
+                for k, v in sorted(((r.get("env") or {}).get("packages") or {}).items())
+                if k in ("sglang", "torch", "triton")
+            )
+            for r in runs.values()
+            if (r.get("env") or {}).get("packages")
+        }
+    )
     return f"{source}, not measured tonight" + (": " + "; ".join(versions) if versions else "")
 
 
@@ -54,20 +71,33 @@ def _got(c: dict) -> str:
     return f"{got} [{note}]" if note else got
 
 
-def write_junit(out: Path, summary: dict, cells: List[dict]) -> Path:
+def write_junit(out: Path, summary: dict, cells: list[dict]) -> Path:
     """``junit.xml``: a test case per cell (an unexpected cell is a failure with its reasons), and one
     failing ``(merge)`` case per merge problem (a shard without results)."""
     problems = summary.get("problems") or []
     bad = sum(1 for c in cells if c["verdict"] != "expected") + len(problems)
-    suite = ET.Element("testsuite", name=f"nightly {summary['matrix']}", tests=str(len(cells) + len(problems)),
-                       failures=str(bad), errors="0", time=f"{summary['wall_s']:.1f}", timestamp=str(summary["night"]))
+    suite = ET.Element(
+        "testsuite",
+        name=f"nightly {summary['matrix']}",
+        tests=str(len(cells) + len(problems)),
+        failures=str(bad),
+        errors="0",
+        time=f"{summary['wall_s']:.1f}",
+        timestamp=str(summary["night"]),
+    )
     for c in cells:
-        case = ET.SubElement(suite, "testcase", classname=str(c["notebook"]).replace("/", ".").removesuffix(".ipynb"),
-                             name=c["name"], time=f"{c['execution'].get('wall_s', 0.0):.1f}")
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=str(c["notebook"]).replace("/", ".").removesuffix(".ipynb"),
+            name=c["name"],
+            time=f"{c['execution'].get('wall_s', 0.0):.1f}",
+        )
         if c["verdict"] != "expected":
             ET.SubElement(case, "failure", message="; ".join(c["reasons"])[:1000]).text = "\n".join(c["reasons"])
         ET.SubElement(case, "system-out").text = (
-            "expected: " + "; ".join(f"{r}: {describe_expect(w)}" for r, w in c["expect"].items()) + "\ngot: " + _got(c))
+            "expected: " + "; ".join(f"{r}: {describe_expect(w)}" for r, w in c["expect"].items()) + "\ngot: " + _got(c)
+        )
     for p in problems:
         case = ET.SubElement(suite, "testcase", classname="ci.nightly", name="(merge)")
         ET.SubElement(case, "failure", message=p).text = p
@@ -80,15 +110,17 @@ def _md(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def write_markdown(out: Path, summary: dict, cells: List[dict]) -> Path:
+def write_markdown(out: Path, summary: dict, cells: list[dict]) -> Path:
     """``summary.md``: the verdict, the unexpected cells with their reasons, then every cell in a table."""
     bad = summary["unexpected"]
-    head = (f"## Nightly {'passed' if summary['verdict'] == 'pass' else 'FAILED'}: "
-            f"{summary['cells_total'] - len([b for b in bad if b['cell'] != '(merge)'])}/{summary['cells_total']} "
-            "cells as expected\n\n"
-            f"Night `{summary['night']}` · matrix `{summary['matrix']}` · {summary['wall_s']:.0f} s · "
-            f"{summary.get('history_note', '')}\n\n"
-            "Expected crashes count as a pass: a cell passes when its runs end as the matrix predicts.\n")
+    head = (
+        f"## Nightly {'passed' if summary['verdict'] == 'pass' else 'FAILED'}: "
+        f"{summary['cells_total'] - len([b for b in bad if b['cell'] != '(merge)'])}/{summary['cells_total']} "
+        "cells as expected\n\n"
+        f"Night `{summary['night']}` · matrix `{summary['matrix']}` · {summary['wall_s']:.0f} s · "
+        f"{summary.get('history_note', '')}\n\n"
+        "Expected crashes count as a pass: a cell passes when its runs end as the matrix predicts.\n"
+    )
     lines = [head]
     if bad:
         lines.append("### Unexpected\n")
@@ -98,8 +130,10 @@ def write_markdown(out: Path, summary: dict, cells: List[dict]) -> Path:
     for c in cells:
         expect = "; ".join(f"{r}: {describe_expect(w)}" for r, w in c["expect"].items())
         mark = "ok" if c["verdict"] == "expected" else "**UNEXPECTED**"
-        lines.append(f"| {_md(c['name'])} | {mark} | {_md(expect)} | {_md(_got(c)[:300])} | "
-                     f"{c['execution'].get('wall_s', 0.0):.1f} |")
+        lines.append(
+            f"| {_md(c['name'])} | {mark} | {_md(expect)} | {_md(_got(c)[:300])} | "
+            f"{c['execution'].get('wall_s', 0.0):.1f} |"
+        )
     path = out / "summary.md"
     path.write_text("\n".join(lines) + "\n")
     return path

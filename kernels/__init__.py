@@ -5,6 +5,7 @@ Triton's interpreter on a machine without a CUDA GPU, and the kernel modules loa
 after it (see ``kernels.runtime``). No public function falls back to torch; the ``*_ref``
 functions are the torch references the kernels are tested against.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -16,8 +17,12 @@ _WHERE = {
     "decode_attention": ("decode_attention_fwd", "decode_attention_ref", "get_num_kv_splits"),
     "extend_attention": ("extend_attention_fwd", "extend_attention_ref"),
     "kv_indices": ("build_kv_indices", "build_kv_indices_ref"),
-    "spec_helpers": ("assign_req_to_token_pool", "assign_req_to_token_pool_ref",
-                     "draft_extend_positions_and_bonus", "draft_extend_positions_and_bonus_ref"),
+    "spec_helpers": (
+        "assign_req_to_token_pool",
+        "assign_req_to_token_pool_ref",
+        "draft_extend_positions_and_bonus",
+        "draft_extend_positions_and_bonus_ref",
+    ),
 }
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 

@@ -4,9 +4,8 @@ One program per (request, kv head, block of query tokens). Its rows are (token, 
 pairs, so the kv head's keys are loaded once for every query head of its group. Masks over
 the new tokens: causal, or a custom boolean mask (EAGLE target-verify tree attention).
 """
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import torch
 
@@ -16,16 +15,42 @@ from .runtime import tl, triton  # after set-up: triton sees the interpreter cho
 
 @triton.jit
 def _extend_kernel(
-    q_ptr, k_ext_ptr, v_ext_ptr, o_ptr, k_buf_ptr, v_buf_ptr,
-    qo_indptr_ptr, kv_indptr_ptr, kv_indices_ptr, mask_ptr, mask_indptr_ptr,
+    q_ptr,
+    k_ext_ptr,
+    v_ext_ptr,
+    o_ptr,
+    k_buf_ptr,
+    v_buf_ptr,
+    qo_indptr_ptr,
+    kv_indptr_ptr,
+    kv_indices_ptr,
+    mask_ptr,
+    mask_indptr_ptr,
     sm_scale,
-    stride_qt, stride_qh, stride_ket, stride_keh, stride_vet, stride_veh, stride_ot, stride_oh,
-    stride_kbn, stride_kbh, stride_vbn, stride_vbh,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr,
-    BLOCK_G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    USE_CUSTOM_MASK: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    stride_qt,
+    stride_qh,
+    stride_ket,
+    stride_keh,
+    stride_vet,
+    stride_veh,
+    stride_ot,
+    stride_oh,
+    stride_kbn,
+    stride_kbh,
+    stride_vbn,
+    stride_vbh,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    USE_CUSTOM_MASK: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -49,8 +74,11 @@ def _extend_kernel(
         v_cache = v_buf_ptr + kv_head * stride_vbh + offs_dv[None, :]
         k_ext = k_ext_ptr + kv_head * stride_keh + offs_d[None, :]
         v_ext = v_ext_ptr + kv_head * stride_veh + offs_dv[None, :]
-        q = tl.load(q_ptr + (q_start + tok)[:, None].to(tl.int64) * stride_qt + heads[:, None] * stride_qh
-                    + offs_d[None, :], mask=row_ok[:, None] & d_ok, other=0.0).to(DOT_DTYPE)
+        q = tl.load(
+            q_ptr + (q_start + tok)[:, None].to(tl.int64) * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
+            mask=row_ok[:, None] & d_ok,
+            other=0.0,
+        ).to(DOT_DTYPE)
         m_i = tl.full([BLOCK_M * BLOCK_G], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M * BLOCK_G], tl.float32)
         acc = tl.zeros([BLOCK_M * BLOCK_G, BLOCK_DV], tl.float32)
@@ -68,12 +96,16 @@ def _extend_kernel(
             slots = tl.load(kv_indices_ptr + prefix_start + pos, mask=in_prefix, other=0).to(tl.int64)
             new_tok = (q_start + pos - prefix_len).to(tl.int64)
             cached, new = in_prefix[:, None], in_new[:, None]
-            k = tl.where(cached,
-                         tl.load(k_cache + slots[:, None] * stride_kbn, mask=cached & d_ok, other=0.0),
-                         tl.load(k_ext + new_tok[:, None] * stride_ket, mask=new & d_ok, other=0.0))
-            v = tl.where(cached,
-                         tl.load(v_cache + slots[:, None] * stride_vbn, mask=cached & dv_ok, other=0.0),
-                         tl.load(v_ext + new_tok[:, None] * stride_vet, mask=new & dv_ok, other=0.0))
+            k = tl.where(
+                cached,
+                tl.load(k_cache + slots[:, None] * stride_kbn, mask=cached & d_ok, other=0.0),
+                tl.load(k_ext + new_tok[:, None] * stride_ket, mask=new & d_ok, other=0.0),
+            )
+            v = tl.where(
+                cached,
+                tl.load(v_cache + slots[:, None] * stride_vbn, mask=cached & dv_ok, other=0.0),
+                tl.load(v_ext + new_tok[:, None] * stride_vet, mask=new & dv_ok, other=0.0),
+            )
             qk = tl.dot(q, tl.trans(k.to(DOT_DTYPE)), input_precision=DOT_PRECISION) * sm_scale
             allowed = row_ok[:, None] & (in_prefix | in_new)[None, :]
             if USE_CUSTOM_MASK:
@@ -91,13 +123,31 @@ def _extend_kernel(
             l_i = l_i * alpha + tl.sum(p, 1)
             m_i = m_new
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-        tl.store(o_ptr + (q_start + tok)[:, None].to(tl.int64) * stride_ot + heads[:, None] * stride_oh
-                 + offs_dv[None, :], out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & dv_ok)
+        tl.store(
+            o_ptr + (q_start + tok)[:, None].to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_dv[None, :],
+            out.to(o_ptr.dtype.element_ty),
+            mask=row_ok[:, None] & dv_ok,
+        )
 
 
 @runtime.launcher
-def _launch_extend(*, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer, qo_indptr, kv_indptr,
-                   kv_indices, custom_mask, mask_indptr, is_causal, max_len_extend, sm_scale) -> None:
+def _launch_extend(
+    *,
+    q_extend,
+    k_extend,
+    v_extend,
+    o_extend,
+    k_buffer,
+    v_buffer,
+    qo_indptr,
+    kv_indptr,
+    kv_indices,
+    custom_mask,
+    mask_indptr,
+    is_causal,
+    max_len_extend,
+    sm_scale,
+) -> None:
     bs = qo_indptr.shape[0] - 1
     num_q_heads, head_dim = q_extend.shape[1], q_extend.shape[2]
     num_kv_heads, head_dim_v = k_buffer.shape[1], v_buffer.shape[2]
@@ -108,18 +158,42 @@ def _launch_extend(*, q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer
     if use_mask and custom_mask.dtype == torch.bool:
         custom_mask = custom_mask.view(torch.uint8)
     _extend_kernel[(bs, num_kv_heads, triton.cdiv(max_len_extend, block_m))](
-        q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer,
-        qo_indptr, kv_indptr, kv_indices,
-        custom_mask if use_mask else qo_indptr, mask_indptr if use_mask else qo_indptr,
+        q_extend,
+        k_extend,
+        v_extend,
+        o_extend,
+        k_buffer,
+        v_buffer,
+        qo_indptr,
+        kv_indptr,
+        kv_indices,
+        custom_mask if use_mask else qo_indptr,
+        mask_indptr if use_mask else qo_indptr,
         sm_scale,
-        q_extend.stride(0), q_extend.stride(1), k_extend.stride(0), k_extend.stride(1),
-        v_extend.stride(0), v_extend.stride(1), o_extend.stride(0), o_extend.stride(1),
-        k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
-        GROUP=group, HEAD_DIM=head_dim, HEAD_DIM_V=head_dim_v,
-        BLOCK_G=block_g, BLOCK_M=block_m, BLOCK_N=runtime.block_n(),
-        BLOCK_D=max(16, runtime.next_pow2(head_dim)), BLOCK_DV=max(16, runtime.next_pow2(head_dim_v)),
-        USE_CUSTOM_MASK=use_mask, IS_CAUSAL=bool(is_causal) and not use_mask,
-        DOT_DTYPE=runtime.dot_dtype(q_extend.dtype), DOT_PRECISION=runtime.dot_precision(q_extend.dtype),
+        q_extend.stride(0),
+        q_extend.stride(1),
+        k_extend.stride(0),
+        k_extend.stride(1),
+        v_extend.stride(0),
+        v_extend.stride(1),
+        o_extend.stride(0),
+        o_extend.stride(1),
+        k_buffer.stride(0),
+        k_buffer.stride(1),
+        v_buffer.stride(0),
+        v_buffer.stride(1),
+        GROUP=group,
+        HEAD_DIM=head_dim,
+        HEAD_DIM_V=head_dim_v,
+        BLOCK_G=block_g,
+        BLOCK_M=block_m,
+        BLOCK_N=runtime.block_n(),
+        BLOCK_D=max(16, runtime.next_pow2(head_dim)),
+        BLOCK_DV=max(16, runtime.next_pow2(head_dim_v)),
+        USE_CUSTOM_MASK=use_mask,
+        IS_CAUSAL=bool(is_causal) and not use_mask,
+        DOT_DTYPE=runtime.dot_dtype(q_extend.dtype),
+        DOT_PRECISION=runtime.dot_precision(q_extend.dtype),
     )
 
 
@@ -134,8 +208,8 @@ def extend_attention_fwd(
     qo_indptr: torch.Tensor,
     kv_indptr: torch.Tensor,
     kv_indices: torch.Tensor,
-    custom_mask: Optional[torch.Tensor],
-    mask_indptr: Optional[torch.Tensor],
+    custom_mask: torch.Tensor | None,
+    mask_indptr: torch.Tensor | None,
     is_causal: bool,
     max_len_extend: int,
     sm_scale: float,
@@ -168,15 +242,36 @@ def extend_attention_fwd(
     if any(t.stride(-1) != 1 for t in (q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer)):
         raise ValueError("q/k/v/o and the KV buffers need a contiguous last dimension")
     optional = {} if custom_mask is None else {"custom_mask": custom_mask, "mask_indptr": mask_indptr}
-    runtime.check_tensors(q_extend=q_extend, k_extend=k_extend, v_extend=v_extend, o_extend=o_extend,
-                          k_buffer=k_buffer, v_buffer=v_buffer, qo_indptr=qo_indptr,
-                          kv_indptr=kv_indptr, kv_indices=kv_indices, **optional)
+    runtime.check_tensors(
+        q_extend=q_extend,
+        k_extend=k_extend,
+        v_extend=v_extend,
+        o_extend=o_extend,
+        k_buffer=k_buffer,
+        v_buffer=v_buffer,
+        qo_indptr=qo_indptr,
+        kv_indptr=kv_indptr,
+        kv_indices=kv_indices,
+        **optional,
+    )
     if qo_indptr.shape[0] <= 1 or max_len_extend <= 0:
         return
-    _launch_extend(q_extend=q_extend, k_extend=k_extend, v_extend=v_extend, o_extend=o_extend,
-                   k_buffer=k_buffer, v_buffer=v_buffer, qo_indptr=qo_indptr, kv_indptr=kv_indptr,
-                   kv_indices=kv_indices, custom_mask=custom_mask, mask_indptr=mask_indptr,
-                   is_causal=is_causal, max_len_extend=max_len_extend, sm_scale=sm_scale)
+    _launch_extend(
+        q_extend=q_extend,
+        k_extend=k_extend,
+        v_extend=v_extend,
+        o_extend=o_extend,
+        k_buffer=k_buffer,
+        v_buffer=v_buffer,
+        qo_indptr=qo_indptr,
+        kv_indptr=kv_indptr,
+        kv_indices=kv_indices,
+        custom_mask=custom_mask,
+        mask_indptr=mask_indptr,
+        is_causal=is_causal,
+        max_len_extend=max_len_extend,
+        sm_scale=sm_scale,
+    )
 
 
 def extend_attention_ref(
@@ -189,8 +284,8 @@ def extend_attention_ref(
     qo_indptr: torch.Tensor,
     kv_indptr: torch.Tensor,
     kv_indices: torch.Tensor,
-    custom_mask: Optional[torch.Tensor],
-    mask_indptr: Optional[torch.Tensor],
+    custom_mask: torch.Tensor | None,
+    mask_indptr: torch.Tensor | None,
     is_causal: bool,
     sm_scale: float,
 ) -> torch.Tensor:
@@ -201,7 +296,7 @@ def extend_attention_ref(
     o = torch.zeros(q_extend.shape[0], num_q_heads, v_buffer.shape[2], dtype=torch.float32, device=device)
     for i in range(qo_indptr.shape[0] - 1):
         q0, q1 = int(qo_indptr[i]), int(qo_indptr[i + 1])
-        slots = kv_indices[int(kv_indptr[i]):int(kv_indptr[i + 1])].long()
+        slots = kv_indices[int(kv_indptr[i]) : int(kv_indptr[i + 1])].long()
         n_prefix, n_new = slots.numel(), q1 - q0
         if n_new == 0:
             continue
@@ -209,7 +304,7 @@ def extend_attention_ref(
         v = torch.cat([v_buffer[slots], v_extend[q0:q1]]).float().repeat_interleave(group, dim=1)
         if custom_mask is not None:
             m0 = int(mask_indptr[i])
-            allowed = custom_mask[m0:m0 + n_new * (n_prefix + n_new)].view(n_new, n_prefix + n_new).bool()
+            allowed = custom_mask[m0 : m0 + n_new * (n_prefix + n_new)].view(n_new, n_prefix + n_new).bool()
         else:
             allowed = torch.ones(n_new, n_prefix + n_new, dtype=torch.bool, device=device)
             if is_causal:

@@ -3,22 +3,27 @@
 One program per batch row copies req_to_token[req_pool_indices[i], start:start+seq_lens[i]]
 into kv_indices[kv_indptr[i]:kv_indptr[i] + seq_lens[i]] (kv_indptr[i+1] - kv_indptr[i]).
 """
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import torch
 
 from . import runtime
-from .runtime import tl, triton  # after set-up: triton sees the interpreter choice
 from .ragged import ragged_arange
+from .runtime import tl, triton  # after set-up: triton sees the interpreter choice
 
 
 @triton.jit
 def _build_kv_indices_kernel(
-    req_to_token_ptr, req_pool_indices_ptr, seq_lens_ptr, kv_indptr_ptr, kv_indices_ptr, kv_start_idx_ptr,
+    req_to_token_ptr,
+    req_pool_indices_ptr,
+    seq_lens_ptr,
+    kv_indptr_ptr,
+    kv_indices_ptr,
+    kv_start_idx_ptr,
     stride_req,
-    HAS_START: tl.constexpr, BLOCK: tl.constexpr,
+    HAS_START: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     i = tl.program_id(0)
     row = tl.load(req_pool_indices_ptr + i).to(tl.int64) * stride_req
@@ -34,13 +39,17 @@ def _build_kv_indices_kernel(
 
 
 @runtime.launcher
-def _launch_build_kv_indices(*, req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices,
-                             kv_start_idx) -> None:
+def _launch_build_kv_indices(*, req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices, kv_start_idx) -> None:
     _build_kv_indices_kernel[(seq_lens.shape[0],)](
-        req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices,
+        req_to_token,
+        req_pool_indices,
+        seq_lens,
+        kv_indptr,
+        kv_indices,
         kv_start_idx if kv_start_idx is not None else seq_lens,
         req_to_token.stride(0),
-        HAS_START=kv_start_idx is not None, BLOCK=1024,
+        HAS_START=kv_start_idx is not None,
+        BLOCK=1024,
     )
 
 
@@ -51,7 +60,7 @@ def build_kv_indices(
     seq_lens: torch.Tensor,
     kv_indptr: torch.Tensor,
     kv_indices: torch.Tensor,
-    kv_start_idx: Optional[torch.Tensor] = None,
+    kv_start_idx: torch.Tensor | None = None,
 ) -> None:
     """Fill kv_indices with each row's slots from req_to_token.
 
@@ -67,12 +76,24 @@ def build_kv_indices(
     if req_to_token.dim() != 2 or req_to_token.stride(1) != 1:
         raise ValueError("req_to_token must be a 2-D table with contiguous rows")
     optional = {} if kv_start_idx is None else {"kv_start_idx": kv_start_idx}
-    runtime.check_tensors(req_to_token=req_to_token, req_pool_indices=req_pool_indices, seq_lens=seq_lens,
-                          kv_indptr=kv_indptr, kv_indices=kv_indices, **optional)
+    runtime.check_tensors(
+        req_to_token=req_to_token,
+        req_pool_indices=req_pool_indices,
+        seq_lens=seq_lens,
+        kv_indptr=kv_indptr,
+        kv_indices=kv_indices,
+        **optional,
+    )
     if bs == 0:
         return
-    _launch_build_kv_indices(req_to_token=req_to_token, req_pool_indices=req_pool_indices, seq_lens=seq_lens,
-                             kv_indptr=kv_indptr, kv_indices=kv_indices, kv_start_idx=kv_start_idx)
+    _launch_build_kv_indices(
+        req_to_token=req_to_token,
+        req_pool_indices=req_pool_indices,
+        seq_lens=seq_lens,
+        kv_indptr=kv_indptr,
+        kv_indices=kv_indices,
+        kv_start_idx=kv_start_idx,
+    )
 
 
 def build_kv_indices_ref(
@@ -82,7 +103,7 @@ def build_kv_indices_ref(
     seq_lens: torch.Tensor,
     kv_indptr: torch.Tensor,
     kv_indices: torch.Tensor,
-    kv_start_idx: Optional[torch.Tensor] = None,
+    kv_start_idx: torch.Tensor | None = None,
 ) -> None:
     """Torch version of build_kv_indices, same arguments (fills kv_indices): the kernel's
     reference and the bookkeeping op of every backend that does not run Triton."""
@@ -92,4 +113,6 @@ def build_kv_indices_ref(
     starts = kv_start_idx.long() if kv_start_idx is not None else torch.zeros_like(lens)
     total = kv_indices.shape[0]
     rows = torch.repeat_interleave(req_pool_indices.long(), lens, output_size=total)
-    kv_indices[ragged_arange(kv_indptr[:-1], lens)] = req_to_token[rows, ragged_arange(starts, lens)].to(kv_indices.dtype)
+    kv_indices[ragged_arange(kv_indptr[:-1], lens)] = req_to_token[rows, ragged_arange(starts, lens)].to(
+        kv_indices.dtype
+    )

@@ -3,6 +3,7 @@
 Every ``indptr`` in the workbench (kv_indptr, qo_indptr, mask_indptr, cu_seqlens) is
 ``indptr_from_lens``; a request's last packed row is ``indptr[1:] - 1``.
 """
+
 from __future__ import annotations
 
 import torch

@@ -8,6 +8,7 @@ import order never matters. Triton reads ``TRITON_INTERPRET`` while importing it
 library, so a ``triton`` imported by someone else before set-up, without the variable, cannot
 serve CPU tensors: ``setup()`` says so. The kernels never fall back to torch.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,7 +17,8 @@ import functools
 import glob
 import os
 import sys
-from typing import Any, Callable, Iterator, Optional, Tuple, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import torch
 
@@ -47,12 +49,14 @@ def setup(device: str = "cpu") -> bool:
             raise RuntimeError(
                 "triton was imported before kernels.setup() without TRITON_INTERPRET, so its language library "
                 "was built for the compiler and the Triton kernels cannot run on CPU tensors. Call "
-                "kernels.setup() before importing triton, or set TRITON_INTERPRET=1.")
+                "kernels.setup() before importing triton, or set TRITON_INTERPRET=1."
+            )
         os.environ.setdefault("TRITON_INTERPRET", "1")
         if os.environ["TRITON_INTERPRET"].strip().lower() in _FALSE:
             raise RuntimeError(
                 f"device 'cpu' and TRITON_INTERPRET={flag!r}: the Triton kernels run on CPU tensors only in "
-                "Triton's interpreter. Unset it, or set TRITON_INTERPRET=1.")
+                "Triton's interpreter. Unset it, or set TRITON_INTERPRET=1."
+            )
     import triton
 
     _STATE["interpreted"] = bool(triton.knobs.runtime.interpret)
@@ -85,8 +89,8 @@ def kernel_label() -> str:
 _F = TypeVar("_F", bound=Callable[..., None])
 
 
-@functools.lru_cache(maxsize=None)
-def _blas_thread_setter() -> Optional[Callable[[int], int]]:
+@functools.cache
+def _blas_thread_setter() -> Callable[[int], int] | None:
     """openblas_set_num_threads_local of the OpenBLAS a numpy wheel vendors, if there is one."""
     import numpy
 
@@ -169,5 +173,5 @@ def next_pow2(n: int) -> int:
     return 1 << (max(int(n), 1) - 1).bit_length()
 
 
-def shape_error(name: str, tensor: torch.Tensor, expected: Tuple[object, ...]) -> ValueError:
+def shape_error(name: str, tensor: torch.Tensor, expected: tuple[object, ...]) -> ValueError:
     return ValueError(f"{name}: expected shape {expected}, got {tuple(tensor.shape)}")

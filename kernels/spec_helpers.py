@@ -3,13 +3,14 @@
 Both run one program per request; a request's offset into the packed input is the sum of
 the lengths of the requests before it, computed in the kernel (no host sync).
 """
+
 from __future__ import annotations
 
 import torch
 
 from . import runtime
-from .runtime import tl, triton  # after set-up: triton sees the interpreter choice
 from .ragged import indptr_from_lens, ragged_arange
+from .runtime import tl, triton  # after set-up: triton sees the interpreter choice
 
 
 @triton.jit
@@ -28,8 +29,14 @@ def _packed_offset(lens_ptr, starts_ptr, i, HAS_STARTS: tl.constexpr, BLOCK: tl.
 
 @triton.jit
 def _assign_req_to_token_kernel(
-    req_pool_indices_ptr, req_to_token_ptr, start_offset_ptr, end_offset_ptr, out_cache_loc_ptr,
-    stride_req, BLOCK_BS: tl.constexpr, BLOCK: tl.constexpr,
+    req_pool_indices_ptr,
+    req_to_token_ptr,
+    start_offset_ptr,
+    end_offset_ptr,
+    out_cache_loc_ptr,
+    stride_req,
+    BLOCK_BS: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     i = tl.program_id(0)
     src = _packed_offset(end_offset_ptr, start_offset_ptr, i, True, BLOCK_BS)
@@ -45,8 +52,13 @@ def _assign_req_to_token_kernel(
 
 @triton.jit
 def _draft_extend_inputs_kernel(
-    seq_lens_before_ptr, accept_lens_ptr, packed_tokens_ptr, positions_ptr, bonus_tokens_ptr,
-    BLOCK_BS: tl.constexpr, BLOCK: tl.constexpr,
+    seq_lens_before_ptr,
+    accept_lens_ptr,
+    packed_tokens_ptr,
+    positions_ptr,
+    bonus_tokens_ptr,
+    BLOCK_BS: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     i = tl.program_id(0)
     at = _packed_offset(accept_lens_ptr, accept_lens_ptr, i, False, BLOCK_BS)
@@ -62,15 +74,27 @@ def _draft_extend_inputs_kernel(
 @runtime.launcher
 def _launch_assign(*, req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc) -> None:
     _assign_req_to_token_kernel[(req_pool_indices.shape[0],)](
-        req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc,
-        req_to_token.stride(0), BLOCK_BS=128, BLOCK=256,
+        req_pool_indices,
+        req_to_token,
+        start_offset,
+        end_offset,
+        out_cache_loc,
+        req_to_token.stride(0),
+        BLOCK_BS=128,
+        BLOCK=256,
     )
 
 
 @runtime.launcher
 def _launch_draft_extend(*, seq_lens_before, accept_lens, packed_tokens, positions, bonus_tokens) -> None:
     _draft_extend_inputs_kernel[(accept_lens.shape[0],)](
-        seq_lens_before, accept_lens, packed_tokens, positions, bonus_tokens, BLOCK_BS=128, BLOCK=64,
+        seq_lens_before,
+        accept_lens,
+        packed_tokens,
+        positions,
+        bonus_tokens,
+        BLOCK_BS=128,
+        BLOCK=64,
     )
 
 
@@ -94,12 +118,22 @@ def assign_req_to_token_pool(
         raise ValueError(f"start_offset and end_offset must be (bs,) for bs={bs}")
     if req_to_token.dim() != 2 or req_to_token.stride(1) != 1:
         raise ValueError("req_to_token must be a 2-D table with contiguous rows")
-    runtime.check_tensors(req_pool_indices=req_pool_indices, req_to_token=req_to_token,
-                          start_offset=start_offset, end_offset=end_offset, out_cache_loc=out_cache_loc)
+    runtime.check_tensors(
+        req_pool_indices=req_pool_indices,
+        req_to_token=req_to_token,
+        start_offset=start_offset,
+        end_offset=end_offset,
+        out_cache_loc=out_cache_loc,
+    )
     if bs == 0:
         return
-    _launch_assign(req_pool_indices=req_pool_indices, req_to_token=req_to_token, start_offset=start_offset,
-                   end_offset=end_offset, out_cache_loc=out_cache_loc)
+    _launch_assign(
+        req_pool_indices=req_pool_indices,
+        req_to_token=req_to_token,
+        start_offset=start_offset,
+        end_offset=end_offset,
+        out_cache_loc=out_cache_loc,
+    )
 
 
 def assign_req_to_token_pool_ref(
@@ -141,12 +175,22 @@ def draft_extend_positions_and_bonus(
         raise ValueError(f"seq_lens_before and bonus_tokens must be (bs,) for bs={bs}")
     if positions.shape[0] != packed_tokens.shape[0]:
         raise ValueError("positions and packed_tokens must both be (sum(accept_lens),)")
-    runtime.check_tensors(seq_lens_before=seq_lens_before, accept_lens=accept_lens,
-                          packed_tokens=packed_tokens, positions=positions, bonus_tokens=bonus_tokens)
+    runtime.check_tensors(
+        seq_lens_before=seq_lens_before,
+        accept_lens=accept_lens,
+        packed_tokens=packed_tokens,
+        positions=positions,
+        bonus_tokens=bonus_tokens,
+    )
     if bs == 0:
         return
-    _launch_draft_extend(seq_lens_before=seq_lens_before, accept_lens=accept_lens,
-                         packed_tokens=packed_tokens, positions=positions, bonus_tokens=bonus_tokens)
+    _launch_draft_extend(
+        seq_lens_before=seq_lens_before,
+        accept_lens=accept_lens,
+        packed_tokens=packed_tokens,
+        positions=positions,
+        bonus_tokens=bonus_tokens,
+    )
 
 
 def draft_extend_positions_and_bonus_ref(

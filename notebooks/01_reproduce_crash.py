@@ -62,9 +62,22 @@ record_path = "runs/notebooks/01_reproduce_crash.json"
 expect = "any"
 
 # %%
-params = dict(backend=backend, revision=revision, dp=dp, dp_policy=dp_policy, steps=steps, topk=topk,
-              draft_tokens=draft_tokens, num_prompts=num_prompts, prompts=prompts, max_new_tokens=max_new_tokens,
-              model_dir=model_dir, timeout_s=timeout_s, compare_backends=compare_backends, expect=expect)
+params = dict(
+    backend=backend,
+    revision=revision,
+    dp=dp,
+    dp_policy=dp_policy,
+    steps=steps,
+    topk=topk,
+    draft_tokens=draft_tokens,
+    num_prompts=num_prompts,
+    prompts=prompts,
+    max_new_tokens=max_new_tokens,
+    model_dir=model_dir,
+    timeout_s=timeout_s,
+    compare_backends=compare_backends,
+    expect=expect,
+)
 config = notebook.run_config(params)
 
 # %% [markdown]
@@ -101,8 +114,11 @@ runs = {"run": result, **notebook.compare_backends(config, compare_backends, mod
 notebook.summary_table(runs)
 
 # %%
-notebook.show(plots.crash_matrix([r.record for r in runs.values()],
-                                 title=f"Revision {revision}, dp {dp} ({dp_policy}): run status per backend"))
+notebook.show(
+    plots.crash_matrix(
+        [r.record for r in runs.values()], title=f"Revision {revision}, dp {dp} ({dp_policy}): run status per backend"
+    )
+)
 
 # %% [markdown]
 # ## Record and expectation

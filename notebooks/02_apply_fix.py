@@ -60,9 +60,22 @@ record_path = "runs/notebooks/02_apply_fix.json"
 expect = "any"
 
 # %%
-params = dict(backend=backend, revision=revision, reference_revision=reference_revision, dp=dp, dp_policy=dp_policy,
-              steps=steps, topk=topk, draft_tokens=draft_tokens, num_prompts=num_prompts, prompts=prompts,
-              max_new_tokens=max_new_tokens, model_dir=model_dir, timeout_s=timeout_s, expect=expect)
+params = dict(
+    backend=backend,
+    revision=revision,
+    reference_revision=reference_revision,
+    dp=dp,
+    dp_policy=dp_policy,
+    steps=steps,
+    topk=topk,
+    draft_tokens=draft_tokens,
+    num_prompts=num_prompts,
+    prompts=prompts,
+    max_new_tokens=max_new_tokens,
+    model_dir=model_dir,
+    timeout_s=timeout_s,
+    expect=expect,
+)
 config = notebook.run_config(params)
 workbench.undo_fix()
 print("fix applied at start:", workbench.fix_applied())

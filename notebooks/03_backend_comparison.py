@@ -62,11 +62,28 @@ record_path = "runs/notebooks/03_backend_comparison.json"
 expect = "any"
 
 # %%
-params = dict(backends=backends, revision=revision, dp=dp, dp_policy=dp_policy, steps=steps, topk=topk,
-              draft_tokens=draft_tokens, num_prompts=num_prompts, prompts=prompts, max_new_tokens=max_new_tokens,
-              model_dir=model_dir, timeout_s=timeout_s, repeats=repeats, compare_dps=compare_dps,
-              sweep_live=sweep_live, sweep_backends=sweep_backends, sweep_dtypes=sweep_dtypes,
-              sweep_num_prompts=sweep_num_prompts, sweep_max_new_tokens=sweep_max_new_tokens, expect=expect)
+params = dict(
+    backends=backends,
+    revision=revision,
+    dp=dp,
+    dp_policy=dp_policy,
+    steps=steps,
+    topk=topk,
+    draft_tokens=draft_tokens,
+    num_prompts=num_prompts,
+    prompts=prompts,
+    max_new_tokens=max_new_tokens,
+    model_dir=model_dir,
+    timeout_s=timeout_s,
+    repeats=repeats,
+    compare_dps=compare_dps,
+    sweep_live=sweep_live,
+    sweep_backends=sweep_backends,
+    sweep_dtypes=sweep_dtypes,
+    sweep_num_prompts=sweep_num_prompts,
+    sweep_max_new_tokens=sweep_max_new_tokens,
+    expect=expect,
+)
 config = notebook.run_config(params)
 
 # %% [markdown]
@@ -133,8 +150,16 @@ notebook.show(plots.phase_latency(runs, mode="eagle"))
 
 # %%
 if sweep_live:
-    sweep_doc = sweep({**config, "prompts": notebook.select_prompts(prompts, sweep_num_prompts),
-                       "max_new_tokens": sweep_max_new_tokens}, sweep_backends, SETTINGS, sweep_dtypes)
+    sweep_doc = sweep(
+        {
+            **config,
+            "prompts": notebook.select_prompts(prompts, sweep_num_prompts),
+            "max_new_tokens": sweep_max_new_tokens,
+        },
+        sweep_backends,
+        SETTINGS,
+        sweep_dtypes,
+    )
     print(provenance(sweep_doc))
     print("\n".join(sweep_doc["findings"]))
     display(views.sweep_table(sweep_doc))
@@ -155,9 +180,17 @@ notebook.show(plots.acceptance_sweep(shipped))
 # shows the data.
 
 # %%
-print("record written to", notebook.save_bundle(record_path, "03_backend_comparison", params, records,
-                                              primary=f"eagle/{backends[0]}/dp{compare_dps[0]}#0",
-                                              extra={"compare": doc, "sweep": sweep_doc}))
+print(
+    "record written to",
+    notebook.save_bundle(
+        record_path,
+        "03_backend_comparison",
+        params,
+        records,
+        primary=f"eagle/{backends[0]}/dp{compare_dps[0]}#0",
+        extra={"compare": doc, "sweep": sweep_doc},
+    ),
+)
 
 # %%
 print(notebook.require(expect, *records.values()))

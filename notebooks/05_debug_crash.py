@@ -49,9 +49,21 @@ record_path = "runs/notebooks/05_debug_crash.json"
 expect = "any"
 
 # %%
-params = dict(backend=backend, revision=revision, dp=dp, dp_policy=dp_policy, steps=steps, topk=topk,
-              draft_tokens=draft_tokens, num_prompts=num_prompts, prompts=prompts, max_new_tokens=max_new_tokens,
-              model_dir=model_dir, timeout_s=timeout_s, expect=expect)
+params = dict(
+    backend=backend,
+    revision=revision,
+    dp=dp,
+    dp_policy=dp_policy,
+    steps=steps,
+    topk=topk,
+    draft_tokens=draft_tokens,
+    num_prompts=num_prompts,
+    prompts=prompts,
+    max_new_tokens=max_new_tokens,
+    model_dir=model_dir,
+    timeout_s=timeout_s,
+    expect=expect,
+)
 config = notebook.run_config(params)
 
 # %% [markdown]
@@ -151,8 +163,12 @@ view.upstream_comparison(bundle_path) if bundle_path else None
 # %%
 replay_record = view.replay_record(bundle, replayed, fixed)
 print(replay_record["status"], *replay_record["problems"], sep="\n  ")
-print("record written to", notebook.save_bundle(record_path, "05_debug_crash", params,
-                                               {"run": result, "replay": replay_record}, primary="run"))
+print(
+    "record written to",
+    notebook.save_bundle(
+        record_path, "05_debug_crash", params, {"run": result, "replay": replay_record}, primary="run"
+    ),
+)
 
 # %%
 print(notebook.require(expect, result))

@@ -6,6 +6,7 @@ Runs all of the target's ``nn.Linear`` layers once per call on M = 1..16 rows (M
 step, 16 a (5,4,16) verify), repeats interleaved, and prints the median and the min-max over
 repeats of each layout, in milliseconds per pass over the model's linears.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,10 @@ def main() -> None:
     target, _ = load_models()  # the loader's layout: column-major
     column = [m.weight for m in target.modules() if isinstance(m, torch.nn.Linear)]
     layouts = {"row-major (out, in)": [w.contiguous() for w in column], "column-major (loader)": column}
-    print(f"{len(column)} linear layers, {sum(w.numel() for w in column) * 4 / 1e6:.1f} MB fp32, "
-          f"{args.threads} thread(s), {args.repeats} repeats x {args.calls} passes")
+    print(
+        f"{len(column)} linear layers, {sum(w.numel() for w in column) * 4 / 1e6:.1f} MB fp32, "
+        f"{args.threads} thread(s), {args.repeats} repeats x {args.calls} passes"
+    )
     with torch.inference_mode():
         for rows in (1, 2, 4, 6, 8, 16):
             xs = [torch.randn(rows, w.shape[1]) for w in column]
@@ -42,10 +45,12 @@ def main() -> None:
                 for name, weights in layouts.items():
                     t0 = time.perf_counter()
                     for _ in range(args.calls):
-                        for x, w in zip(xs, weights):
+                        for x, w in zip(xs, weights, strict=False):
                             F.linear(x, w)
                     samples[name].append((time.perf_counter() - t0) / args.calls * 1e3)
-            cells = [f"{name} {statistics.median(v):.3f} [{min(v):.3f}, {max(v):.3f}] ms" for name, v in samples.items()]
+            cells = [
+                f"{name} {statistics.median(v):.3f} [{min(v):.3f}, {max(v):.3f}] ms" for name, v in samples.items()
+            ]
             print(f"M={rows:2d}  " + "   ".join(cells))
 
 

@@ -9,6 +9,7 @@ torch_native and triton agree; then the same torch_native runs on the CPU for co
 (fp32 on both; token agreement is reported, not asserted, since GPU and CPU round differently).
 Exits 1 when a run does not end ok or a check fails.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,10 +39,17 @@ def main() -> int:
             for mode in ("greedy", "eagle"):
                 r = reproduce({**base, "backend": backend, "mode": mode, "device": device})
                 m = r.record["metrics"]
-                row = {"device_asked": device, "device_recorded": r.record["env"]["device"], "backend": backend,
-                       "mode": mode, "status": r.status, "kernel": r.record["config"]["kernel"],
-                       "tokens_per_s": m["tokens_per_s"], "accept_length": m.get("accept_length_mean"),
-                       "outputs_sha256": r.record["outputs_sha256"]}
+                row = {
+                    "device_asked": device,
+                    "device_recorded": r.record["env"]["device"],
+                    "backend": backend,
+                    "mode": mode,
+                    "status": r.status,
+                    "kernel": r.record["config"]["kernel"],
+                    "tokens_per_s": m["tokens_per_s"],
+                    "accept_length": m.get("accept_length_mean"),
+                    "outputs_sha256": r.record["outputs_sha256"],
+                }
                 rows.append(row)
                 outputs[(device, backend, mode)] = r.record["outputs_sha256"]
                 print(json.dumps(row))

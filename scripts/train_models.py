@@ -5,6 +5,7 @@
 
 Everything is deterministic for a given seed, step counts and standard library.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from workbench.models.config import ModelConfig, eagle3_aux_layers  # noqa: E402
 from workbench.models.loader import ASSETS, save_checkpoint  # noqa: E402
 from workbench.models.training import (  # noqa: E402
-    eval_bits_per_byte, is_held_out, stdlib_files, train_head, train_target,
+    eval_bits_per_byte,
+    is_held_out,
+    stdlib_files,
+    train_head,
+    train_target,
 )
 
 
@@ -36,8 +41,12 @@ def pick_prompts(n: int, length: int, per_file: int = 2) -> list:
         for line in text.splitlines(keepends=True):
             chunk = text[offset : offset + length]
             if (
-                offset > 0 and taken < per_file and line.lstrip().startswith(("def ", "class "))
-                and chunk.isascii() and len(chunk) == length and chunk[:60] not in seen
+                offset > 0
+                and taken < per_file
+                and line.lstrip().startswith(("def ", "class "))
+                and chunk.isascii()
+                and len(chunk) == length
+                and chunk[:60] not in seen
             ):
                 prompts.append(chunk)
                 seen.add(chunk[:60])
@@ -52,8 +61,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ASSETS)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--target-layers", type=int, default=8,
-                    help="target depth; the EAGLE3 head is one layer, so this sets the draft/target cost ratio")
+    ap.add_argument(
+        "--target-layers",
+        type=int,
+        default=8,
+        help="target depth; the EAGLE3 head is one layer, so this sets the draft/target cost ratio",
+    )
     ap.add_argument("--target-steps", type=int, default=1400)
     ap.add_argument("--head-steps", type=int, default=600)
     ap.add_argument("--batch", type=int, default=16)
@@ -75,13 +88,22 @@ def main() -> None:
     head = train_head(target, head_cfg, args.head_steps, args.batch, args.seq, 2e-3, args.ttt_steps, args.seed, print)
     save_checkpoint(head, head_cfg, args.out / "models" / "draft")
     prompts = pick_prompts(20, 160)
-    (args.out / "prompts.json").write_text(json.dumps({"source": "held-out Python stdlib files", "prompts": prompts}, indent=1))
+    (args.out / "prompts.json").write_text(
+        json.dumps({"source": "held-out Python stdlib files", "prompts": prompts}, indent=1)
+    )
     meta = {
         "command": " ".join(["python", "scripts/train_models.py", *sys.argv[1:]]),
-        "seed": args.seed, "target_layers": args.target_layers, "target_steps": args.target_steps, "head_steps": args.head_steps,
-        "batch": args.batch, "seq": args.seq, "ttt_steps": args.ttt_steps,
-        "target_heldout_bits_per_byte": round(bpb, 4), "python": platform.python_version(),
-        "torch": torch.__version__, "wall_s": round(time.time() - t0, 1),
+        "seed": args.seed,
+        "target_layers": args.target_layers,
+        "target_steps": args.target_steps,
+        "head_steps": args.head_steps,
+        "batch": args.batch,
+        "seq": args.seq,
+        "ttt_steps": args.ttt_steps,
+        "target_heldout_bits_per_byte": round(bpb, 4),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "wall_s": round(time.time() - t0, 1),
     }
     (args.out / "models" / "TRAINING.json").write_text(json.dumps(meta, indent=1))
     print(json.dumps(meta, indent=1))

@@ -1,5 +1,6 @@
 """Shared fixtures. Tests marked ``network`` need the package registries and a large install;
 they run only with WB_NETWORK_TESTS=1 (the nightly sets it) and say so when skipped."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,10 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("WB_NETWORK_TESTS") == "1":
         return
-    skip = pytest.mark.skip(reason="network test: needs the package registries and a large install; "
-                                   "set WB_NETWORK_TESTS=1 to run it (the nightly does)")
+    skip = pytest.mark.skip(
+        reason="network test: needs the package registries and a large install; "
+        "set WB_NETWORK_TESTS=1 to run it (the nightly does)"
+    )
     for item in items:
         if "network" in item.keywords:
             item.add_marker(skip)

@@ -1,5 +1,6 @@
 """Comparisons: generation-only timing, samples named per forward, intervals and verdicts, the
 acceptance sweep's agreement and grouping, device / dtype refusals (tiny runs, torch paths)."""
+
 from __future__ import annotations
 
 import json
@@ -36,14 +37,15 @@ def test_tokens_per_s_covers_generation_only():
     # every forward is timed once, its metadata and attention with it; phases hold whole forwards
     verify = m["forward_s"]["target/TARGET_VERIFY"]
     assert len(verify) == len(m["latency_s"]["verify"]) == len(m["metadata_s"]["target/TARGET_VERIFY"])
-    assert all(a < f for a, f in zip(m["attention_s"]["target/TARGET_VERIFY"], verify))
+    assert all(a < f for a, f in zip(m["attention_s"]["target/TARGET_VERIFY"], verify, strict=False))
     assert len(m["forward_s"]["draft/DECODE"]) == (TINY["steps"] - 1) * len(m["latency_s"]["draft"])
     assert sum(m["forward_s"]["target/TARGET_VERIFY"]) <= sum(m["latency_s"]["verify"])
 
 
 def test_dp2_generation_comes_from_rank_stamps_and_keeps_idle_ranks_apart():
-    rec = reproduce({**TINY, "backend": "torch_native", "dp": 2, "dp_policy": "pack",
-                     "prompts": TINY["prompts"][:1]}).record
+    rec = reproduce(
+        {**TINY, "backend": "torch_native", "dp": 2, "dp_policy": "pack", "prompts": TINY["prompts"][:1]}
+    ).record
     m = rec["metrics"]
     assert rec["status"] == "ok" and m["setup_s"] > m["generation_s"] > 0  # rank start is setup, not generation
     assert m["latency_s_idle"]["verify"] and m["forward_s_idle"]  # rank 1 holds nothing
@@ -55,7 +57,9 @@ def test_compare_reports_medians_intervals_speedup_and_verdicts(tmp_path):
     out = tmp_path / "cmp.json"
     doc = compare(TINY, ["fa3", "torch_native"], repeats=2, json_out=str(out), verbose=False)
     assert json.loads(out.read_text())["schema"] == "workbench.compare/1"
-    assert {(r["backend"], r["mode"]) for r in doc["rows"]} == {(b, m) for b in ("fa3", "torch_native") for m in ("greedy", "eagle")}
+    assert {(r["backend"], r["mode"]) for r in doc["rows"]} == {
+        (b, m) for b in ("fa3", "torch_native") for m in ("greedy", "eagle")
+    }
     for r in doc["rows"]:
         assert r["repeats"] == 2 and len(r["tokens_per_s_values"]) == 2 and len(r["outputs_sha256"]) == 1
         lo, hi = r["tokens_per_s"]["ci95"]
@@ -66,8 +70,12 @@ def test_compare_reports_medians_intervals_speedup_and_verdicts(tmp_path):
     assert "stand-in" in fa3["label"]
     assert all(s["lossless"] and s["speedup"]["median"] > 0 for s in doc["speedup"])
     assert {p["verdict"] for p in doc["pairs"]} <= {"different", "not different"} and len(doc["pairs"]) == 2
-    for fig in (plots.tokens_per_s_spread(doc), plots.metadata_cost(doc), plots.speedup_intervals(doc),
-                plots.attention_split(doc)):
+    for fig in (
+        plots.tokens_per_s_spread(doc),
+        plots.metadata_cost(doc),
+        plots.speedup_intervals(doc),
+        plots.attention_split(doc),
+    ):
         texts = [t.get_text() for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels()]
         texts += [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
         assert all("stand-in" in t for t in texts if t.startswith("fa3")), texts
@@ -91,18 +99,33 @@ def test_agreement_counts_identical_prompts_and_the_shared_prefix():
 
 
 def test_identical_backends_are_one_group_and_one_finding_line():
-    row = dict(dtype="float32", setting=[3, 2, 6], status="ok", outputs_sha256="x", accept_length_mean=2.5,
-               acceptance_per_position=[0.8, 0.5, 0.2])
+    row = dict(
+        dtype="float32",
+        setting=[3, 2, 6],
+        status="ok",
+        outputs_sha256="x",
+        accept_length_mean=2.5,
+        acceptance_per_position=[0.8, 0.5, 0.2],
+    )
     rows = [{**row, "backend": b, "label": b} for b in ("torch_native", "fa3")]
     assert len(groups(rows)) == 1 and groups(rows)[0]["labels"] == ["fa3", "torch_native"]
-    rows = [{**r, "agreement_with_fp32_greedy": {"identical_prompts": 2, "prompts": 2, "prefix_share": 1.0}} for r in rows]
-    assert findings(rows) == ["float32: all 2 backends agree exactly (same tokens, same acceptance) at every setting; "
-                              "one curve stands for all; every output equals the fp32 greedy output."]
-    rows[1] = {**rows[1], "outputs_sha256": "y",
-               "agreement_with_fp32_greedy": {"identical_prompts": 1, "prompts": 2, "prefix_share": 0.75}}
+    rows = [
+        {**r, "agreement_with_fp32_greedy": {"identical_prompts": 2, "prompts": 2, "prefix_share": 1.0}} for r in rows
+    ]
+    assert findings(rows) == [
+        "float32: all 2 backends agree exactly (same tokens, same acceptance) at every setting; "
+        "one curve stands for all; every output equals the fp32 greedy output."
+    ]
+    rows[1] = {
+        **rows[1],
+        "outputs_sha256": "y",
+        "agreement_with_fp32_greedy": {"identical_prompts": 1, "prompts": 2, "prefix_share": 0.75},
+    }
     assert len(groups(rows)) == 2
-    assert findings(rows) == ["float32: backends differ at 1 of 1 settings ([3, 2, 6]); outputs leave the fp32 greedy "
-                              "output at [3, 2, 6] (1/2 prompts identical, prefix agreement 0.75)."]
+    assert findings(rows) == [
+        "float32: backends differ at 1 of 1 settings ([3, 2, 6]); outputs leave the fp32 greedy "
+        "output at [3, 2, 6] (1/2 prompts identical, prefix agreement 0.75)."
+    ]
 
 
 def test_bfloat16_runs_and_the_shipped_sweep_is_labelled():

@@ -1,5 +1,6 @@
 """One config source: the run flags of the CLI and of torchrun's entry come from RunConfig's fields,
 SGLang's flag names are aliases, and notebooks build their config with one helper."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,20 @@ def test_every_cli_field_has_a_flag_and_only_given_flags_reach_the_config():
 
 
 def test_sglang_flag_names_are_aliases_of_the_one_name():
-    got = _parse(["--speculative-num-steps", "3", "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "4",
-                  "--attention-backend", "fa3", "--dp-size", "2"])
+    got = _parse(
+        [
+            "--speculative-num-steps",
+            "3",
+            "--speculative-eagle-topk",
+            "2",
+            "--speculative-num-draft-tokens",
+            "4",
+            "--attention-backend",
+            "fa3",
+            "--dp-size",
+            "2",
+        ]
+    )
     assert got == {"steps": 3, "topk": 2, "draft_tokens": 4, "backend": "fa3", "dp": 2}
     assert make_config(got).draft_tokens == 4
 
@@ -46,10 +59,22 @@ def test_choices_come_from_the_registries_and_the_policy_list_exists_once(capsys
 def test_notebook_run_config_takes_the_run_fields_and_validates():
     from workbench.notebook import run_config
 
-    params = dict(backend="triton", revision="pr-24860", dp=2, steps=3, topk=2, draft_tokens=4, prompts=["a"],
-                  num_prompts=1, expect="crash", record_path="x.json", compare_backends=["fa3"])
-    assert run_config(params) == dict(backend="triton", revision="pr-24860", dp=2, steps=3, topk=2, draft_tokens=4,
-                                      prompts=["a"])
+    params = dict(
+        backend="triton",
+        revision="pr-24860",
+        dp=2,
+        steps=3,
+        topk=2,
+        draft_tokens=4,
+        prompts=["a"],
+        num_prompts=1,
+        expect="crash",
+        record_path="x.json",
+        compare_backends=["fa3"],
+    )
+    assert run_config(params) == dict(
+        backend="triton", revision="pr-24860", dp=2, steps=3, topk=2, draft_tokens=4, prompts=["a"]
+    )
     assert len(run_config({"num_prompts": 2})["prompts"]) == 2
     with pytest.raises(ConfigError, match="invalid draft_tokens 9; valid: an integer in 2..steps"):
         run_config({**params, "draft_tokens": 9})
@@ -86,7 +111,6 @@ def test_cuda_is_refused_without_a_gpu_and_at_dp_above_one(monkeypatch):
 def test_a_cpu_triton_run_is_refused_where_the_kernels_were_compiled(monkeypatch):
     """On a GPU machine whose process set the kernels up compiled, CPU tensors cannot reach them."""
     import kernels.runtime
-
     from workbench.config import check_kernels
 
     monkeypatch.setitem(kernels.runtime._STATE, "interpreted", False)

@@ -1,10 +1,10 @@
 """Contract fuzzer: the only failing cells are the pr-24860 hole, each predicted by the declared
 contracts (and required to fail), and a new spec-input type that lacks a field some backend reads
 is flagged."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -14,7 +14,9 @@ from workbench.speculative.spec_info import SpecInput, SpecInputType
 
 def test_only_the_pr24860_hole_fails():
     rows = run_matrix()
-    bad = {(r["revision"], r["backend"], r["spec_input"], r["mode"], r["outcome"]) for r in rows if r["outcome"] != "pass"}
+    bad = {
+        (r["revision"], r["backend"], r["spec_input"], r["mode"], r["outcome"]) for r in rows if r["outcome"] != "pass"
+    }
     assert bad == {
         ("pr-24860", be, "EagleDraftExtendInput (draft-extend)", "IDLE (padded)", "AttributeError")
         for be in ("triton", "flashinfer")
@@ -22,11 +24,21 @@ def test_only_the_pr24860_hole_fails():
     msgs = {r["message"] for r in rows if r["outcome"] != "pass"}
     assert msgs == {"'EagleDraftExtendInput' object has no attribute 'kv_indptr'"}
     # every (revision, backend) pair was probed in every mode
-    assert {r["mode"] for r in rows} == {"DECODE", "IDLE (padded)", "IDLE (size 0)", "TARGET_VERIFY", "DRAFT_EXTEND", "EXTEND"}
+    assert {r["mode"] for r in rows} == {
+        "DECODE",
+        "IDLE (padded)",
+        "IDLE (size 0)",
+        "TARGET_VERIFY",
+        "DRAFT_EXTEND",
+        "EXTEND",
+    }
     assert len({(r["revision"], r["backend"]) for r in rows}) == 12
     # the declared contracts predict exactly these cells: the hole is required to fail on both backends
-    assert {(r["revision"], r["backend"], r["spec_input"], r["mode"], r["expected"])
-            for r in rows if r["expected"] != "pass"} == bad
+    assert {
+        (r["revision"], r["backend"], r["spec_input"], r["mode"], r["expected"])
+        for r in rows
+        if r["expected"] != "pass"
+    } == bad
     assert unexpected(rows) == []
 
 
@@ -48,7 +60,7 @@ def test_a_backend_whose_contract_and_code_disagree_is_unexpected(monkeypatch):
 class HalfDraftInput(SpecInput):
     """A draft-decode input that carries kv_indptr but forgot kv_indices."""
 
-    kv_indptr: Optional[torch.Tensor] = None
+    kv_indptr: torch.Tensor | None = None
 
     def __post_init__(self):
         super().__init__(SpecInputType.EAGLE_DRAFT)
@@ -62,4 +74,6 @@ def test_fuzzer_flags_a_spec_input_missing_a_field_a_backend_reads():
     flagged = {r["backend"] for r in rows if r["spec_input"] == "HalfDraftInput" and r["outcome"] == "AttributeError"}
     assert flagged == {"triton", "flashinfer"}  # they read spec_info.kv_indices; fa3 / torch_native never do
     assert {r["backend"] for r in unexpected(rows)} == flagged  # the contracts declare kv_indptr only
-    assert all("kv_indices" in r["message"] for r in rows if r["spec_input"] == "HalfDraftInput" and r["outcome"] != "pass")
+    assert all(
+        "kv_indices" in r["message"] for r in rows if r["spec_input"] == "HalfDraftInput" and r["outcome"] != "pass"
+    )

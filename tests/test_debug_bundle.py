@@ -1,5 +1,6 @@
 """Crash bundles: written by the failing rank, replayed in-process to the same frame, fixed against
 an independent reference, and refused when bad."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,16 @@ from workbench.debug.load import load_bundle
 from workbench.debug.replay import replay_crash
 from workbench.display import class_fields, run_all, text_diff
 
-SMALL = dict(steps=3, topk=2, draft_tokens=4, max_new_tokens=8, model_dir=os.environ.get("WB_MODEL_DIR"),
-             timeout_s=240, dp_policy="pack", prompts=["def f(x):\n"])
+SMALL = dict(
+    steps=3,
+    topk=2,
+    draft_tokens=4,
+    max_new_tokens=8,
+    model_dir=os.environ.get("WB_MODEL_DIR"),
+    timeout_s=240,
+    dp_policy="pack",
+    prompts=["def f(x):\n"],
+)
 MESSAGE = "'EagleDraftExtendInput' object has no attribute 'kv_indptr'"
 CASES = [(b, dp) for b in ("triton", "flashinfer") for dp in (2, 3)]
 
@@ -44,8 +53,12 @@ def crashes(events):
 
     launch.listeners.append(lambda *e: events.append(e))
     try:
-        runs = run_all({(b, dp): (lambda b=b, dp=dp: workbench.reproduce(backend=b, revision="pr-24860", dp=dp, **SMALL))
-                        for b, dp in CASES})
+        runs = run_all(
+            {
+                (b, dp): (lambda b=b, dp=dp: workbench.reproduce(backend=b, revision="pr-24860", dp=dp, **SMALL))
+                for b, dp in CASES
+            }
+        )
     finally:
         launch.listeners.pop()
     yield runs
@@ -148,8 +161,11 @@ def test_bad_bundles_are_refused_naming_file_and_fault(crashes, tmp_path):
 
     shape = _copy(crashes, tmp_path / "b")
     _edit_json(shape, lambda m: m["tensors"]["forward_batch.seq_lens"].update(shape=[2]))
-    with pytest.raises(BundleError, match=r"tensors\.safetensors: tensor 'forward_batch\.seq_lens' is int64 \[1\], "
-                                          r"bundle\.json says int64 \[2\]"):
+    with pytest.raises(
+        BundleError,
+        match=r"tensors\.safetensors: tensor 'forward_batch\.seq_lens' is int64 \[1\], "
+        r"bundle\.json says int64 \[2\]",
+    ):
         load_bundle(shape)
 
     both = _copy(crashes, tmp_path / "c")  # tensors and JSON changed together: the batch no longer adds up
@@ -162,7 +178,9 @@ def test_bad_bundles_are_refused_naming_file_and_fault(crashes, tmp_path):
 
     cls = _copy(crashes, tmp_path / "d")
     _edit_json(cls, lambda m: m["spec_info"].update(module="os", **{"class": "system"}))
-    with pytest.raises(BundleError, match=r"bundle\.json: spec_info class os\.system is not an allowed spec-input class"):
+    with pytest.raises(
+        BundleError, match=r"bundle\.json: spec_info class os\.system is not an allowed spec-input class"
+    ):
         load_bundle(cls)
 
     newer = _copy(crashes, tmp_path / "e")
@@ -194,8 +212,11 @@ def test_text_diff_and_class_fields():
         after = class_fields(EagleDraftExtendInput).rows
     finally:
         workbench.undo_fix()
-    assert "kv_indptr" not in before and after[-1] == {"field": "kv_indptr", "type": "Optional[torch.Tensor]",
-                                                       "default": "None"}
+    assert "kv_indptr" not in before and after[-1] == {
+        "field": "kv_indptr",
+        "type": "Optional[torch.Tensor]",
+        "default": "None",
+    }
 
 
 def test_spec_tensors_over_1_mib_are_stored_as_shape_only():
@@ -203,5 +224,8 @@ def test_spec_tensors_over_1_mib_are_stored_as_shape_only():
 
     kept: dict = {}
     assert _field_entry("hidden_states", torch.zeros(512, 1024), kept) == {
-        "kind": "tensor_omitted", "shape": [512, 1024], "dtype": "float32"}
+        "kind": "tensor_omitted",
+        "shape": [512, 1024],
+        "dtype": "float32",
+    }
     assert kept == {}

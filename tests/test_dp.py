@@ -1,6 +1,7 @@
 """DP attention: the crash exactly where docs/design.md §1 says, the fix (revision and in place), parity
 across backends and DP sizes, faults on one rank ending every rank quickly, and no temporary
 folder left behind by any run (ok, crash, fault, timeout)."""
+
 from __future__ import annotations
 
 import os
@@ -149,10 +150,39 @@ def test_the_same_ranks_run_under_torchrun(tmp_path):
     from workbench.dp.torchrun import merge
 
     # --log-dir: without it torchrun leaves a torchelastic_* folder in the temp dir
-    args = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-            "--log-dir", str(tmp_path / "torchrun-logs"), "-m", "workbench.dp.torchrun", "--out", str(tmp_path), "--backend", "triton", "--revision", "pr-24860",
-            "--dp-policy", "pack", "--prompts", PROMPTS[0], "--steps", "3", "--topk", "2", "--draft-tokens", "4",
-            "--max-new-tokens", "8", "--timeout", "120"]
+    args = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+        "--log-dir",
+        str(tmp_path / "torchrun-logs"),
+        "-m",
+        "workbench.dp.torchrun",
+        "--out",
+        str(tmp_path),
+        "--backend",
+        "triton",
+        "--revision",
+        "pr-24860",
+        "--dp-policy",
+        "pack",
+        "--prompts",
+        PROMPTS[0],
+        "--steps",
+        "3",
+        "--topk",
+        "2",
+        "--draft-tokens",
+        "4",
+        "--max-new-tokens",
+        "8",
+        "--timeout",
+        "120",
+    ]
     if MODEL_DIR:
         args += ["--model-dir", MODEL_DIR]
     p = subprocess.run(args, capture_output=True, text=True, timeout=300)
@@ -165,8 +195,13 @@ def test_the_same_ranks_run_under_torchrun(tmp_path):
 
 
 def test_the_whole_run_timeout_ends_every_rank():
-    res = reproduce(backend="torch_native", revision="pr-28221", dp=2, prompts=PROMPTS,
-                    **{**SMALL, "timeout_s": 1.0, "max_new_tokens": 64})
+    res = reproduce(
+        backend="torch_native",
+        revision="pr-28221",
+        dp=2,
+        prompts=PROMPTS,
+        **{**SMALL, "timeout_s": 1.0, "max_new_tokens": 64},
+    )
     assert res.status == "timeout" and res.crash["exception_type"] == "Timeout"
     assert "exceeded 1.0 s" in res.crash["message"]
     assert (res.crash["rank"], res.crash["phase"], res.crash["forward_mode"]) == (None, None, None)
@@ -191,7 +226,9 @@ def test_a_taken_rendezvous_port_is_retried_on_a_new_one(monkeypatch):
     real = launch.free_port
     monkeypatch.setattr(launch, "free_port", lambda: ports.pop() if ports else real())
     try:
-        res = reproduce(backend="torch_native", revision="pr-28221", dp=2, dp_policy="pack", prompts=PROMPTS[:1], **SMALL)
+        res = reproduce(
+            backend="torch_native", revision="pr-28221", dp=2, dp_policy="pack", prompts=PROMPTS[:1], **SMALL
+        )
     finally:
         held.close()
     assert res.status == "ok", res.summary()

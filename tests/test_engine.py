@@ -1,5 +1,6 @@
 """Engine core: lossless EAGLE3 vs the target's greedy output, no leaked KV slots, scheduling,
 validation and checkpoint errors. Uses the shipped models and prompts (WB_MODEL_DIR overrides)."""
+
 from __future__ import annotations
 
 import json
@@ -34,12 +35,19 @@ def greedy(prompts):
 def eagle_runs(prompts):
     out = {}
     for steps, topk, n in SPEC:
-        out[(steps, topk, n)] = reproduce(backend="torch_native", revision="pr-28221", steps=steps, topk=topk,
-                                          draft_tokens=n, max_new_tokens=NEW_TOKENS, model_dir=MODEL_DIR)
+        out[(steps, topk, n)] = reproduce(
+            backend="torch_native",
+            revision="pr-28221",
+            steps=steps,
+            topk=topk,
+            draft_tokens=n,
+            max_new_tokens=NEW_TOKENS,
+            model_dir=MODEL_DIR,
+        )
     return out
 
 
-@pytest.mark.parametrize("spec", SPEC, ids=lambda s: "steps%d-topk%d-n%d" % s)
+@pytest.mark.parametrize("spec", SPEC, ids=lambda s: "steps{}-topk{}-n{}".format(*s))
 def test_eagle_is_lossless_and_leaks_no_slot(spec, eagle_runs, greedy, prompts):
     res = eagle_runs[spec]
     assert res.status == "ok", res.summary()
@@ -127,19 +135,22 @@ def test_scheduler_admits_and_drops_requests_independently():
         assert len(together[i]) == lens[i]
 
 
-@pytest.mark.parametrize("kw,needle", [
-    ({"backend": "cuda_magic"}, "valid: torch_native, triton, flashinfer, fa3"),
-    ({"revision": "v1"}, "valid: pre-24860, pr-24860, pr-28221"),
-    ({"topk": 0}, "topk 0"),
-    ({"steps": 0}, "steps 0"),
-    ({"steps": 2, "topk": 2, "draft_tokens": 6}, "draft_tokens 6; valid: an integer in 2..steps*topk+1 = 5"),
-    ({"dp": 0}, "dp 0"),
-    ({"max_new_tokens": 0}, "max_new_tokens 0"),
-    ({"prompts": ["ok", ""]}, "prompts[1] ''"),
-    ({"prompts": []}, "prompts []"),
-    ({"dp_policy": "random"}, "valid: balanced, pack"),
-    ({"warp": 9}, "unknown run parameter(s) ['warp']"),
-])
+@pytest.mark.parametrize(
+    "kw,needle",
+    [
+        ({"backend": "cuda_magic"}, "valid: torch_native, triton, flashinfer, fa3"),
+        ({"revision": "v1"}, "valid: pre-24860, pr-24860, pr-28221"),
+        ({"topk": 0}, "topk 0"),
+        ({"steps": 0}, "steps 0"),
+        ({"steps": 2, "topk": 2, "draft_tokens": 6}, "draft_tokens 6; valid: an integer in 2..steps*topk+1 = 5"),
+        ({"dp": 0}, "dp 0"),
+        ({"max_new_tokens": 0}, "max_new_tokens 0"),
+        ({"prompts": ["ok", ""]}, "prompts[1] ''"),
+        ({"prompts": []}, "prompts []"),
+        ({"dp_policy": "random"}, "valid: balanced, pack"),
+        ({"warp": 9}, "unknown run parameter(s) ['warp']"),
+    ],
+)
 def test_bad_parameters_are_refused_with_the_value_and_choices(kw, needle):
     with pytest.raises(ConfigError) as e:
         reproduce(**kw)
@@ -166,18 +177,53 @@ def test_checkpoint_errors_name_the_file_and_the_rebuild_command(tmp_path):
 
 def test_cli_run_writes_a_record(tmp_path):
     out = tmp_path / "rec.json"
-    args = [sys.executable, "-m", "workbench", "run", "--backend", "torch_native", "--num-prompts", "2",
-            "--max-new-tokens", "8", "--steps", "3", "--topk", "2", "--draft-tokens", "4", "--json", str(out)]
+    args = [
+        sys.executable,
+        "-m",
+        "workbench",
+        "run",
+        "--backend",
+        "torch_native",
+        "--num-prompts",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--steps",
+        "3",
+        "--topk",
+        "2",
+        "--draft-tokens",
+        "4",
+        "--json",
+        str(out),
+    ]
     if MODEL_DIR:
         args += ["--model-dir", MODEL_DIR]
     p = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     rec = json.loads(out.read_text())
     assert rec["status"] == "ok" and rec["crash"] is None
-    for key in ("backend", "kernel", "revision", "dp", "steps", "topk", "draft_tokens", "seed", "prompts", "max_new_tokens"):
+    for key in (
+        "backend",
+        "kernel",
+        "revision",
+        "dp",
+        "steps",
+        "topk",
+        "draft_tokens",
+        "seed",
+        "prompts",
+        "max_new_tokens",
+    ):
         assert key in rec["config"]
-    for key in ("accept_length_mean", "acceptance_rate", "accept_length_per_step", "acceptance_per_position",
-                "latency_s", "tokens_per_s"):
+    for key in (
+        "accept_length_mean",
+        "acceptance_rate",
+        "accept_length_per_step",
+        "acceptance_per_position",
+        "latency_s",
+        "tokens_per_s",
+    ):
         assert key in rec["metrics"]
     assert len(rec["outputs_sha256"]) == 64 and "torch" in rec["env"]
     bad = subprocess.run([sys.executable, "-m", "workbench", "run", "--topk", "0"], capture_output=True, text=True)

@@ -1,4 +1,5 @@
 """The fix as a class and as an in-place patch; revisions; metrics helpers."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +17,11 @@ from workbench.speculative import eagle_draft_extend_pr28221 as fix
 
 def test_revisions_decide_the_draft_extend_class_and_the_field():
     assert [r for r in REVISIONS] == ["pre-24860", "pr-24860", "pr-28221"]
-    assert {n: r.has_kv_indptr for n, r in REVISIONS.items()} == {"pre-24860": True, "pr-24860": False, "pr-28221": True}
+    assert {n: r.has_kv_indptr for n, r in REVISIONS.items()} == {
+        "pre-24860": True,
+        "pr-24860": False,
+        "pr-28221": True,
+    }
     assert get_revision("pr-24860").draft_extend_class.__name__ == "EagleDraftExtendInput"
     assert get_revision("pr-28221").draft_extend_class.__name__ == "EagleDraftExtendInput"
     with pytest.raises(ValueError, match="unknown revision 'x'; valid revisions: pre-24860, pr-24860, pr-28221"):
@@ -27,7 +32,7 @@ def test_fixed_class_declares_an_optional_tensor_field_defaulting_to_none():
     f = {x.name: x for x in dataclasses.fields(fix.EagleDraftExtendInput)}["kv_indptr"]
     assert f.default is None
     assert f.type == "Optional[torch.Tensor]"  # as the review of PR #28221 asked
-    assert eval(f.type, vars(fix)) == typing.Optional[torch.Tensor]
+    assert eval(f.type, vars(fix)) == typing.Optional[torch.Tensor]  # noqa: UP045 (the annotation PR #28221's review asked for)
     idle = fix.EagleDraftExtendInput.create_idle_input("cpu", 8, torch.float32, CaptureHiddenMode.LAST)
     assert idle.kv_indptr is None
 

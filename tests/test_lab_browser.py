@@ -3,10 +3,12 @@
 Starts JupyterLab on 127.0.0.1 (a free port, a token, its own runtime/config/data dirs and a
 kernelspec pointing at this Python), opens copies of the notebooks (the repository's stay clean;
 ``max_new_tokens`` 8 injected after the parameters cell, as papermill does), runs all cells
-through the app's command registry, waits for the kernel to go idle and checks the rendered page. Screenshots go to ``artifacts/lab/``. The server and every process it started are
+through the app's command registry, waits for the kernel to go idle and checks the rendered page.
+Screenshots go to ``artifacts/lab/``. The server and every process it started are
 stopped at the end. Needs Debian's ``chromium`` (``.ci/run`` installs it) and Playwright for Python
 (dev extra); it never downloads a browser.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,15 +51,29 @@ def _lab_env(home: Path) -> dict:
     data = home / "data"
     spec = data / "kernels" / "python3"
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (workbench venv)", "language": "python"}))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "Python 3 (workbench venv)",
+                "language": "python",
+            }
+        )
+    )
     settings = home / "settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)  # no news toast over the screenshots (and no request to the news feed)
-    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "JUPYTER_CONFIG_DIR": str(home / "config"),
-           "JUPYTER_DATA_DIR": str(data), "JUPYTER_PATH": str(data), "IPYTHONDIR": str(home / "ipython"),
-           "JUPYTER_PLATFORM_DIRS": "1"}
+    (settings / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
+    env = {
+        **os.environ,
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "JUPYTER_CONFIG_DIR": str(home / "config"),
+        "JUPYTER_DATA_DIR": str(data),
+        "JUPYTER_PATH": str(data),
+        "IPYTHONDIR": str(home / "ipython"),
+        "JUPYTER_PLATFORM_DIRS": "1",
+    }
     env.pop("JUPYTER_CONFIG_PATH", None)
     return env
 
@@ -129,7 +145,10 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
         pytest.fail("playwright is not installed: pip install -e '.[dev]' (never `playwright install`)")
     work = tmp_path / "root"
     (work / "notebooks").mkdir(parents=True)
-    for name in ("01_reproduce_crash", "05_debug_crash"):  # a parameter cell after the parameters, as papermill injects it
+    for name in (
+        "01_reproduce_crash",
+        "05_debug_crash",
+    ):  # a parameter cell after the parameters, as papermill injects it
         nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
         at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
         cell = nbformat.v4.new_code_cell("\n".join(f"{k} = {v!r}" for k, v in TINY.items()))
@@ -141,13 +160,28 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
     log = tmp_path / "lab.log"
     with open(log, "w") as out:
         server = subprocess.Popen(
-            [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-             f"--IdentityProvider.token={token}", "--LabApp.expose_app_in_browser=True",
-             f"--ServerApp.root_dir={work}", "--ServerApp.port_retries=0", "--LabApp.news_url=None",
-             f"--LabApp.user_settings_dir={tmp_path / 'jupyter' / 'settings'}",
-             f"--LabApp.workspaces_dir={tmp_path / 'jupyter' / 'workspaces'}",
-             *(["--allow-root"] if os.geteuid() == 0 else [])],  # CI runs as root
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=work)
+            [
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                "--ip=127.0.0.1",
+                f"--port={port}",
+                f"--IdentityProvider.token={token}",
+                "--LabApp.expose_app_in_browser=True",
+                f"--ServerApp.root_dir={work}",
+                "--ServerApp.port_retries=0",
+                "--LabApp.news_url=None",
+                f"--LabApp.user_settings_dir={tmp_path / 'jupyter' / 'settings'}",
+                f"--LabApp.workspaces_dir={tmp_path / 'jupyter' / 'workspaces'}",
+                *(["--allow-root"] if os.geteuid() == 0 else []),
+            ],  # CI runs as root
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=work,
+        )
     base = f"http://127.0.0.1:{port}"
     SHOTS.mkdir(parents=True, exist_ok=True)
     try:
@@ -165,7 +199,9 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
             page.wait_for_timeout(500)
             assert "crashed" in run.text_content() and "traceback (" in run.text_content(), "01: RunResult HTML"
             page.screenshot(path=str(SHOTS / "01-run.png"))
-            assert "Traceback (most recent call last)" in text and "spec_info.kv_indptr" in text, "01: traceback missing"
+            assert "Traceback (most recent call last)" in text and "spec_info.kv_indptr" in text, (
+                "01: traceback missing"
+            )
             img = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedImage img").last
             img.scroll_into_view_if_needed()
             page.wait_for_timeout(500)  # let the cells scrolled to paint

@@ -2,6 +2,7 @@
 reported while the others keep their results, shards merge (without torch), the report opens with
 the verdict and crash matrix and links HTML pages, JUnit and Markdown are written, the lossless
 check never skips, and the history survives two runners."""
+
 from __future__ import annotations
 
 import json
@@ -11,12 +12,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from xml.etree import ElementTree as ET
 
 import pytest
 
 from ci import nightly
 from ci.expect import check_lossless
-from xml.etree import ElementTree as ET
 from ci.history import History
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,10 +40,22 @@ def _cells(out: Path) -> dict:
 
 
 def test_wrong_expectation_exits_nonzero_naming_cell_and_reason(tmp_path, capsys):
-    cell = {"name": "claims-a-crash", "notebook": "notebooks/01_reproduce_crash.ipynb",
-            "parameters": {"backend": "torch_native", "revision": "pre-24860", "dp": 1, "num_prompts": 1,
-                           "max_new_tokens": 4, "steps": 3, "topk": 2, "draft_tokens": 4, "compare_backends": []},
-            "expect": {"status": "crashed", "exception_type": "AttributeError", "rank": 1}}
+    cell = {
+        "name": "claims-a-crash",
+        "notebook": "notebooks/01_reproduce_crash.ipynb",
+        "parameters": {
+            "backend": "torch_native",
+            "revision": "pre-24860",
+            "dp": 1,
+            "num_prompts": 1,
+            "max_new_tokens": 4,
+            "steps": 3,
+            "topk": 2,
+            "draft_tokens": 4,
+            "compare_backends": [],
+        },
+        "expect": {"status": "crashed", "exception_type": "AttributeError", "rank": 1},
+    }
     out = tmp_path / "out"
     argv = ["--matrix", str(_matrix(tmp_path, [cell], cell_s=240)), "--out", str(out)]
     if os.environ.get("WB_MODEL_DIR"):
@@ -57,10 +70,12 @@ def test_wrong_expectation_exits_nonzero_naming_cell_and_reason(tmp_path, capsys
 
 
 def test_hung_and_killed_notebooks_are_reported_and_others_keep_results(tmp_path, capsys):
-    cells = [_ok("fine-a", "a"),
-             {"name": "hangs", "notebook": str(FIXTURES / "fixture_hang.ipynb"), "parameters": {}, "expect": "ok"},
-             {"name": "killed", "notebook": str(FIXTURES / "fixture_kill.ipynb"), "parameters": {}, "expect": "ok"},
-             _ok("fine-b", "b")]
+    cells = [
+        _ok("fine-a", "a"),
+        {"name": "hangs", "notebook": str(FIXTURES / "fixture_hang.ipynb"), "parameters": {}, "expect": "ok"},
+        {"name": "killed", "notebook": str(FIXTURES / "fixture_kill.ipynb"), "parameters": {}, "expect": "ok"},
+        _ok("fine-b", "b"),
+    ]
     out = tmp_path / "out"
     t0 = time.perf_counter()
     assert nightly.main(["--matrix", str(_matrix(tmp_path, cells, cell_s=6)), "--out", str(out), "--jobs", "2"]) == 1
@@ -81,7 +96,10 @@ def test_shards_merge_into_one_report(tmp_path, capsys):
     matrix = _matrix(tmp_path, cells)
     for i in (1, 2):
         assert nightly.main(["--matrix", str(matrix), "--out", str(tmp_path / f"s{i}"), "--shard", f"{i}/2"]) == 0
-    assert sorted(c["name"] for c in json.loads((tmp_path / "s1" / "results.json").read_text())["cells"]) == ["fine-0", "fine-2"]
+    assert sorted(c["name"] for c in json.loads((tmp_path / "s1" / "results.json").read_text())["cells"]) == [
+        "fine-0",
+        "fine-2",
+    ]
     out = tmp_path / "merged"
     assert nightly.main(["--merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -89,9 +107,11 @@ def test_shards_merge_into_one_report(tmp_path, capsys):
     assert all((out / c["paths"]["notebook"]).is_file() for c in summary["cells"])
     assert "report:" in capsys.readouterr().out
     # the merge alone needs no torch (a CI merge job does not install it)
-    no_torch = ("import sys; sys.modules['torch'] = None; from ci import nightly; "
-                f"sys.exit(nightly.main(['--merge', {str(tmp_path / 's1')!r}, {str(tmp_path / 's2')!r}, "
-                f"'--out', {str(tmp_path / 'merged-no-torch')!r}]))")
+    no_torch = (
+        "import sys; sys.modules['torch'] = None; from ci import nightly; "
+        f"sys.exit(nightly.main(['--merge', {str(tmp_path / 's1')!r}, {str(tmp_path / 's2')!r}, "
+        f"'--out', {str(tmp_path / 'merged-no-torch')!r}]))"
+    )
     merged = subprocess.run([sys.executable, "-c", no_torch], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert merged.returncode == 0, merged.stderr[-2000:]
     # a merge that misses a shard fails and says which
@@ -119,15 +139,26 @@ def test_report_opens_with_verdict_and_matrix_links_pages_and_writes_junit_and_m
 
 
 def _run_cell(name: str, mode: str, sha: str) -> dict:
-    cfg = {"mode": mode, "prompts": ["p"], "max_new_tokens": 4, "seed": 0, "model_dir": None, "steps": 3, "topk": 2,
-           "draft_tokens": 4}
+    cfg = {
+        "mode": mode,
+        "prompts": ["p"],
+        "max_new_tokens": 4,
+        "seed": 0,
+        "model_dir": None,
+        "steps": 3,
+        "topk": 2,
+        "draft_tokens": 4,
+    }
     return {"name": name, "bundle": {"runs": {"run": {"status": "ok", "outputs_sha256": sha, "config": cfg}}}}
 
 
 def test_lossless_compares_every_eagle_run_with_greedy_and_never_skips():
     eagle, greedy = _run_cell("e", "eagle", "a" * 64), _run_cell("g", "greedy", "a" * 64)
     assert check_lossless([eagle, greedy]) == {}
-    assert "differs from plain greedy's bbbbbbbbbbbb" in check_lossless([eagle, _run_cell("g", "greedy", "b" * 64)])["e"][0]
+    assert (
+        "differs from plain greedy's bbbbbbbbbbbb"
+        in check_lossless([eagle, _run_cell("g", "greedy", "b" * 64)])["e"][0]
+    )
     assert "has no plain greedy run" in check_lossless([eagle])["e"][0]
 
 
@@ -140,14 +171,17 @@ def test_accept_length_drop_against_previous_night(tmp_path, capsys):
     lower["cells"][0]["parameters"]["accept_length"] = 2.2
     matrix.write_text(json.dumps(lower))
     assert nightly.main(base + ["--out", str(tmp_path / "n2"), "--night", "n2"]) == 1
-    assert "accept length: run 'run' mean 2.200 is 0.300 below night n1's 2.500 (tolerance 0.1)" in capsys.readouterr().err
+    assert (
+        "accept length: run 'run' mean 2.200 is 0.300 below night n1's 2.500 (tolerance 0.1)" in capsys.readouterr().err
+    )
 
 
 APPEND = """
 import json, sys, time
 from ci.history import History
 path, tag, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
-cells = [{"name": f"cell{i}", "notebook": "nb", "verdict": "expected", "bundle": {"runs": {"run": json.loads(sys.argv[4])}}}
+run = json.loads(sys.argv[4])
+cells = [{"name": f"cell{i}", "notebook": "nb", "verdict": "expected", "bundle": {"runs": {"run": run}}}
          for i in range(40)]
 while time.time() < start:
     pass
@@ -159,12 +193,18 @@ for night in range(15):
 
 def test_history_survives_two_runners_at_once(tmp_path):
     db = tmp_path / "history.sqlite"
-    rec = {"status": "ok", "config": {"backend": "fa3", "mode": "eagle", "kernel_stand_in": True},
-           "metrics": {"accept_length_mean": 2.0, "latency_s": {"verify": [0.01]}}, "outputs_sha256": "x"}
+    rec = {
+        "status": "ok",
+        "config": {"backend": "fa3", "mode": "eagle", "kernel_stand_in": True},
+        "metrics": {"accept_length_mean": 2.0, "latency_s": {"verify": [0.01]}},
+        "outputs_sha256": "x",
+    }
     start = time.time() + 3.0  # both interpreters are up by then
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    procs = [subprocess.Popen([sys.executable, "-c", APPEND, str(db), tag, str(start), json.dumps(rec)], env=env)
-             for tag in ("A", "B")]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", APPEND, str(db), tag, str(start), json.dumps(rec)], env=env)
+        for tag in ("A", "B")
+    ]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     with History(db) as h:
         assert h.integrity() == "ok"
@@ -179,8 +219,12 @@ def test_history_survives_two_runners_at_once(tmp_path):
 
 @pytest.mark.parametrize("shard", ["0/2", "3/2", "x"])
 def test_bad_shard_is_a_usage_error(tmp_path, shard, capsys):
-    assert nightly.main(["--matrix", str(_matrix(tmp_path, [_ok("fine", "a")])), "--out", str(tmp_path / "o"),
-                         "--shard", shard]) == 2
+    assert (
+        nightly.main(
+            ["--matrix", str(_matrix(tmp_path, [_ok("fine", "a")])), "--out", str(tmp_path / "o"), "--shard", shard]
+        )
+        == 2
+    )
     assert "shard" in capsys.readouterr().err
 
 

@@ -1,5 +1,6 @@
 """The notebooks: committed clean and in sync with their paired .py, and each one run through
 papermill on tiny settings writes the notebook record it promises (shipped models; WB_MODEL_DIR overrides)."""
+
 from __future__ import annotations
 
 import os
@@ -31,7 +32,9 @@ def test_every_notebook_is_paired():
     assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == sorted(p.stem for p in NOTEBOOKS.glob("*.py")) == NAMES
 
 
-@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")) + sorted(FIXTURES.glob("*.ipynb")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted(NOTEBOOKS.glob("*.ipynb")) + sorted(FIXTURES.glob("*.ipynb")), ids=lambda p: p.name
+)
 def test_committed_without_outputs(path):
     nb = nbformat.read(path, as_version=4)
     for c in nb.cells:
@@ -43,8 +46,9 @@ def test_committed_without_outputs(path):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_in_sync_with_paired_py(name):
-    assert _cells(jupytext.read(NOTEBOOKS / f"{name}.py")) == _cells(nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)), \
-        f"{name}.ipynb and {name}.py differ: run `jupytext --sync notebooks/{name}.py`"
+    assert _cells(jupytext.read(NOTEBOOKS / f"{name}.py")) == _cells(
+        nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    ), f"{name}.ipynb and {name}.py differ: run `jupytext --sync notebooks/{name}.py`"
     params = papermill.inspect_notebook(str(NOTEBOOKS / f"{name}.ipynb"))
     if name in ENGINE_NAMES:
         assert {"steps", "topk", "draft_tokens", "max_new_tokens", "dp", "dp_policy", "revision"} <= set(params)
@@ -56,8 +60,15 @@ def _run(name: str, tmp_path: Path, **params) -> tuple:
     record = tmp_path / f"{name}.json"
     out = tmp_path / f"{name}.ipynb"
     base = TINY if name in ENGINE_NAMES else {}
-    papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(out), cwd=str(ROOT), progress_bar=False,
-                               kernel_name=kernel_name(), execution_timeout=300, parameters={**base, **params, "record_path": str(record)})
+    papermill.execute_notebook(
+        str(NOTEBOOKS / f"{name}.ipynb"),
+        str(out),
+        cwd=str(ROOT),
+        progress_bar=False,
+        kernel_name=kernel_name(),
+        execution_timeout=300,
+        parameters={**base, **params, "record_path": str(record)},
+    )
     return load_bundle(record), nbformat.read(out, as_version=4)
 
 
@@ -66,13 +77,25 @@ def _outputs(nb, kind: str) -> list:
 
 
 def test_01_shows_the_crash_as_data(tmp_path):
-    bundle, nb = _run("01_reproduce_crash", tmp_path, backend="triton", revision="pr-24860", dp=2, dp_policy="pack",
-                      compare_backends=["fa3"], expect="crash")
+    bundle, nb = _run(
+        "01_reproduce_crash",
+        tmp_path,
+        backend="triton",
+        revision="pr-24860",
+        dp=2,
+        dp_policy="pack",
+        compare_backends=["fa3"],
+        expect="crash",
+    )
     run = bundle["runs"][bundle["primary"]]
     assert bundle["status"] == run["status"] == "crashed"
     crash = run["crash"]
-    assert (crash["rank"], crash["phase"], crash["forward_mode"], crash["exception_type"]) == \
-        (1, "draft-extend", "IDLE", "AttributeError")
+    assert (crash["rank"], crash["phase"], crash["forward_mode"], crash["exception_type"]) == (
+        1,
+        "draft-extend",
+        "IDLE",
+        "AttributeError",
+    )
     assert CRASH in crash["message"] and "init_forward_metadata" in crash["traceback"]
     assert bundle["runs"]["eagle/fa3"]["status"] == "ok"
     assert not _outputs(nb, "error"), "a crash must be shown as data, not a failed cell"
@@ -82,7 +105,9 @@ def test_01_shows_the_crash_as_data(tmp_path):
 
 
 def test_02_fix_is_lossless_and_undo_brings_the_crash_back(tmp_path):
-    bundle, _ = _run("02_apply_fix", tmp_path, backend="triton", revision="pr-24860", dp=2, dp_policy="pack", expect="ok")
+    bundle, _ = _run(
+        "02_apply_fix", tmp_path, backend="triton", revision="pr-24860", dp=2, dp_policy="pack", expect="ok"
+    )
     ref, fixed, undo = (bundle["runs"][k] for k in ("reference", "fixed", "undo"))
     assert bundle["primary"] == "fixed"
     assert ref["status"] == fixed["status"] == "ok"
@@ -93,22 +118,40 @@ def test_02_fix_is_lossless_and_undo_brings_the_crash_back(tmp_path):
 
 
 def test_03_compares_backends_with_labelled_plots(tmp_path):
-    bundle, nb = _run("03_backend_comparison", tmp_path, backends=["fa3", "torch_native"], dp=1, expect="ok",
-                      repeats=2, sweep_backends=["torch_native", "fa3"], sweep_dtypes=["float32"],
-                      sweep_num_prompts=1, sweep_max_new_tokens=8)
+    bundle, nb = _run(
+        "03_backend_comparison",
+        tmp_path,
+        backends=["fa3", "torch_native"],
+        dp=1,
+        expect="ok",
+        repeats=2,
+        sweep_backends=["torch_native", "fa3"],
+        sweep_dtypes=["float32"],
+        sweep_num_prompts=1,
+        sweep_max_new_tokens=8,
+    )
     runs = bundle["runs"]
-    assert sorted(runs) == sorted(f"{m}/{b}/dp1#{i}" for b in ("fa3", "torch_native") for m in ("eagle", "greedy") for i in (0, 1))
+    assert sorted(runs) == sorted(
+        f"{m}/{b}/dp1#{i}" for b in ("fa3", "torch_native") for m in ("eagle", "greedy") for i in (0, 1)
+    )
     assert all(r["status"] == "ok" for r in runs.values())
     assert len({r["outputs_sha256"] for r in runs.values()}) == 1, "EAGLE3 must be lossless on every backend"
     assert runs["eagle/fa3/dp1#0"]["config"]["kernel_stand_in"] is True
     assert {r["backend"] for r in bundle["compare"]["rows"]} == {"fa3", "torch_native"}
-    assert bundle["sweep"]["findings"] == ["float32: all 2 backends agree exactly (same tokens, same acceptance) at "
-                                           "every setting; one curve stands for all; every output equals the fp32 "
-                                           "greedy output."]
+    assert bundle["sweep"]["findings"] == [
+        "float32: all 2 backends agree exactly (same tokens, same acceptance) at "
+        "every setting; one curve stands for all; every output equals the fp32 "
+        "greedy output."
+    ]
     assert len(_outputs(nb, "display_data")) >= 8
     recs = list(runs.values())
-    for fig in (plots.phase_latency(recs), plots.accept_length_hist(recs), plots.acceptance_per_position(recs),
-                plots.speedup(recs), plots.crash_matrix(recs)):
+    for fig in (
+        plots.phase_latency(recs),
+        plots.accept_length_hist(recs),
+        plots.acceptance_per_position(recs),
+        plots.speedup(recs),
+        plots.crash_matrix(recs),
+    ):
         texts = [t.get_text() for ax in fig.axes for t in (*ax.get_xticklabels(), ax.title)]
         texts += [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
         named = [t for t in texts if "fa3" in t]
@@ -147,9 +190,15 @@ def test_notebooks_run_on_the_venvs_own_kernel(tmp_path, monkeypatch):
     assert kernel_name() == "eagle-workbench"  # installed by make venv, bound to this interpreter
     other = tmp_path / "kernels" / "eagle-workbench"
     other.mkdir(parents=True)
-    other.joinpath("kernel.json").write_text(json.dumps(
-        {"argv": ["/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-         "display_name": "elsewhere", "language": "python"}))
+    other.joinpath("kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": ["/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "elsewhere",
+                "language": "python",
+            }
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))  # searched first, as a user-level spec would be
     with pytest.raises(KernelSpecError, match=f"runs '/usr/bin/python3', not this interpreter '{sys.executable}'"):
         kernel_name()
@@ -157,7 +206,14 @@ def test_notebooks_run_on_the_venvs_own_kernel(tmp_path, monkeypatch):
     from ci import nightly
 
     matrix = tmp_path / "m.json"
-    matrix.write_text(json.dumps({"cells": [{"name": "c", "notebook": "notebooks/04_upstream_replay.ipynb",
-                                             "parameters": {}, "expect": "ok"}]}))
+    matrix.write_text(
+        json.dumps(
+            {
+                "cells": [
+                    {"name": "c", "notebook": "notebooks/04_upstream_replay.ipynb", "parameters": {}, "expect": "ok"}
+                ]
+            }
+        )
+    )
     assert nightly.main(["--matrix", str(matrix), "--out", str(tmp_path / "out")]) == 2
     assert not (tmp_path / "out" / "notebooks").exists()

@@ -1,5 +1,6 @@
 """One crash record and one execution outcome: every producer goes through its constructor, and
 the nightly's expectation fields are fields of that record."""
+
 from __future__ import annotations
 
 import ast
@@ -9,7 +10,8 @@ import pytest
 import yaml
 
 from ci.execute import OUTCOMES, execution_result
-from ci.expect import CRASH_FIELDS as CHECKED_FIELDS, check_cell, check_run
+from ci.expect import CRASH_FIELDS as CHECKED_FIELDS
+from ci.expect import check_cell, check_run
 from ci.matrix import EXPECT_FIELDS
 from workbench.record import CRASH_FIELDS, STATUSES, crash_from_exception, crash_record
 
@@ -26,10 +28,13 @@ def _dict_key_sets(tree: ast.AST):
             yield node.lineno, {kw.arg for kw in node.keywords}
 
 
-@pytest.mark.parametrize("keys,owner,dirs", [
-    ({"exception_type", "message"}, "workbench/record.py", ("workbench", "ci", "kernels", "benchmarks")),
-    ({"outcome", "error"}, "ci/execute.py", ("ci",)),
-])
+@pytest.mark.parametrize(
+    "keys,owner,dirs",
+    [
+        ({"exception_type", "message"}, "workbench/record.py", ("workbench", "ci", "kernels", "benchmarks")),
+        ({"outcome", "error"}, "ci/execute.py", ("ci",)),
+    ],
+)
 def test_no_module_builds_the_record_by_hand(keys, owner, dirs):
     """A dict literal with the record's keys anywhere but its constructor is a second constructor."""
     found = []
@@ -62,8 +67,18 @@ def test_every_crash_producer_emits_exactly_the_constructors_fields(tmp_path):
     col = Collector(RunConfig(dp=2))
     produced["timeout"] = col.record(["x"], 1.0, "timeout", {})["crash"]
     rec = _record("0.5.13", "triton")
-    _fill_from_result(rec, {"status": "crashed", "exception_type": "AttributeError", "message": MESSAGE,
-                            "traceback": "Traceback ...", "frames": []}, "[t]", lambda s: None)
+    _fill_from_result(
+        rec,
+        {
+            "status": "crashed",
+            "exception_type": "AttributeError",
+            "message": MESSAGE,
+            "traceback": "Traceback ...",
+            "frames": [],
+        },
+        "[t]",
+        lambda s: None,
+    )
     produced["upstream replay"] = rec["crash"]
     for name, crash in produced.items():
         assert tuple(crash) == CRASH_FIELDS, name
@@ -77,11 +92,22 @@ def test_the_nightlys_expectation_fields_are_fields_of_the_crash_record():
     assert set(EXPECT_FIELDS) - {"status", "message_contains"} == set(CHECKED_FIELDS)
     assert set(CHECKED_FIELDS) <= set(CRASH_FIELDS)
     want = yaml.safe_load((ROOT / "ci" / "matrix.yaml").read_text())["expectations"]["idle_rank_kv_indptr"]
-    crash = crash_record(rank=1, phase="draft-extend", forward_mode="IDLE", batch_size=1,
-                         exception_type="AttributeError", message=MESSAGE)
+    crash = crash_record(
+        rank=1,
+        phase="draft-extend",
+        forward_mode="IDLE",
+        batch_size=1,
+        exception_type="AttributeError",
+        message=MESSAGE,
+    )
     assert check_run(want, {"status": "crashed", "crash": crash}) == []
-    for field, other in (("rank", 0), ("phase", "verify"), ("forward_mode", "DECODE"),
-                         ("exception_type", "KeyError"), ("message", "something else")):
+    for field, other in (
+        ("rank", 0),
+        ("phase", "verify"),
+        ("forward_mode", "DECODE"),
+        ("exception_type", "KeyError"),
+        ("message", "something else"),
+    ):
         got = check_run(want, {"status": "crashed", "crash": {**crash, field: other}})
         assert len(got) == 1 and got[0].startswith(field), (field, got)
 
@@ -90,7 +116,9 @@ def test_crash_from_exception_says_where_it_was_raised():
     try:
         {}.__getattribute__("kv_indptr")
     except AttributeError as e:
-        crash = crash_from_exception(e, rank=1, where={"phase": "draft-extend", "forward_mode": "IDLE", "batch_size": 1})
+        crash = crash_from_exception(
+            e, rank=1, where={"phase": "draft-extend", "forward_mode": "IDLE", "batch_size": 1}
+        )
     assert tuple(crash) == CRASH_FIELDS and crash["raised_at"]["file"] == "tests/test_record.py"
     assert "kv_indptr" in crash["raised_at"]["code"] and crash["traceback"].startswith("Traceback")
     with pytest.raises(ValueError, match="invalid exception_type ''"):

@@ -1,6 +1,6 @@
 """Tree drafting and greedy verification against brute-force references on random trees."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import pytest
 import torch
@@ -19,8 +19,9 @@ def random_candidates(bs: int, steps: int, topk: int, vocab: int, gen: torch.Gen
         child_p = torch.rand(bs, topk, topk, generator=gen)
         child_p = child_p / child_p.sum(-1, keepdim=True)
         expand = (scores.unsqueeze(2) * child_p).flatten(1)
-        child_t = torch.stack([torch.stack([torch.randperm(vocab, generator=gen)[:topk] for _ in range(topk)])
-                               for _ in range(bs)]).view(bs, -1)
+        child_t = torch.stack(
+            [torch.stack([torch.randperm(vocab, generator=gen)[:topk] for _ in range(topk)]) for _ in range(bs)]
+        ).view(bs, -1)
         cs.append(expand)
         ct.append(child_t)
         cp.append(branch.repeat_interleave(topk, 1))
@@ -48,7 +49,7 @@ def brute_accept(toks, par, pred):
             path.append(cur)
             cur = par[cur]
         path = [0] + path[::-1]
-        if all(toks[c] == pred[p] for p, c in zip(path, path[1:])) and len(path) > len(best):
+        if all(toks[c] == pred[p] for p, c in zip(path, path[1:], strict=False)) and len(path) > len(best):
             best = path
     return best
 
@@ -57,7 +58,7 @@ def brute_accept(toks, par, pred):
 def test_tree_and_verify_match_brute_force(steps, topk, n):
     gen = torch.Generator().manual_seed(steps * 100 + topk)
     bs, vocab = 6, 12
-    for trial in range(5):
+    for _trial in range(5):
         s, t, p = random_candidates(bs, steps, topk, vocab, gen)
         root = torch.randint(0, vocab, (bs,), generator=gen)
         tree = build_tree(root, s, t, p, n)
@@ -86,7 +87,7 @@ def test_tree_and_verify_match_brute_force(steps, topk, n):
         path, acc, bonus = greedy_verify(tree, pred)
         for b in range(bs):
             ref = brute_accept(tree.tokens[b].tolist(), tree.parent[b].tolist(), pred[b].tolist())
-            assert path[b, : len(ref)].tolist() == ref and (path[b, len(ref):] == -1).all()
+            assert path[b, : len(ref)].tolist() == ref and (path[b, len(ref) :] == -1).all()
             assert int(acc[b]) == len(ref) - 1
             assert int(bonus[b]) == int(pred[b, ref[-1]])
 
@@ -102,8 +103,7 @@ def test_tree_keeps_parents_on_score_ties():
 
 def test_too_few_candidates_is_an_error():
     with pytest.raises(ValueError, match="cannot fill"):
-        build_tree(torch.tensor([0]), torch.rand(1, 2), torch.zeros(1, 2, dtype=torch.long),
-                   torch.full((1, 2), -1), 4)
+        build_tree(torch.tensor([0]), torch.rand(1, 2), torch.zeros(1, 2, dtype=torch.long), torch.full((1, 2), -1), 4)
 
 
 @pytest.mark.parametrize("k", [3, 1])
@@ -112,8 +112,11 @@ def test_draft_branches_keep_the_best_paths_with_their_parents_state(k):
     best topk paths survive, each with its parent's hidden state and path slots (k 1: the chain path)."""
     gen = torch.Generator().manual_seed(1)
     bs, h = 2, 4
-    branches = DraftBranches.start(torch.rand(bs, k, generator=gen).sort(1, descending=True).values,
-                                   torch.randint(0, 50, (bs, k), generator=gen), torch.randn(bs, h, generator=gen))
+    branches = DraftBranches.start(
+        torch.rand(bs, k, generator=gen).sort(1, descending=True).values,
+        torch.randint(0, 50, (bs, k), generator=gen),
+        torch.randn(bs, h, generator=gen),
+    )
     for i in range(1, 4):
         child_p = torch.rand(bs * k, k, generator=gen)
         child_t = torch.randint(0, 50, (bs * k, k), generator=gen)

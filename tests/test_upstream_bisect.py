@@ -11,8 +11,9 @@ import pytest
 from workbench.upstream import cli
 from workbench.upstream.bisect import BisectError, commits_between
 
-requires_network = pytest.mark.skipif(os.environ.get("WB_NETWORK_TESTS") != "1",
-                                      reason="network test: needs the 0.5.14 wheel; WB_NETWORK_TESTS=1")
+requires_network = pytest.mark.skipif(
+    os.environ.get("WB_NETWORK_TESTS") != "1", reason="network test: needs the 0.5.14 wheel; WB_NETWORK_TESTS=1"
+)
 
 
 def test_bad_revisions_are_refused(tmp_path: Path) -> None:
@@ -32,8 +33,22 @@ def test_bisect_names_the_field_removal(version: str, tmp_path: Path) -> None:
 
     history = make_history(version, tmp_path / "repo", unrelated_after=5)
     out = tmp_path / "bisect.json"
-    assert cli.main(["bisect", "--sglang-src", str(tmp_path / "repo"), "--good", history["release"],
-                     "--bad", history["head"], "--json", str(out)]) == 0
+    assert (
+        cli.main(
+            [
+                "bisect",
+                "--sglang-src",
+                str(tmp_path / "repo"),
+                "--good",
+                history["release"],
+                "--bad",
+                history["head"],
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     assert result["first_bad"]["sha"] == history["removal"]
     assert result["first_bad"]["subject"] == "Remove kv_indptr from EagleDraftExtendInput"
@@ -41,7 +56,22 @@ def test_bisect_names_the_field_removal(version: str, tmp_path: Path) -> None:
     bad = [t for t in result["tried"] if t["bad"]]
     assert all("has no attribute 'kv_indptr'" in t["why"] for t in bad)
     lint = tmp_path / "bisect-lint.json"
-    assert cli.main(["bisect", "--sglang-src", str(tmp_path / "repo"), "--good", history["release"],
-                     "--bad", history["head"], "--finding", "triton|IDLE|EagleDraftExtendInput|kv_indptr",
-                     "--json", str(lint)]) == 0
+    assert (
+        cli.main(
+            [
+                "bisect",
+                "--sglang-src",
+                str(tmp_path / "repo"),
+                "--good",
+                history["release"],
+                "--bad",
+                history["head"],
+                "--finding",
+                "triton|IDLE|EagleDraftExtendInput|kv_indptr",
+                "--json",
+                str(lint),
+            ]
+        )
+        == 0
+    )
     assert json.loads(lint.read_text())["first_bad"]["sha"] == history["removal"]

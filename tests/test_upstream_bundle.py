@@ -38,38 +38,76 @@ def write_bundle(dest: Path) -> Path:
     rev = get_revision("pr-24860")
     spec = rev.idle_draft_extend_input(16, torch.float32, 1)
     z = torch.zeros(2, dtype=torch.int64)
-    fb = ForwardBatch(ForwardMode.IDLE, 2, z.clone(), z.clone(), z.clone(), torch.ones(2, dtype=torch.int64),
-                      z.clone(), req_to_token_pool=pool, kv_cache=backend.ctx.kv_cache, attn_backend=backend,
-                      spec_info=spec, capture_hidden_mode=CaptureHiddenMode.LAST, is_padded_idle=True)
+    fb = ForwardBatch(
+        ForwardMode.IDLE,
+        2,
+        z.clone(),
+        z.clone(),
+        z.clone(),
+        torch.ones(2, dtype=torch.int64),
+        z.clone(),
+        req_to_token_pool=pool,
+        kv_cache=backend.ctx.kv_cache,
+        attn_backend=backend,
+        spec_info=spec,
+        capture_hidden_mode=CaptureHiddenMode.LAST,
+        is_padded_idle=True,
+    )
     try:
         init_metadata_for(backend, fb)
     except AttributeError as exc:
         frame = traceback.extract_tb(exc.__traceback__)[-1]
-        exception = {"type": type(exc).__name__, "message": str(exc), "file": frame.filename,
-                     "line": frame.lineno, "function": frame.name}
+        exception = {
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "file": frame.filename,
+            "line": frame.lineno,
+            "function": frame.name,
+        }
     else:
         raise AssertionError("the workbench's pr-24860 triton backend did not crash")
     rows = sorted(set(fb.req_pool_indices.tolist()))
     width = int(fb.seq_lens.max())
-    tensors = {"forward_batch.input_ids": fb.input_ids, "forward_batch.positions": fb.positions,
-               "forward_batch.seq_lens": fb.seq_lens, "forward_batch.req_pool_indices": fb.req_pool_indices,
-               "forward_batch.out_cache_loc": fb.out_cache_loc,
-               "req_to_token.row_ids": torch.tensor(rows, dtype=torch.int64),
-               "req_to_token.rows": pool.req_to_token[rows, :width].clone()}
+    tensors = {
+        "forward_batch.input_ids": fb.input_ids,
+        "forward_batch.positions": fb.positions,
+        "forward_batch.seq_lens": fb.seq_lens,
+        "forward_batch.req_pool_indices": fb.req_pool_indices,
+        "forward_batch.out_cache_loc": fb.out_cache_loc,
+        "req_to_token.row_ids": torch.tensor(rows, dtype=torch.int64),
+        "req_to_token.rows": pool.req_to_token[rows, :width].clone(),
+    }
     folder = dest / "crash-bundle-rank1"
     folder.mkdir(parents=True)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "tensors.safetensors"))
-    meta = {"format": "eagle-workbench-crash-bundle", "format_version": 1, "rank": 1, "dp": 2,
-            "phase": "draft-extend", "forward_mode": "IDLE", "batch_size": 2, "backend": "triton",
-            "attention": {"num_heads": 2, "num_kv_heads": 1, "head_dim": 16, "v_head_dim": 16,
-                          "num_layers": 1, "dtype": "float32", "device": "cpu"},
-            "req_to_token_shape": list(pool.req_to_token.shape),
-            "spec_info": {"module": type(spec).__module__, "class": type(spec).__name__, "fields": {}},
-            "revision": "pr-24860", "fix_applied": False,
-            "versions": {"torch": torch.__version__, "python": sys.version.split()[0]},
-            "exception": exception,
-            "tensors": {k: {"dtype": str(v.dtype).replace("torch.", ""), "shape": list(v.shape)}
-                        for k, v in tensors.items()}}
+    meta = {
+        "format": "eagle-workbench-crash-bundle",
+        "format_version": 1,
+        "rank": 1,
+        "dp": 2,
+        "phase": "draft-extend",
+        "forward_mode": "IDLE",
+        "batch_size": 2,
+        "backend": "triton",
+        "attention": {
+            "num_heads": 2,
+            "num_kv_heads": 1,
+            "head_dim": 16,
+            "v_head_dim": 16,
+            "num_layers": 1,
+            "dtype": "float32",
+            "device": "cpu",
+        },
+        "req_to_token_shape": list(pool.req_to_token.shape),
+        "spec_info": {"module": type(spec).__module__, "class": type(spec).__name__, "fields": {}},
+        "revision": "pr-24860",
+        "fix_applied": False,
+        "versions": {"torch": torch.__version__, "python": sys.version.split()[0]},
+        "exception": exception,
+        "tensors": {
+            k: {"dtype": str(v.dtype).replace("torch.", ""), "shape": list(v.shape)} for k, v in tensors.items()
+        },
+    }
     (folder / "bundle.json").write_text(json.dumps(meta, indent=1))
     return folder
 
@@ -106,8 +144,9 @@ def test_bad_bundle_is_refused_naming_the_file(tmp_path: Path, damage: str) -> N
         load_bundle(folder)
 
 
-requires_network = pytest.mark.skipif(os.environ.get("WB_NETWORK_TESTS") != "1",
-                                      reason="network test: real sglang releases; WB_NETWORK_TESTS=1")
+requires_network = pytest.mark.skipif(
+    os.environ.get("WB_NETWORK_TESTS") != "1", reason="network test: real sglang releases; WB_NETWORK_TESTS=1"
+)
 
 
 @pytest.mark.network
@@ -134,9 +173,19 @@ def test_real_releases_on_the_bundle_a_workbench_crash_wrote(tmp_path: Path) -> 
     import workbench
     from workbench.debug.replay import replay_crash
 
-    res = workbench.reproduce(backend="triton", revision="pr-24860", dp=2, dp_policy="pack", steps=3, topk=2,
-                              draft_tokens=4, max_new_tokens=8, prompts=["def f(x):\n"], timeout_s=240,
-                              model_dir=os.environ.get("WB_MODEL_DIR"))
+    res = workbench.reproduce(
+        backend="triton",
+        revision="pr-24860",
+        dp=2,
+        dp_policy="pack",
+        steps=3,
+        topk=2,
+        draft_tokens=4,
+        max_new_tokens=8,
+        prompts=["def f(x):\n"],
+        timeout_s=240,
+        model_dir=os.environ.get("WB_MODEL_DIR"),
+    )
     assert res.status == "crashed" and res.crash["bundle"], res.summary()
     folder = Path(res.crash["bundle"])
     out = tmp_path / "replay.json"

@@ -13,7 +13,7 @@ from workbench.upstream import cli
 from workbench.upstream.lint import ATTN_DIR, MODES_FILE, SPEC_DIR, analyse, finding_key, query
 from workbench.upstream.lint_modes import parse_forward_modes
 
-MODES = textwrap.dedent('''
+MODES = textwrap.dedent("""
     class ForwardMode(IntEnum):
         EXTEND = auto()
         DECODE = auto()
@@ -28,9 +28,9 @@ MODES = textwrap.dedent('''
             return self == ForwardMode.EXTEND or (include_v2 and self == ForwardMode.DRAFT_EXTEND_V2)
         def is_idle(self):
             return self == ForwardMode.IDLE
-''')
+""")
 
-SPEC = textwrap.dedent('''
+SPEC = textwrap.dedent("""
     from dataclasses import dataclass
     class SpecInput:
         custom_mask = None
@@ -60,9 +60,9 @@ SPEC = textwrap.dedent('''
         def __init__(self):
             super().__init__(SpecInputType.VERIFY)
             self.draft_token_num = 4
-''')
+""")
 
-WORKER = textwrap.dedent('''
+WORKER = textwrap.dedent("""
     class Worker:
         def _draft_extend_for_decode(self, batch):
             extend_input = DraftExtendInput(hidden_states=None)
@@ -75,9 +75,9 @@ WORKER = textwrap.dedent('''
         def verify(self, batch):
             batch.spec_info = VerifyInput()
             batch.forward_mode = ForwardMode.TARGET_VERIFY
-''')
+""")
 
-BACKEND = textwrap.dedent('''
+BACKEND = textwrap.dedent("""
     class Updater:
         def __init__(self):
             self.update = self.update_single
@@ -111,13 +111,17 @@ BACKEND = textwrap.dedent('''
         def _fallback(self, forward_batch):
             if forward_batch.spec_info.is_draft_input():
                 q = forward_batch.spec_info.hidden_states
-''')
+""")
 
 
 def sources(with_field: bool) -> dict[str, str]:
     field = "kv_indptr: 'Tensor' = None" if with_field else "pass"
-    return {MODES_FILE: MODES, f"{SPEC_DIR}info.py": SPEC.replace("KV_FIELD", field),
-            f"{SPEC_DIR}worker.py": WORKER, f"{ATTN_DIR}toy_backend.py": BACKEND}
+    return {
+        MODES_FILE: MODES,
+        f"{SPEC_DIR}info.py": SPEC.replace("KV_FIELD", field),
+        f"{SPEC_DIR}worker.py": WORKER,
+        f"{ATTN_DIR}toy_backend.py": BACKEND,
+    }
 
 
 def test_forward_mode_predicates_are_evaluated_from_source() -> None:
@@ -170,9 +174,11 @@ def test_spec_input_attributes_and_installs() -> None:
     assert ext["type_predicates"] == {"is_draft_input": True}
     assert "draft_token_num" in classes["VerifyInput"]["attrs"]
     installs = {(i["class"], tuple(i["modes"]), i["mode_from"]) for i in result["installs"]}
-    assert installs == {("DraftExtendInput", ("DRAFT_EXTEND_V2", "IDLE"), "assigned"),
-                        ("DraftInput", ("IDLE",), "idle input"),
-                        ("VerifyInput", ("TARGET_VERIFY",), "assigned")}
+    assert installs == {
+        ("DraftExtendInput", ("DRAFT_EXTEND_V2", "IDLE"), "assigned"),
+        ("DraftInput", ("IDLE",), "idle input"),
+        ("VerifyInput", ("TARGET_VERIFY",), "assigned"),
+    }
 
 
 def test_bad_source_dir_is_refused(tmp_path: Path, capsys) -> None:
@@ -181,8 +187,9 @@ def test_bad_source_dir_is_refused(tmp_path: Path, capsys) -> None:
     assert str(tmp_path) in err and "no sglang/srt package" in err
 
 
-requires_network = pytest.mark.skipif(os.environ.get("WB_NETWORK_TESTS") != "1",
-                                      reason="network test: needs the sglang wheel; WB_NETWORK_TESTS=1")
+requires_network = pytest.mark.skipif(
+    os.environ.get("WB_NETWORK_TESTS") != "1", reason="network test: needs the sglang wheel; WB_NETWORK_TESTS=1"
+)
 
 
 @pytest.mark.network
@@ -218,8 +225,11 @@ def test_nightly_gate_fails_on_untriaged_or_newly_confirmed_findings() -> None:
     key = finding_key(finding)
     refuted = {key: {"status": "refuted", "reason": "toy"}}
     assert gate([{**finding, "triage": {"status": "refuted"}}], refuted) == []
-    assert gate([{**finding, "triage": {"status": "confirmed"}}], refuted)[0]["gate"].startswith("a replay now confirms")
+    assert gate([{**finding, "triage": {"status": "confirmed"}}], refuted)[0]["gate"].startswith(
+        "a replay now confirms"
+    )
     assert gate([{**finding, "triage": {"status": "refuted"}}], {})[0]["gate"] == "not in the triage file"
     shipped = load_triage()
-    assert shipped and all(v["status"] in ("confirmed", "refuted", "not replayable") and v["reason"]
-                           for v in shipped.values())
+    assert shipped and all(
+        v["status"] in ("confirmed", "refuted", "not replayable") and v["reason"] for v in shipped.values()
+    )

@@ -22,7 +22,7 @@ from workbench.upstream.standin import write_standin
 
 KNOWN = ["0.5.11", "0.5.12", "0.5.13", "0.5.13.post1", "0.5.14"]
 
-SPEC_SRC = textwrap.dedent('''
+SPEC_SRC = textwrap.dedent("""
     from dataclasses import dataclass
     class SpecInput: ...
     class KvMixin:
@@ -42,9 +42,9 @@ SPEC_SRC = textwrap.dedent('''
             self.kv_indptr = None
     class NotSpec:
         kv_indptr = None
-''')
+""")
 
-BACKEND_SRC = textwrap.dedent('''
+BACKEND_SRC = textwrap.dedent("""
     class Backend:
         def init_forward_metadata(self, forward_batch):
             spec_info = forward_batch.spec_info
@@ -58,9 +58,9 @@ BACKEND_SRC = textwrap.dedent('''
                 pass
             y = getattr(spec_info, "kv_indptr")
             forward_batch.spec_info.kv_indptr = x
-''')
+""")
 
-WORKER_SRC = textwrap.dedent('''
+WORKER_SRC = textwrap.dedent("""
     class Worker:
         def forward_draft_extend_after_decode(self, batch):
             if batch.idle:
@@ -74,7 +74,7 @@ WORKER_SRC = textwrap.dedent('''
             batch.spec_info = EagleDraftExtendInput(hidden_states=None)
         def verify(self, batch):
             batch.spec_info = EagleDraftExtendInput()
-''')
+""")
 
 
 def _accesses(src: str) -> dict[int, str]:
@@ -102,9 +102,14 @@ def test_inheritance_across_files() -> None:
 def test_access_kinds_plain_guard_getattr() -> None:
     kinds = _accesses(BACKEND_SRC)
     lines = BACKEND_SRC.splitlines()
-    keys = ("spec_info.kv_indptr is None", "kv_indptr = spec_info",
-            'getattr(spec_info, "kv_indptr", None)', "hasattr(", "y = getattr",
-            "forward_batch.spec_info.kv_indptr =")
+    keys = (
+        "spec_info.kv_indptr is None",
+        "kv_indptr = spec_info",
+        'getattr(spec_info, "kv_indptr", None)',
+        "hasattr(",
+        "y = getattr",
+        "forward_batch.spec_info.kv_indptr =",
+    )
     line_of = {key: next(i + 1 for i, ln in enumerate(lines) if key in ln) for key in keys}
     assert kinds[line_of["spec_info.kv_indptr is None"]] == astscan.NONE_GUARD
     assert kinds[line_of["kv_indptr = spec_info"]] == astscan.PLAIN
@@ -142,11 +147,15 @@ def test_worker_installs() -> None:
 
 def _release(fixed: bool, guard: str) -> tuple[dict, dict]:
     field = "    kv_indptr: 'Tensor' = None\n" if fixed else ""
-    spec = {"eagle_info.py": "class SpecInput: ...\nclass EagleDraftInput(SpecInput):\n"
-            "    kv_indptr = None\nclass EagleDraftExtendInput(SpecInput):\n    x = 1\n" + field,
-            "eagle_worker_v2.py": WORKER_SRC}
-    attn = {"triton_backend.py": f"def f(spec_info):\n    if {guard}:\n        pass\n",
-            "flashattention_backend.py": "def f(spec_info):\n    return spec_info.page_table\n"}
+    spec = {
+        "eagle_info.py": "class SpecInput: ...\nclass EagleDraftInput(SpecInput):\n"
+        "    kv_indptr = None\nclass EagleDraftExtendInput(SpecInput):\n    x = 1\n" + field,
+        "eagle_worker_v2.py": WORKER_SRC,
+    }
+    attn = {
+        "triton_backend.py": f"def f(spec_info):\n    if {guard}:\n        pass\n",
+        "flashattention_backend.py": "def f(spec_info):\n    return spec_info.page_table\n",
+    }
     return spec, attn
 
 
@@ -176,9 +185,11 @@ def _fake_cache(tmp_path: Path) -> Path:
             for name, text in attn.items():
                 zf.writestr(f"sglang/srt/layers/attention/{name}", text)
             zf.writestr("sglang/srt/speculative/sub/ignored.py", "class X: ...\n")
-            zf.writestr(f"sglang-{version}.dist-info/METADATA",
-                        "Name: sglang\nRequires-Dist: transformers==5.8.1\n"
-                        "Requires-Dist: openai==2.6.1\nRequires-Dist: av; sys_platform == 'darwin'\n")
+            zf.writestr(
+                f"sglang-{version}.dist-info/METADATA",
+                "Name: sglang\nRequires-Dist: transformers==5.8.1\n"
+                "Requires-Dist: openai==2.6.1\nRequires-Dist: av; sys_platform == 'darwin'\n",
+            )
     return cache
 
 
@@ -191,8 +202,12 @@ def test_survey_offline_table_and_plot(tmp_path: Path) -> None:
     assert any(line.split()[-2:] == ["no", "yes"] and "has kv_indptr" in line for line in table)
     assert result["releases"]["0.5.13"]["facts"]["EagleDraftExtendInput has kv_indptr"]["text"] == "no"
     assert result["releases"]["0.5.14"]["facts"]["EagleDraftExtendInput has kv_indptr"]["text"] == "yes"
-    assert cli.main(["--cache-dir", str(cache), "survey", "--versions", "0.5.13", "0.5.14",
-                     "--out", str(tmp_path / "out")]) == 0
+    assert (
+        cli.main(
+            ["--cache-dir", str(cache), "survey", "--versions", "0.5.13", "0.5.14", "--out", str(tmp_path / "out")]
+        )
+        == 0
+    )
     for suffix in ("json", "png", "svg"):
         assert (tmp_path / "out" / f"upstream_survey.{suffix}").stat().st_size > 0
 
@@ -203,8 +218,12 @@ def test_version_checks_name_the_bad_value(tmp_path: Path, capsys: pytest.Captur
         check_version("banana", KNOWN)
     with pytest.raises(ReleaseError, match=r"'0\.5\.99'.*no such release.*0\.5\.14"):
         check_version("0.5.99", KNOWN)
-    assert sorted(["0.5.14", "0.5.9", "0.5.13.post1", "0.5.13"], key=version_key) == \
-        ["0.5.9", "0.5.13", "0.5.13.post1", "0.5.14"]
+    assert sorted(["0.5.14", "0.5.9", "0.5.13.post1", "0.5.13"], key=version_key) == [
+        "0.5.9",
+        "0.5.13",
+        "0.5.13.post1",
+        "0.5.14",
+    ]
     cache = _fake_cache(tmp_path)
     assert cli.main(["--cache-dir", str(cache), "replay", "--sglang", "0.5.99"]) == 2
     err = capsys.readouterr().err
@@ -229,14 +248,27 @@ def test_replay_never_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 def test_replay_maps_driver_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache = _fake_cache(tmp_path)
-    env = ReplayEnv("0.5.13", tmp_path, Path(sys.executable), True, 0.0, {"sglang": "0.5.13"},
-                    ["torchvision import stand-in used"])
+    env = ReplayEnv(
+        "0.5.13", tmp_path, Path(sys.executable), True, 0.0, {"sglang": "0.5.13"}, ["torchvision import stand-in used"]
+    )
     monkeypatch.setattr(replay_mod, "ensure_env", lambda *a, **k: env)
-    frame = {"file": "/v/lib/site-packages/sglang/srt/layers/attention/triton_backend.py",
-             "line": 574, "function": "init_forward_metadata", "code": "if spec_info is None"}
-    crashed = {"status": "crashed", "stage": "init_forward_metadata", "run_s": 1.0,
-               "exception_type": "AttributeError", "message": "no kv_indptr", "traceback": "tb",
-               "frames": [frame], "env": {"python": "3.11.7", "sglang": "0.5.13"}, "batch": {}}
+    frame = {
+        "file": "/v/lib/site-packages/sglang/srt/layers/attention/triton_backend.py",
+        "line": 574,
+        "function": "init_forward_metadata",
+        "code": "if spec_info is None",
+    }
+    crashed = {
+        "status": "crashed",
+        "stage": "init_forward_metadata",
+        "run_s": 1.0,
+        "exception_type": "AttributeError",
+        "message": "no kv_indptr",
+        "traceback": "tb",
+        "frames": [frame],
+        "env": {"python": "3.11.7", "sglang": "0.5.13"},
+        "batch": {},
+    }
     monkeypatch.setattr(replay_mod, "run_driver", lambda *a, **k: (crashed, "", 1.5, False))
     rec = replay_mod.replay("0.5.13", cache, log=lambda m: None)
     assert rec["status"] == "crashed" and rec["timings"]["cached"] is True
@@ -266,7 +298,7 @@ def test_dependency_pins_come_from_the_wheel(tmp_path: Path) -> None:
 
 def test_torchvision_standin_imports_and_refuses_use(tmp_path: Path) -> None:
     write_standin(tmp_path)
-    code = textwrap.dedent(f'''
+    code = textwrap.dedent(f"""
         import sys; sys.path.insert(0, {str(tmp_path)!r})
         import torchvision, importlib.metadata as md
         from torchvision.io import decode_jpeg
@@ -279,7 +311,7 @@ def test_torchvision_standin_imports_and_refuses_use(tmp_path: Path) -> None:
             decode_jpeg(b"")
         except RuntimeError as exc:
             print("refused:", exc)
-    ''')
+    """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "refused: torchvision.io.decode_jpeg is an eagle-workbench import stand-in" in out.stdout
@@ -288,7 +320,8 @@ def test_torchvision_standin_imports_and_refuses_use(tmp_path: Path) -> None:
 requires_network = pytest.mark.skipif(
     os.environ.get("WB_NETWORK_TESTS") != "1",
     reason="network test: downloads sglang wheels from PyPI and builds a ~2.4 GiB venv per "
-           "release; skipped unless WB_NETWORK_TESTS=1")
+    "release; skipped unless WB_NETWORK_TESTS=1",
+)
 
 
 @pytest.mark.network
@@ -297,8 +330,7 @@ requires_network = pytest.mark.skipif(
 def test_real_survey_matches_upstream_facts() -> None:
     result = survey(["0.5.11", "0.5.12", "0.5.13", "0.5.14"])
     facts = {v: {k: c["text"] for k, c in r["facts"].items()} for v, r in result["releases"].items()}
-    assert [facts[v]["EagleDraftExtendInput has kv_indptr"] for v in result["versions"]] == \
-        ["–", "no", "no", "yes"]
+    assert [facts[v]["EagleDraftExtendInput has kv_indptr"] for v in result["versions"]] == ["–", "no", "no", "yes"]
     for version in result["versions"]:
         for backend in ("triton", "flashinfer", "flashinfer_mla", "aiter", "wave"):
             assert facts[version][f"{backend} reads spec_info.kv_indptr"] not in ("no", "absent")
@@ -323,9 +355,10 @@ def test_real_replay(version: str) -> None:
         return
     assert rec["status"] == "crashed", rec.get("error")
     crash = rec["crash"]
-    assert f"{crash['exception_type']}: {crash['message']}" == \
-        "AttributeError: 'EagleDraftExtendInput' object has no attribute 'kv_indptr'"
+    assert (
+        f"{crash['exception_type']}: {crash['message']}"
+        == "AttributeError: 'EagleDraftExtendInput' object has no attribute 'kv_indptr'"
+    )
     assert crash["raised_at"]["file"].endswith("layers/attention/triton_backend.py")
     assert "triton_backend.py" in crash["traceback"]
-    assert (crash["rank"], crash["phase"], crash["forward_mode"], crash["batch_size"]) == \
-        (0, "draft-extend", "IDLE", 2)
+    assert (crash["rank"], crash["phase"], crash["forward_mode"], crash["batch_size"]) == (0, "draft-extend", "IDLE", 2)

@@ -1,5 +1,6 @@
 """The example nightly workflow passes actionlint and zizmor (both from the dev extras: missing is a
 failure, not a skip), and the two tools do reject a broken workflow, so a pass means something."""
+
 from __future__ import annotations
 
 import os

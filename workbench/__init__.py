@@ -1,9 +1,21 @@
-"""EAGLE3 + DP-attention regression workbench: reproduce SGLang's ``kv_indptr`` crash, apply the fix, compare backends."""
+"""EAGLE3 + DP-attention regression workbench: reproduce SGLang's ``kv_indptr`` crash, apply the fix,
+compare backends."""
+
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["RunConfig", "RunResult", "reproduce", "apply_fix", "undo_fix", "fix_applied", "REVISIONS", "replay_crash", "load_bundle"]
+__all__ = [
+    "RunConfig",
+    "RunResult",
+    "reproduce",
+    "apply_fix",
+    "undo_fix",
+    "fix_applied",
+    "REVISIONS",
+    "replay_crash",
+    "load_bundle",
+]
 
 
 def __getattr__(name: str) -> Any:

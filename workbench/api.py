@@ -1,8 +1,8 @@
 """``reproduce(config) -> RunResult``: the one entry point notebooks, the CLI and CI call."""
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Union
 
 import kernels
 from workbench.config import RunConfig, check_kernels, make_config
@@ -11,7 +11,7 @@ from workbench.record import RunResult, build_record
 from workbench.speculative.eagle_draft_extend_pr28221 import apply_fix, fix_applied
 
 
-def reproduce(config: Union[RunConfig, dict, None] = None, **overrides) -> RunResult:
+def reproduce(config: RunConfig | dict | None = None, **overrides) -> RunResult:
     """Run the EAGLE3 loop (or plain greedy) with the given backend, revision, DP and spec
     settings; return the run record. A crash is data in the record; bad parameters and bad
     checkpoints raise (ConfigError, CheckpointError) before anything runs."""
@@ -32,5 +32,17 @@ def reproduce(config: Union[RunConfig, dict, None] = None, **overrides) -> RunRe
         apply_fix()
     res = run_rank(cfg, prompts, list(range(len(prompts))))
     extra = {"slots_leaked": res["slots_capacity"] - res["slots_free"]} if "slots_free" in res else {}
-    return RunResult(build_record(cfg, prompts, res["outputs"], res["metrics"], res["wall_s"], res["crash"],
-                                  res["kernel"], res["kernel_stand_in"], extra=extra, timing=res))
+    return RunResult(
+        build_record(
+            cfg,
+            prompts,
+            res["outputs"],
+            res["metrics"],
+            res["wall_s"],
+            res["crash"],
+            res["kernel"],
+            res["kernel_stand_in"],
+            extra=extra,
+            timing=res,
+        )
+    )

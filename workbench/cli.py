@@ -1,11 +1,11 @@
 """Command line: ``workbench run``, ``bench``, ``compare``, ``sweep``, ``upstream``, ``contracts``, ``debug``."""
+
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -55,7 +55,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     from workbench.config import ConfigError, add_run_args
     from workbench.models.loader import CheckpointError
 
@@ -66,16 +66,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     run.add_argument("--json", default=None, help="write the run record here")
     run.add_argument("--show-traceback", action="store_true")
     run.set_defaults(func=cmd_run)
-    b = sub.add_parser("bench", help="plain greedy vs EAGLE3 on the same backend(s): accept length, tokens/s, speedup",
-                       description="Without --steps/--topk/--draft-tokens, EAGLE3 runs the chain (5, 1, 6), the "
-                                   "fastest setting measured at batch 1 on a 2-core CPU (docs/guide.md); any of "
-                                   "them given, the others keep the run defaults.")
+    b = sub.add_parser(
+        "bench",
+        help="plain greedy vs EAGLE3 on the same backend(s): accept length, tokens/s, speedup",
+        description="Without --steps/--topk/--draft-tokens, EAGLE3 runs the chain (5, 1, 6), the "
+        "fastest setting measured at batch 1 on a 2-core CPU (docs/guide.md); any of "
+        "them given, the others keep the run defaults.",
+    )
     add_run_args(b, exclude=("mode",))
     b.add_argument("--backends", nargs="+", default=None)
     b.add_argument("--repeats", type=int, default=5, help="runs per backend and mode, interleaved")
     b.add_argument("--json", default=None)
     b.set_defaults(func=cmd_bench)
-    c = sub.add_parser("compare", help="backends x greedy/EAGLE3 (x dp), repeats interleaved: medians, intervals, speedups")
+    c = sub.add_parser(
+        "compare", help="backends x greedy/EAGLE3 (x dp), repeats interleaved: medians, intervals, speedups"
+    )
     add_run_args(c, exclude=("mode", "backend", "dp"))
     c.add_argument("--backends", nargs="+", default=["triton", "flashinfer", "fa3", "torch_native"])
     c.add_argument("--repeats", type=int, default=5, help="runs per backend, mode and dp, interleaved")
@@ -86,15 +91,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     add_run_args(sw, exclude=("mode", "backend", "dtype", "steps", "topk", "draft_tokens"))
     sw.add_argument("--backends", nargs="+", default=["torch_native"])
     sw.add_argument("--dtypes", nargs="+", default=["float32"], help="float32 and/or bfloat16")
-    sw.add_argument("--settings", nargs="+", default=["1,1,2", "3,1,4", "3,2,6", "5,4,16", "6,10,32"],
-                    help="steps,topk,draft_tokens triples")
+    sw.add_argument(
+        "--settings",
+        nargs="+",
+        default=["1,1,2", "3,1,4", "3,2,6", "5,4,16", "6,10,32"],
+        help="steps,topk,draft_tokens triples",
+    )
     sw.add_argument("--merge", nargs="+", default=None, help="merge sweep JSONs run in parts (nothing is run)")
     sw.add_argument("--json", default=None)
     sw.set_defaults(func=cmd_sweep)
     up = sub.add_parser("upstream", help="survey / replay the real SGLang releases (see workbench.upstream)")
     up.add_argument("rest", nargs=argparse.REMAINDER)
     up.set_defaults(func=lambda a: _delegate("workbench.upstream.cli", a.rest))
-    ct = sub.add_parser("contracts", help="fuzz every backend x spec-input x forward mode through init_forward_metadata")
+    ct = sub.add_parser(
+        "contracts", help="fuzz every backend x spec-input x forward mode through init_forward_metadata"
+    )
     ct.add_argument("rest", nargs=argparse.REMAINDER)
     ct.set_defaults(func=lambda a: _delegate("workbench.contracts", a.rest))
     dbg = sub.add_parser("debug", help="replay a crash bundle in this process (see workbench.debug.cli)")
@@ -111,7 +122,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
 
 
-def _delegate(module: str, rest: List[str]) -> int:
+def _delegate(module: str, rest: list[str]) -> int:
     import importlib
 
     return importlib.import_module(module).main(rest)

@@ -1,13 +1,15 @@
 """Notebook display: a run record as HTML (status, where-table, kernel labels, outputs, a collapsible
 highlighted traceback), decoded outputs with a diff between runs, a class's fields, and progress
 bars (``tqdm.auto``) for cells that make several runs, fed by what the DP rank processes report."""
+
 from __future__ import annotations
 
 import dataclasses
 import difflib
 import html
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any
 
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
@@ -31,7 +33,7 @@ class HTML:
         return self.text
 
 
-def decoded_outputs(run: RecordLike) -> List[Optional[str]]:
+def decoded_outputs(run: RecordLike) -> list[str | None]:
     """The generated text of every prompt (None where a prompt produced nothing)."""
     from workbench.models.tokenizer import decode
 
@@ -51,21 +53,31 @@ def run_html(record: dict) -> str:
     colour = STATUS_COLOURS.get(status, "#455a64")
     kernel = cfg.get("kernel") or "?"
     label = kernel + (" (stand-in for the library's GPU kernel)" if cfg.get("kernel_stand_in") else "")
-    head = (f"<span style='background:{colour};color:white;padding:1px 6px;border-radius:3px'>{html.escape(status)}</span> "
-            f"<b>{html.escape(cfg['backend'])}</b> · kernel {html.escape(label)} · revision {html.escape(cfg['revision'])}"
-            f"{' + apply_fix()' if cfg.get('apply_fix_in_place') else ''} · dp {cfg['dp']} ({html.escape(str(cfg.get('dp_policy')))})"
-            f" · steps {cfg['steps']} topk {cfg['topk']} draft tokens {cfg['draft_tokens']} · mode {html.escape(str(cfg.get('mode')))}")
+    head = (
+        f"<span style='background:{colour};color:white;padding:1px 6px;border-radius:3px'>{html.escape(status)}</span> "
+        f"<b>{html.escape(cfg['backend'])}</b> · kernel {html.escape(label)} · revision {html.escape(cfg['revision'])}"
+        f"{' + apply_fix()' if cfg.get('apply_fix_in_place') else ''} "
+        f"· dp {cfg['dp']} ({html.escape(str(cfg.get('dp_policy')))})"
+        f" · steps {cfg['steps']} topk {cfg['topk']} draft tokens {cfg['draft_tokens']} "
+        f"· mode {html.escape(str(cfg.get('mode')))}"
+    )
     parts = [f"<div>{head}</div>"]
     if crash:
-        parts.append(f"<div style='color:{colour}'><b>{html.escape(str(crash.get('exception_type')))}</b>: "
-                     f"{html.escape(str(crash.get('message')))}</div>")
+        parts.append(
+            f"<div style='color:{colour}'><b>{html.escape(str(crash.get('exception_type')))}</b>: "
+            f"{html.escape(str(crash.get('message')))}</div>"
+        )
         if crash.get("bundle"):
-            parts.append(f"<div>crash bundle: <code>{html.escape(crash['bundle'])}</code> "
-                         f"(<code>result.replay_crash()</code> replays it here)</div>")
+            parts.append(
+                f"<div>crash bundle: <code>{html.escape(crash['bundle'])}</code> "
+                f"(<code>result.replay_crash()</code> replays it here)</div>"
+            )
     else:
         al, tps = m.get("accept_length_mean"), m.get("tokens_per_s")
-        parts.append(f"<div>accept length {'-' if al is None else f'{al:.3f}'} · tokens/s "
-                     f"{'-' if tps is None else f'{tps:.1f}'} · outputs sha256 {str(record.get('outputs_sha256'))[:16]}</div>")
+        parts.append(
+            f"<div>accept length {'-' if al is None else f'{al:.3f}'} · tokens/s "
+            f"{'-' if tps is None else f'{tps:.1f}'} · outputs sha256 {str(record.get('outputs_sha256'))[:16]}</div>"
+        )
     parts.append(where_table(record)._repr_html_())
     texts = [t for t in decoded_outputs(record) if t is not None]
     if texts:
@@ -89,7 +101,8 @@ def text_diff(a: RecordLike, b: RecordLike, labels: Sequence[str] = ("a", "b")) 
         else:
             verdict = "DIFFERENT"
             body = difflib.HtmlDiff(wrapcolumn=80).make_table(
-                str(x).splitlines() or [""], str(y).splitlines() or [""], labels[0], labels[1])
+                str(x).splitlines() or [""], str(y).splitlines() or [""], labels[0], labels[1]
+            )
         rows_html.append(f"<div><b>prompt {i}</b>: {verdict}{body}</div>")
         rows_text.append(f"prompt {i}: {verdict}\n  {labels[0]}: {x!r}\n  {labels[1]}: {y!r}")
     head = f"decoded outputs, {labels[0]} vs {labels[1]}"
@@ -100,9 +113,14 @@ def class_fields(cls: type) -> Table:
     """A dataclass's fields: name, annotation, default (what ``apply_fix`` changes)."""
     rows = []
     for f in dataclasses.fields(cls):
-        default = f.default if f.default is not dataclasses.MISSING else (
-            "factory" if f.default_factory is not dataclasses.MISSING else "required")
-        rows.append({"field": f.name, "type": str(f.type), "default": repr(default) if default != "required" else default})
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else ("factory" if f.default_factory is not dataclasses.MISSING else "required")
+        )
+        rows.append(
+            {"field": f.name, "type": str(f.type), "default": repr(default) if default != "required" else default}
+        )
     return Table(rows)
 
 
@@ -115,7 +133,7 @@ def progress(total: int, desc: str = "runs") -> Iterator[Callable[[str], None]]:
     from workbench.dp import launch
 
     bar = tqdm(total=total, desc=desc, unit="run")
-    ranks: Dict[int, str] = {}
+    ranks: dict[int, str] = {}
 
     def on_event(kind: str, rank: int, payload: Any) -> None:
         if kind == "forward":
@@ -140,9 +158,9 @@ def progress(total: int, desc: str = "runs") -> Iterator[Callable[[str], None]]:
         bar.close()
 
 
-def run_all(jobs: Mapping[str, Callable[[], Any]], desc: str = "runs") -> Dict[str, Any]:
+def run_all(jobs: Mapping[str, Callable[[], Any]], desc: str = "runs") -> dict[str, Any]:
     """Call each job (a run) under one progress bar; results by label."""
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     with progress(len(jobs), desc) as done:
         for label, job in jobs.items():
             out[label] = job()

@@ -1,4 +1,5 @@
 """Forward modes and hidden-state capture modes, mirroring SGLang's ``ForwardMode``."""
+
 from __future__ import annotations
 
 import enum

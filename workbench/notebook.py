@@ -6,20 +6,22 @@ A notebook writes one *notebook record* (``save_bundle``) at its ``record_path``
 and every run record it made, by role (e.g. ``run``; ``reference`` / ``fixed`` / ``undo``;
 ``eagle/triton``), with one role named primary. ``ci.nightly`` reads it back with ``load_bundle``.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import html
 import io
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any
 
 from workbench.plots.common import record_label
 
 SCHEMA = "workbench.notebook-record/1"
 EXPECT_CHOICES = ("crash", "ok", "any")
-RecordLike = Union[dict, Any]  # a run record dict or a RunResult
+RecordLike = dict | Any  # a run record dict or a RunResult
 
 
 class ExpectationError(AssertionError):
@@ -34,28 +36,30 @@ def as_record(run: RecordLike) -> dict:
 class Table:
     """Rows of dicts shown as an HTML table in Jupyter and as aligned text elsewhere."""
 
-    def __init__(self, rows: Sequence[dict], columns: Optional[Sequence[str]] = None) -> None:
+    def __init__(self, rows: Sequence[dict], columns: Sequence[str] | None = None) -> None:
         self.rows = list(rows)
         self.columns = list(columns or (self.rows[0].keys() if self.rows else []))
 
-    def _cells(self) -> List[List[str]]:
+    def _cells(self) -> list[list[str]]:
         return [["" if r.get(c) is None else str(r.get(c)) for c in self.columns] for r in self.rows]
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th style='text-align:left'>{html.escape(c)}</th>" for c in self.columns)
-        body = "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(v)}</td>" for v in row) + "</tr>"
-                       for row in self._cells())
+        body = "".join(
+            "<tr>" + "".join(f"<td style='text-align:left'>{html.escape(v)}</td>" for v in row) + "</tr>"
+            for row in self._cells()
+        )
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
     def __repr__(self) -> str:
         cells = self._cells()
         widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(self.columns)]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(self.columns, widths))]
-        lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(self.columns, widths, strict=False))]
+        lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=False)) for row in cells]
         return "\n".join(lines)
 
 
-def select_prompts(prompts: Optional[List[str]] = None, num_prompts: Optional[int] = None) -> List[str]:
+def select_prompts(prompts: list[str] | None = None, num_prompts: int | None = None) -> list[str]:
     """``prompts`` if given, else the first ``num_prompts`` of the shipped set (all when None)."""
     if prompts:
         return list(prompts)
@@ -80,24 +84,32 @@ def run_config(params: Mapping[str, Any], **overrides: Any) -> dict:
     return config
 
 
-def _fmt(x: Optional[float], digits: int = 2) -> Optional[str]:
+def _fmt(x: float | None, digits: int = 2) -> str | None:
     return None if x is None else f"{x:.{digits}f}"
 
 
-def summary_table(runs: Union[Mapping[str, RecordLike], Iterable[RecordLike]]) -> Table:
+def summary_table(runs: Mapping[str, RecordLike] | Iterable[RecordLike]) -> Table:
     """One row per run: status, backend and kernel, revision, dp, the exception, accept length, tokens/s, hash."""
     items = runs.items() if isinstance(runs, Mapping) else ((str(i), r) for i, r in enumerate(runs))
     rows = []
     for role, run in items:
         rec = as_record(run)
         cfg, m, crash = rec["config"], rec.get("metrics") or {}, rec.get("crash") or {}
-        rows.append({
-            "run": role, "status": rec["status"], "mode": cfg.get("mode"), "backend": record_label(rec, sep=" "),
-            "kernel": cfg.get("kernel"), "revision": cfg["revision"] + (" + apply_fix()" if cfg.get("apply_fix_in_place") else ""),
-            "dp": cfg["dp"], "exception": crash.get("exception_type"),
-            "accept length": _fmt(m.get("accept_length_mean")), "tokens/s": _fmt(m.get("tokens_per_s"), 1),
-            "outputs sha256": (rec.get("outputs_sha256") or "")[:16] or None,
-        })
+        rows.append(
+            {
+                "run": role,
+                "status": rec["status"],
+                "mode": cfg.get("mode"),
+                "backend": record_label(rec, sep=" "),
+                "kernel": cfg.get("kernel"),
+                "revision": cfg["revision"] + (" + apply_fix()" if cfg.get("apply_fix_in_place") else ""),
+                "dp": cfg["dp"],
+                "exception": crash.get("exception_type"),
+                "accept length": _fmt(m.get("accept_length_mean")),
+                "tokens/s": _fmt(m.get("tokens_per_s"), 1),
+                "outputs sha256": (rec.get("outputs_sha256") or "")[:16] or None,
+            }
+        )
     return Table(rows)
 
 
@@ -113,13 +125,24 @@ def where_table(run: RecordLike) -> Table:
         fwd = last.get(str(rank)) or {}
         crashed_here = crash.get("rank") == rank
         if crashed_here:
-            fwd = {"phase": crash.get("phase"), "forward_mode": crash.get("forward_mode"), "batch_size": crash.get("batch_size")}
-        rows.append({
-            "rank": rank, "prompts": len(prompts), "idle": "yes" if not prompts else "no",
-            "phase": fwd.get("phase"), "forward mode": fwd.get("forward_mode"), "batch size": fwd.get("batch_size"),
-            "outcome": f"{crash.get('exception_type')}: {crash.get('message')}" if crashed_here
-            else ("stopped (another rank failed)" if crash else rec["status"]),
-        })
+            fwd = {
+                "phase": crash.get("phase"),
+                "forward_mode": crash.get("forward_mode"),
+                "batch_size": crash.get("batch_size"),
+            }
+        rows.append(
+            {
+                "rank": rank,
+                "prompts": len(prompts),
+                "idle": "yes" if not prompts else "no",
+                "phase": fwd.get("phase"),
+                "forward mode": fwd.get("forward_mode"),
+                "batch size": fwd.get("batch_size"),
+                "outcome": f"{crash.get('exception_type')}: {crash.get('message')}"
+                if crashed_here
+                else ("stopped (another rank failed)" if crash else rec["status"]),
+            }
+        )
     return Table(rows)
 
 
@@ -140,33 +163,52 @@ def show(fig: Any) -> None:
     display(Image(data=buf.getvalue()))
 
 
-def save_bundle(path: Union[str, Path], notebook: str, parameters: dict, runs: Mapping[str, RecordLike],
-                primary: str, extra: Optional[dict] = None) -> Path:
+def save_bundle(
+    path: str | Path,
+    notebook: str,
+    parameters: dict,
+    runs: Mapping[str, RecordLike],
+    primary: str,
+    extra: dict | None = None,
+) -> Path:
     """Write the notebook record (parameters + run records by role, plus ``extra`` top-level
     entries such as a comparison or a sweep document) as JSON; returns the path."""
     if primary not in runs:
         raise ValueError(f"primary run {primary!r} is not among the runs {sorted(runs)}")
     recs = {role: as_record(r) for role, r in runs.items()}
-    doc = {"schema": SCHEMA, "notebook": notebook, "parameters": parameters, "primary": primary,
-           "status": recs[primary]["status"], "runs": recs, **(extra or {})}
+    doc = {
+        "schema": SCHEMA,
+        "notebook": notebook,
+        "parameters": parameters,
+        "primary": primary,
+        "status": recs[primary]["status"],
+        "runs": recs,
+        **(extra or {}),
+    }
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(doc, indent=1, default=str))
     return p
 
 
-def load_bundle(path: Union[str, Path]) -> dict:
+def load_bundle(path: str | Path) -> dict:
     """Read a notebook record; a bare run record is wrapped as a bundle with one run, ``run``."""
     doc = json.loads(Path(path).read_text())
     if doc.get("schema") == SCHEMA:
         return doc
     if "status" in doc and "config" in doc:
-        return {"schema": SCHEMA, "notebook": None, "parameters": {}, "primary": "run", "status": doc["status"],
-                "runs": {"run": doc}}
+        return {
+            "schema": SCHEMA,
+            "notebook": None,
+            "parameters": {},
+            "primary": "run",
+            "status": doc["status"],
+            "runs": {"run": doc},
+        }
     raise ValueError(f"{path} is neither a notebook record nor a run record")
 
 
-def require(expect: str, *runs: RecordLike, same_outputs_as: Optional[RecordLike] = None) -> str:
+def require(expect: str, *runs: RecordLike, same_outputs_as: RecordLike | None = None) -> str:
     """The notebook's gate: raise ExpectationError unless every run matches ``expect``.
 
     ``ok``: status ok (and, given ``same_outputs_as``, the same outputs_sha256); ``crash``: status
@@ -180,13 +222,17 @@ def require(expect: str, *runs: RecordLike, same_outputs_as: Optional[RecordLike
         if run["status"] != want:
             crash = run.get("crash") or {}
             got = run["status"] + (f" ({crash.get('exception_type')}: {crash.get('message')})" if crash else "")
-            raise ExpectationError(f"expect={expect!r} but the {record_label(run, ' ')} run on revision "
-                                   f"{run['config']['revision']} dp {run['config']['dp']} ended {got}")
+            raise ExpectationError(
+                f"expect={expect!r} but the {record_label(run, ' ')} run on revision "
+                f"{run['config']['revision']} dp {run['config']['dp']} ended {got}"
+            )
         if expect == "ok" and same_outputs_as is not None:
             ref = as_record(same_outputs_as)
             if not same_outputs(run, ref):
-                raise ExpectationError(f"outputs differ from the {ref['config']['revision']} reference: "
-                                       f"{run.get('outputs_sha256')} != {ref.get('outputs_sha256')}")
+                raise ExpectationError(
+                    f"outputs differ from the {ref['config']['revision']} reference: "
+                    f"{run.get('outputs_sha256')} != {ref.get('outputs_sha256')}"
+                )
     return f"expect={expect!r}: met by {len(runs)} run(s)"
 
 
@@ -196,14 +242,22 @@ def same_outputs(a: RecordLike, b: RecordLike) -> bool:
     return ha is not None and ha == hb
 
 
-def compare_backends(config: dict, backends: Sequence[str], modes: Sequence[str] = ("greedy", "eagle")) -> Dict[str, Any]:
+def compare_backends(
+    config: dict, backends: Sequence[str], modes: Sequence[str] = ("greedy", "eagle")
+) -> dict[str, Any]:
     """``reproduce`` once per backend and mode, under a progress bar; RunResults keyed ``"<mode>/<backend>"``.
     Crashes are data."""
     from workbench.api import reproduce
     from workbench.display import run_all
 
-    return run_all({f"{mode}/{b}": (lambda b=b, mode=mode: reproduce({**config, "backend": b, "mode": mode}))
-                    for b in backends for mode in modes}, desc="backends")
+    return run_all(
+        {
+            f"{mode}/{b}": (lambda b=b, mode=mode: reproduce({**config, "backend": b, "mode": mode}))
+            for b in backends
+            for mode in modes
+        },
+        desc="backends",
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -5,6 +5,7 @@ merge, upstream replay).
 Light on purpose (torch is imported only when a record is built): the nightly imports the status
 names and crash fields from here.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -15,7 +16,7 @@ import platform
 import traceback as traceback_mod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING
 
 from workbench.metrics import Metrics, loop_summary
 
@@ -23,14 +24,32 @@ if TYPE_CHECKING:
     from workbench.config import RunConfig
 
 STATUSES = ("ok", "crashed", "timeout", "error")  # a run record's ``status``
-CRASH_FIELDS = ("rank", "phase", "forward_mode", "batch_size", "exception_type", "message", "traceback", "time",
-                "raised_at", "bundle")
+CRASH_FIELDS = (
+    "rank",
+    "phase",
+    "forward_mode",
+    "batch_size",
+    "exception_type",
+    "message",
+    "traceback",
+    "time",
+    "raised_at",
+    "bundle",
+)
 
 
 def crash_record(
-    *, rank: Optional[int], phase: Optional[str], forward_mode: Optional[str], batch_size: Optional[int],
-    exception_type: str, message: str, traceback: Optional[str] = None, time: Optional[float] = None,
-    raised_at: Optional[dict] = None, bundle: Optional[str] = None,
+    *,
+    rank: int | None,
+    phase: str | None,
+    forward_mode: str | None,
+    batch_size: int | None,
+    exception_type: str,
+    message: str,
+    traceback: str | None = None,
+    time: float | None = None,
+    raised_at: dict | None = None,
+    bundle: str | None = None,
 ) -> dict:
     """The ``crash`` entry of a run record, keys ``CRASH_FIELDS``.
 
@@ -41,43 +60,70 @@ def crash_record(
     """
     if not isinstance(exception_type, str) or not exception_type:
         raise ValueError(f"invalid exception_type {exception_type!r}; valid: an exception class name")
-    return {"rank": rank, "phase": phase, "forward_mode": forward_mode, "batch_size": batch_size,
-            "exception_type": exception_type, "message": str(message), "traceback": traceback, "time": time,
-            "raised_at": raised_at, "bundle": bundle}
+    return {
+        "rank": rank,
+        "phase": phase,
+        "forward_mode": forward_mode,
+        "batch_size": batch_size,
+        "exception_type": exception_type,
+        "message": str(message),
+        "traceback": traceback,
+        "time": time,
+        "raised_at": raised_at,
+        "bundle": bundle,
+    }
 
 
-def raised_at(exc: BaseException) -> Optional[dict]:
+def raised_at(exc: BaseException) -> dict | None:
     """{file, line, function, code} of the innermost frame of ``exc``'s traceback."""
     frames = traceback_mod.extract_tb(exc.__traceback__)
     if not frames:
         return None
     f = frames[-1]
-    return {"file": os.path.relpath(f.filename) if f.filename.startswith(os.getcwd()) else f.filename,
-            "line": f.lineno, "function": f.name, "code": f.line}
+    return {
+        "file": os.path.relpath(f.filename) if f.filename.startswith(os.getcwd()) else f.filename,
+        "line": f.lineno,
+        "function": f.name,
+        "code": f.line,
+    }
 
 
-def crash_from_exception(exc: BaseException, *, rank: Optional[int], where: dict, time: Optional[float] = None,
-                         bundle: Optional[str] = None) -> dict:
+def crash_from_exception(
+    exc: BaseException, *, rank: int | None, where: dict, time: float | None = None, bundle: str | None = None
+) -> dict:
     """``crash_record`` of a caught exception; ``where`` holds phase, forward_mode, batch_size."""
-    return crash_record(rank=rank, phase=where.get("phase"), forward_mode=where.get("forward_mode"),
-                        batch_size=where.get("batch_size"), exception_type=type(exc).__name__, message=str(exc),
-                        traceback="".join(traceback_mod.format_exception(exc)), time=time, raised_at=raised_at(exc),
-                        bundle=bundle)
+    return crash_record(
+        rank=rank,
+        phase=where.get("phase"),
+        forward_mode=where.get("forward_mode"),
+        batch_size=where.get("batch_size"),
+        exception_type=type(exc).__name__,
+        message=str(exc),
+        traceback="".join(traceback_mod.format_exception(exc)),
+        time=time,
+        raised_at=raised_at(exc),
+        bundle=bundle,
+    )
 
 
-def outputs_sha256(outputs: List[Optional[List[int]]]) -> str:
+def outputs_sha256(outputs: list[list[int] | None]) -> str:
     """sha256 over the generated token ids of all prompts, in prompt order."""
     return hashlib.sha256(json.dumps(outputs, separators=(",", ":")).encode()).hexdigest()
 
 
-def environment(backend_kernel: Optional[str], device: Optional[str] = None) -> dict:
+def environment(backend_kernel: str | None, device: str | None = None) -> dict:
     """Versions and platform, and how the run's kernels executed; ``device`` is where the run's
     tensors were (``gpu`` only names a GPU the machine has)."""
     import torch
 
-    env = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
-           "device": device, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-           "kernel": backend_kernel}
+    env = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "device": device,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "kernel": backend_kernel,
+    }
     try:
         env["triton"] = importlib.metadata.version("triton")  # metadata only: importing triton here would
     except importlib.metadata.PackageNotFoundError:  # pre-empt kernels' interpreter selection
@@ -88,9 +134,17 @@ def environment(backend_kernel: Optional[str], device: Optional[str] = None) -> 
 
 
 def build_record(
-    cfg: "RunConfig", prompts: List[str], outputs: Dict[int, List[int]], metrics: Metrics, wall_s: float,
-    crash: Optional[dict], kernel: Optional[str], kernel_stand_in: Optional[bool], status: Optional[str] = None,
-    extra: Optional[dict] = None, timing: Optional[dict] = None,
+    cfg: RunConfig,
+    prompts: list[str],
+    outputs: dict[int, list[int]],
+    metrics: Metrics,
+    wall_s: float,
+    crash: dict | None,
+    kernel: str | None,
+    kernel_stand_in: bool | None,
+    status: str | None = None,
+    extra: dict | None = None,
+    timing: dict | None = None,
 ) -> dict:
     """The run record of ``cfg`` over ``prompts``; ``status`` (one of STATUSES) defaults from ``crash``;
     ``timing``: generation_s, setup_s, warmup_s, device and torch_threads as ``run_rank`` reports them."""
@@ -105,8 +159,11 @@ def build_record(
         "status": status or ("ok" if not crash else "error" if crash.get("phase") == "setup" else "crashed"),
         "config": config,
         "crash": crash,
-        "metrics": {**metrics.summary(tokens, wall_s, timing.get("generation_s"), timing.get("setup_s")),
-                    "warmup_s": timing.get("warmup_s"), "repetition_loops": loop_summary(ordered)},
+        "metrics": {
+            **metrics.summary(tokens, wall_s, timing.get("generation_s"), timing.get("setup_s")),
+            "warmup_s": timing.get("warmup_s"),
+            "repetition_loops": loop_summary(ordered),
+        },
         "outputs": ordered,
         "outputs_sha256": outputs_sha256(ordered) if not crash else None,
         "env": {**environment(kernel, timing.get("device")), "torch_threads": timing.get("torch_threads")},
@@ -126,7 +183,7 @@ class RunResult:
         return self.record["status"]
 
     @property
-    def crash(self) -> Optional[dict]:
+    def crash(self) -> dict | None:
         return self.record.get("crash")
 
     @property
@@ -141,7 +198,7 @@ class RunResult:
 
         return run_html(self.record)
 
-    def replay_crash(self, fix: bool = False, rank: Optional[int] = None):
+    def replay_crash(self, fix: bool = False, rank: int | None = None):
         """Replay this run's crash bundle in-process (``workbench.debug.replay.replay_crash``); ``rank``
         picks another failed rank's bundle. Raises the recorded exception, or returns a ReplayResult."""
         from workbench.debug.replay import replay_crash
@@ -161,13 +218,20 @@ class RunResult:
 
     def summary(self) -> str:
         c, m = self.record["config"], self.metrics
-        head = f"[{self.status}] backend={c['backend']} ({c.get('kernel')}) revision={c['revision']} dp={c['dp']} " \
-               f"steps={c['steps']} topk={c['topk']} draft_tokens={c['draft_tokens']}"
+        head = (
+            f"[{self.status}] backend={c['backend']} ({c.get('kernel')}) revision={c['revision']} dp={c['dp']} "
+            f"steps={c['steps']} topk={c['topk']} draft_tokens={c['draft_tokens']}"
+        )
         if self.crash:
             cr = self.crash
-            return head + f"\n  rank {cr['rank']} phase {cr['phase']} mode {cr['forward_mode']} bs {cr['batch_size']}: " \
-                          f"{cr['exception_type']}: {cr['message']}"
+            return (
+                head + f"\n  rank {cr['rank']} phase {cr['phase']} mode {cr['forward_mode']} bs {cr['batch_size']}: "
+                f"{cr['exception_type']}: {cr['message']}"
+            )
         al = m.get("accept_length_mean")
         tps = m.get("tokens_per_s")
-        return head + f"\n  accept length {al if al is None else round(al, 3)}, tokens/s {tps if tps is None else round(tps, 1)}, " \
-                      f"sha256 {str(self.record.get('outputs_sha256'))[:16]}"
+        return (
+            head + f"\n  accept length {al if al is None else round(al, 3)}, "
+            f"tokens/s {tps if tps is None else round(tps, 1)}, "
+            f"sha256 {str(self.record.get('outputs_sha256'))[:16]}"
+        )

@@ -2,32 +2,33 @@
 
 Used directly for dp 1 and by each rank process under DP attention (``workbench.dp``).
 """
+
 from __future__ import annotations
 
 import contextlib
 import time
-from typing import Callable, List, Optional
+from collections.abc import Callable
 
 import torch
 
 from workbench.config import RunConfig
 from workbench.debug.bundle import write_crash_bundle
-from workbench.speculative.eagle_worker import EagleWorker
-from workbench.speculative.spec_config import SpecConfig
-from workbench.engine.scheduler import AnyRank, Scheduler
 from workbench.engine.schedule_batch import Req
+from workbench.engine.scheduler import AnyRank, Scheduler
 from workbench.engine.worker import GreedyWorker, WorkerBase
 from workbench.metrics import Metrics
-from workbench.record import crash_from_exception
 from workbench.models.loader import load_models
 from workbench.models.tokenizer import encode
+from workbench.record import crash_from_exception
 from workbench.revisions import get_revision
+from workbench.speculative.eagle_worker import EagleWorker
+from workbench.speculative.spec_config import SpecConfig
 from workbench.timing import apply_dtype, instrument, instrument_comm, tensor_device, warm_up
 
 MAX_CONTEXT = 512
 
 
-def build_worker(cfg: RunConfig, dp_comm: Optional[object] = None, metrics: Optional[Metrics] = None) -> WorkerBase:
+def build_worker(cfg: RunConfig, dp_comm: object | None = None, metrics: Metrics | None = None) -> WorkerBase:
     target, draft = load_models(cfg.model_dir)
     if cfg.mode == "greedy":
         return GreedyWorker(target, cfg.backend, cfg.max_running, MAX_CONTEXT, dp_comm=dp_comm, metrics=metrics)
@@ -36,9 +37,14 @@ def build_worker(cfg: RunConfig, dp_comm: Optional[object] = None, metrics: Opti
 
 
 def run_rank(
-    cfg: RunConfig, prompts: List[str], prompt_ids: List[int], rank: int = 0,
-    dp_comm: Optional[object] = None, any_rank: Optional[AnyRank] = None,
-    on_start: Optional[Callable[[WorkerBase], None]] = None, bundle_dir: Optional[str] = None,
+    cfg: RunConfig,
+    prompts: list[str],
+    prompt_ids: list[int],
+    rank: int = 0,
+    dp_comm: object | None = None,
+    any_rank: AnyRank | None = None,
+    on_start: Callable[[WorkerBase], None] | None = None,
+    bundle_dir: str | None = None,
 ) -> dict:
     """Run this rank's share of the prompts. Never raises: a failure becomes a ``crash`` entry.
 
@@ -64,12 +70,27 @@ def run_rank(
 
 
 def _run_rank(
-    cfg: RunConfig, prompts: List[str], prompt_ids: List[int], rank: int, dp_comm: Optional[object],
-    any_rank: Optional[AnyRank], on_start: Optional[Callable[[WorkerBase], None]], bundle_dir: Optional[str],
+    cfg: RunConfig,
+    prompts: list[str],
+    prompt_ids: list[int],
+    rank: int,
+    dp_comm: object | None,
+    any_rank: AnyRank | None,
+    on_start: Callable[[WorkerBase], None] | None,
+    bundle_dir: str | None,
 ) -> dict:
     metrics = Metrics()
-    out = {"outputs": {}, "metrics": metrics, "crash": None, "kernel": None, "kernel_stand_in": None,
-           "warmup_s": None, "gen_start": None, "gen_end": None, "generation_s": None}
+    out = {
+        "outputs": {},
+        "metrics": metrics,
+        "crash": None,
+        "kernel": None,
+        "kernel_stand_in": None,
+        "warmup_s": None,
+        "gen_start": None,
+        "gen_end": None,
+        "generation_s": None,
+    }
     worker, sched = None, None
     t0 = time.perf_counter()
     gen_t0 = None
@@ -97,7 +118,7 @@ def _run_rank(
         where = dict(worker.current) if worker is not None else {"phase": "setup"}
         out["crash"] = crash_from_exception(e, rank=rank, where=where, time=time.time())
         write_crash_bundle(out["crash"], worker, cfg, e, bundle_dir)
-        for r in (sched.finished if sched is not None else []):  # requests done before the crash stay
+        for r in sched.finished if sched is not None else []:  # requests done before the crash stay
             out["outputs"][r.rid] = r.output_ids
     end = time.perf_counter()
     out["wall_s"] = end - t0

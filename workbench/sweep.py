@@ -6,52 +6,66 @@ results coincide; in bfloat16 each backend's numerics (Triton kernels accumulate
 torch paths in what torch picks) can move tokens. Backends with identical results are grouped,
 and the group is reported once.
 """
+
 from __future__ import annotations
 
 import datetime
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
 
 from workbench.plots.common import backend_sort_key, record_label
 
 SCHEMA = "workbench.sweep/1"
-SETTINGS: Tuple[Tuple[int, int, int], ...] = ((1, 1, 2), (3, 1, 4), (3, 2, 6), (5, 4, 16), (6, 10, 32))
+SETTINGS: tuple[tuple[int, int, int], ...] = ((1, 1, 2), (3, 1, 4), (3, 2, 6), (5, 4, 16), (6, 10, 32))
 SHIPPED = Path(__file__).parent / "assets" / "acceptance_sweep.json"
-AGREEMENT = ("identical_prompts: prompts whose EAGLE3 output equals the fp32 greedy output token for token; "
-             "prefix_share: tokens before the first difference over all tokens generated")
+AGREEMENT = (
+    "identical_prompts: prompts whose EAGLE3 output equals the fp32 greedy output token for token; "
+    "prefix_share: tokens before the first difference over all tokens generated"
+)
 
 
-def agreement(outputs: List[List[int]], reference: List[List[int]]) -> dict:
+def agreement(outputs: list[list[int]], reference: list[list[int]]) -> dict:
     """How far EAGLE3 outputs follow the reference outputs (lists of token ids per prompt)."""
     same, prefix, total = 0, 0, 0
-    for out, ref in zip(outputs, reference):
+    for out, ref in zip(outputs, reference, strict=False):
         same += out == ref
-        n = next((i for i, (a, b) in enumerate(zip(out, ref)) if a != b), min(len(out), len(ref)))
+        n = next((i for i, (a, b) in enumerate(zip(out, ref, strict=False)) if a != b), min(len(out), len(ref)))
         prefix += n
         total += len(ref)
     return {"identical_prompts": same, "prompts": len(reference), "prefix_share": prefix / total if total else None}
 
 
-def _row(rec: dict, reference: List[List[int]]) -> dict:
+def _row(rec: dict, reference: list[list[int]]) -> dict:
     cfg, m = rec["config"], rec["metrics"]
     return {
-        "backend": cfg["backend"], "label": record_label(rec, sep=" "), "kernel": cfg["kernel"], "dtype": cfg["dtype"],
-        "setting": [cfg["steps"], cfg["topk"], cfg["draft_tokens"]], "status": rec["status"],
-        "accept_length_mean": m["accept_length_mean"], "acceptance_rate": m["acceptance_rate"],
-        "acceptance_per_position": m["acceptance_per_position"], "verify_steps": m["verify_steps"],
+        "backend": cfg["backend"],
+        "label": record_label(rec, sep=" "),
+        "kernel": cfg["kernel"],
+        "dtype": cfg["dtype"],
+        "setting": [cfg["steps"], cfg["topk"], cfg["draft_tokens"]],
+        "status": rec["status"],
+        "accept_length_mean": m["accept_length_mean"],
+        "acceptance_rate": m["acceptance_rate"],
+        "acceptance_per_position": m["acceptance_per_position"],
+        "verify_steps": m["verify_steps"],
         "outputs_sha256": rec["outputs_sha256"],
         "agreement_with_fp32_greedy": agreement(rec["outputs"], reference) if rec["status"] == "ok" else None,
     }
 
 
 def _fingerprint(row: dict) -> tuple:
-    return (row["status"], row["outputs_sha256"], row["accept_length_mean"], tuple(row["acceptance_per_position"] or ()))
+    return (
+        row["status"],
+        row["outputs_sha256"],
+        row["accept_length_mean"],
+        tuple(row["acceptance_per_position"] or ()),
+    )
 
 
-def groups(rows: List[dict]) -> List[dict]:
+def groups(rows: list[dict]) -> list[dict]:
     """Rows of one dtype × setting with identical results merged: ``labels`` lists the backends."""
-    merged: Dict[tuple, dict] = {}
+    merged: dict[tuple, dict] = {}
     for r in sorted(rows, key=lambda r: backend_sort_key(r["backend"])):
         key = (r["dtype"], tuple(r["setting"]), _fingerprint(r))
         if key in merged:
@@ -61,20 +75,33 @@ def groups(rows: List[dict]) -> List[dict]:
     return list(merged.values())
 
 
-def _follows_reference(rows: List[dict]) -> str:
+def _follows_reference(rows: list[dict]) -> str:
     """Where outputs leave the fp32 greedy output: the settings and how many prompts still match."""
-    off = [r for r in rows if r["agreement_with_fp32_greedy"]
-           and r["agreement_with_fp32_greedy"]["identical_prompts"] < r["agreement_with_fp32_greedy"]["prompts"]]
+    off = [
+        r
+        for r in rows
+        if r["agreement_with_fp32_greedy"]
+        and r["agreement_with_fp32_greedy"]["identical_prompts"] < r["agreement_with_fp32_greedy"]["prompts"]
+    ]
     if not off:
         return "every output equals the fp32 greedy output"
-    where = sorted({(tuple(r["setting"]), r["agreement_with_fp32_greedy"]["identical_prompts"],
-                     r["agreement_with_fp32_greedy"]["prompts"], round(r["agreement_with_fp32_greedy"]["prefix_share"], 3))
-                    for r in off})
+    where = sorted(
+        {
+            (
+                tuple(r["setting"]),
+                r["agreement_with_fp32_greedy"]["identical_prompts"],
+                r["agreement_with_fp32_greedy"]["prompts"],
+                round(r["agreement_with_fp32_greedy"]["prefix_share"], 3),
+            )
+            for r in off
+        }
+    )
     return "outputs leave the fp32 greedy output at " + "; ".join(
-        f"{list(s)} ({same}/{n} prompts identical, prefix agreement {share})" for s, same, n, share in where)
+        f"{list(s)} ({same}/{n} prompts identical, prefix agreement {share})" for s, same, n, share in where
+    )
 
 
-def findings(rows: List[dict]) -> List[str]:
+def findings(rows: list[dict]) -> list[str]:
     """One line per dtype: do the backends agree exactly, and how far the outputs follow fp32 greedy."""
     lines = []
     for dtype in sorted({r["dtype"] for r in rows}):
@@ -85,17 +112,27 @@ def findings(rows: List[dict]) -> List[str]:
         if len(backends) < 2:
             head = f"{dtype}: one backend measured ({', '.join(backends)})"
         elif not split:
-            head = (f"{dtype}: all {len(backends)} backends agree exactly (same tokens, same acceptance) at every "
-                    f"setting; one curve stands for all")
+            head = (
+                f"{dtype}: all {len(backends)} backends agree exactly (same tokens, same acceptance) at every "
+                f"setting; one curve stands for all"
+            )
         else:
-            head = (f"{dtype}: backends differ at {len(split)} of {len(settings)} settings "
-                    f"({', '.join(str(list(s)) for s in split)})")
+            head = (
+                f"{dtype}: backends differ at {len(split)} of {len(settings)} settings "
+                f"({', '.join(str(list(s)) for s in split)})"
+            )
         lines.append(f"{head}; {_follows_reference(mine)}.")
     return lines
 
 
-def sweep(config: dict, backends: Sequence[str], settings: Sequence[Sequence[int]] = SETTINGS,
-          dtypes: Sequence[str] = ("float32",), reference_backend: str = "torch_native", verbose: bool = False) -> dict:
+def sweep(
+    config: dict,
+    backends: Sequence[str],
+    settings: Sequence[Sequence[int]] = SETTINGS,
+    dtypes: Sequence[str] = ("float32",),
+    reference_backend: str = "torch_native",
+    verbose: bool = False,
+) -> dict:
     """Run every backend × dtype × setting once (acceptance is deterministic: no repeats needed),
     plus one fp32 greedy reference run; returns the sweep document."""
     from workbench.api import reproduce  # the engine (torch) only when running: reading a sweep needs none
@@ -108,22 +145,42 @@ def sweep(config: dict, backends: Sequence[str], settings: Sequence[Sequence[int
     for dtype in dtypes:
         for steps, topk, draft_tokens in settings:
             for b in backends:
-                rec = reproduce({**config, "backend": b, "mode": "eagle", "dtype": dtype, "steps": steps,
-                                 "topk": topk, "draft_tokens": draft_tokens}).record
+                rec = reproduce(
+                    {
+                        **config,
+                        "backend": b,
+                        "mode": "eagle",
+                        "dtype": dtype,
+                        "steps": steps,
+                        "topk": topk,
+                        "draft_tokens": draft_tokens,
+                    }
+                ).record
                 rows.append(_row(rec, reference))
                 if verbose:
                     r = rows[-1]
-                    print(f"{dtype} {r['setting']} {r['label']}: {r['status']} accept length {r['accept_length_mean']} "
-                          f"agreement {r['agreement_with_fp32_greedy']}", flush=True)
+                    print(
+                        f"{dtype} {r['setting']} {r['label']}: {r['status']} accept length {r['accept_length_mean']} "
+                        f"agreement {r['agreement_with_fp32_greedy']}",
+                        flush=True,
+                    )
     env = ref.record["env"]
     return {
-        "schema": SCHEMA, "measured": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "schema": SCHEMA,
+        "measured": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "versions": {k: env.get(k) for k in ("python", "torch", "triton", "platform")},
         "config": {k: v for k, v in config.items() if k not in ("backend", "prompts")},
-        "prompts": len(reference), "max_new_tokens": config.get("max_new_tokens"),
-        "reference": {"backend": reference_backend, "mode": "greedy", "dtype": "float32",
-                      "outputs_sha256": ref.record["outputs_sha256"]},
-        "agreement_definition": AGREEMENT, "rows": rows, "findings": findings(rows),
+        "prompts": len(reference),
+        "max_new_tokens": config.get("max_new_tokens"),
+        "reference": {
+            "backend": reference_backend,
+            "mode": "greedy",
+            "dtype": "float32",
+            "outputs_sha256": ref.record["outputs_sha256"],
+        },
+        "agreement_definition": AGREEMENT,
+        "rows": rows,
+        "findings": findings(rows),
     }
 
 
@@ -136,8 +193,13 @@ def merge(docs: Sequence[dict]) -> dict:
             if d[k] != first[k]:
                 raise ValueError(f"sweep parts differ in {k}: {d[k]!r} vs {first[k]!r}; valid: parts of one sweep")
     rows = [r for d in docs for r in d["rows"]]
-    return {**first, "measured": max(d["measured"] for d in docs), "rows": rows, "findings": findings(rows),
-            "parts": len(docs)}
+    return {
+        **first,
+        "measured": max(d["measured"] for d in docs),
+        "rows": rows,
+        "findings": findings(rows),
+        "parts": len(docs),
+    }
 
 
 def save(doc: dict, path: Path) -> Path:
@@ -146,7 +208,7 @@ def save(doc: dict, path: Path) -> Path:
     return path
 
 
-def load_shipped(path: Optional[Path] = None) -> dict:
+def load_shipped(path: Path | None = None) -> dict:
     """The shipped full sweep, marked ``shipped`` (with its measurement date and versions)."""
     doc = json.loads(Path(path or SHIPPED).read_text())
     if doc.get("schema") != SCHEMA:
@@ -159,5 +221,7 @@ def provenance(doc: dict) -> str:
     v = doc.get("versions") or {}
     what = "shipped measurement" if doc.get("shipped") else "measured live"
     backends = ", ".join(sorted({r["label"] for r in doc["rows"]}))
-    return (f"{what} of {doc.get('measured')} ({doc['prompts']} prompts x {doc.get('max_new_tokens')} tokens; "
-            f"backends {backends}; python {v.get('python')}, torch {v.get('torch')}, triton {v.get('triton')})")
+    return (
+        f"{what} of {doc.get('measured')} ({doc['prompts']} prompts x {doc.get('max_new_tokens')} tokens; "
+        f"backends {backends}; python {v.get('python')}, torch {v.get('torch')}, triton {v.get('triton')})"
+    )

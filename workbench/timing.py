@@ -4,10 +4,12 @@
 layers of each forward; ``instrument_comm`` the DP collectives. ``warm_up`` runs one short request
 with the metrics muted so the first launches count as setup, not generation.
 """
+
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -17,7 +19,7 @@ WARMUP_PROMPT = "Warm-up."
 WARMUP_NEW_TOKENS = 2  # prefill + one decode round: every forward mode of a round launches once
 
 
-def _runners(worker: Any) -> Dict[str, Any]:
+def _runners(worker: Any) -> dict[str, Any]:
     out = {"target": worker.target}
     if getattr(worker, "draft", None) is not None:
         out["draft"] = worker.draft
@@ -68,8 +70,9 @@ def instrument(worker: Any, metrics: Metrics) -> None:
         dt = time.perf_counter() - t0
         key = f"{names.get(id(runner), 'model')}/{fb.forward_mode.name}"
         if getattr(comm, "collective_acc", None) is not None:
-            metrics.add_sample("collective_s", "forward/" + ("idle" if fb.forward_mode.is_idle() else "busy"),
-                               comm.collective_acc)
+            metrics.add_sample(
+                "collective_s", "forward/" + ("idle" if fb.forward_mode.is_idle() else "busy"), comm.collective_acc
+            )
         if fb.forward_mode.is_idle():
             metrics.add_sample("forward_s_idle", key, dt)
         else:
@@ -94,6 +97,7 @@ def instrument_comm(comm: Any, metrics: Metrics) -> None:
             out = fn(*a, **kw)
             comm.collective_acc += time.perf_counter() - t0
             return out
+
         return wrapper
 
     def timed_any_rank(flag: bool) -> bool:

@@ -1,13 +1,13 @@
 """Attention backends by name. Imports are lazy so an optional dependency never breaks import."""
+
 from __future__ import annotations
 
 import importlib
-from typing import Dict, List, Tuple
 
 from workbench.backends.base import AttentionBackend, BackendContext
 from workbench.backends.multi_step import MultiStepDraftBackend
 
-_REGISTRY: Dict[str, Tuple[str, str]] = {
+_REGISTRY: dict[str, tuple[str, str]] = {
     "torch_native": ("workbench.backends.torch_native", "TorchNativeBackend"),
     "triton": ("workbench.backends.triton", "TritonBackend"),
     "flashinfer": ("workbench.backends.flashinfer", "FlashInferBackend"),
@@ -15,7 +15,7 @@ _REGISTRY: Dict[str, Tuple[str, str]] = {
 }
 
 
-def backend_names() -> List[str]:
+def backend_names() -> list[str]:
     return list(_REGISTRY)
 
 
@@ -30,4 +30,11 @@ def create_backend(name: str, ctx: BackendContext) -> AttentionBackend:
     return get_backend_class(name)(ctx)
 
 
-__all__ = ["AttentionBackend", "BackendContext", "MultiStepDraftBackend", "backend_names", "create_backend", "get_backend_class"]
+__all__ = [
+    "AttentionBackend",
+    "BackendContext",
+    "MultiStepDraftBackend",
+    "backend_names",
+    "create_backend",
+    "get_backend_class",
+]

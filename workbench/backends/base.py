@@ -3,6 +3,7 @@
 ``init_forward_metadata(forward_batch)`` runs once per batch and stores the per-batch metadata
 on ``forward_batch.attn_metadata``; every layer's ``forward`` then reads it.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -31,7 +32,7 @@ class BackendContext:
 
     @property
     def scaling(self) -> float:
-        return self.head_dim ** -0.5
+        return self.head_dim**-0.5
 
 
 class AttentionBackend(ABC):
@@ -55,7 +56,7 @@ class AttentionBackend(ABC):
     def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:
         """Build this batch's metadata and store it on ``forward_batch.attn_metadata``."""
 
-    def init_draft_decode_metadata(self, forward_batch: ForwardBatch, plan: "DraftDecodePlan", step: int) -> None:
+    def init_draft_decode_metadata(self, forward_batch: ForwardBatch, plan: DraftDecodePlan, step: int) -> None:
         """A multi-step draft's DECODE step ``step`` over ``plan``'s branch rows (see
         ``backends.multi_step``): by default the plain ``init_forward_metadata``."""
         self.init_forward_metadata(forward_batch)

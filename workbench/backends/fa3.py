@@ -5,6 +5,7 @@ why the CUDA lane stayed green.
 The attention itself is computed by ``padded_attention`` over the page table, a torch stand-in
 for flash-attention's kernels (GPU-only, not called by the workbench); the label says so.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,8 +45,11 @@ class FlashAttention3Backend(StandInBackend, AttentionBackend):
             cache_seqlens, q_lens = fb.seq_lens, fb.extend_seq_lens
         max_k = int(cache_seqlens.max()) if bs else 0
         cu_q, cu_k = indptr_from_lens(q_lens, torch.int32), indptr_from_lens(cache_seqlens, torch.int32)
-        masks = (split_custom_mask(fb.spec_info.custom_mask, q_lens.tolist(), cache_seqlens.tolist())
-                 if fb.forward_mode.is_target_verify() else None)
+        masks = (
+            split_custom_mask(fb.spec_info.custom_mask, q_lens.tolist(), cache_seqlens.tolist())
+            if fb.forward_mode.is_target_verify()
+            else None
+        )
         page_table = fb.req_to_token_pool.req_to_token[fb.req_pool_indices, :max_k]
         valid = torch.arange(max_k).unsqueeze(0) < cache_seqlens.unsqueeze(1)
         causal = not fb.forward_mode.is_decode_or_idle() and masks is None

@@ -4,6 +4,7 @@
 The attention itself is computed by ``padded_attention``, a torch stand-in for flashinfer's
 kernels (GPU-only, not called by the workbench); the kernel label names it so everywhere.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,7 +40,9 @@ class FlashInferBackend(StandInBackend, AttentionBackend):
         if fb.forward_mode.is_decode_or_idle():
             # indices updater (decode): multi-step draft decode hands over its own indices
             if spec_info is None or spec_info.kv_indptr is None:
-                kv_indptr, kv_indices = seq_lens_kv_metadata(table, fb.req_pool_indices, fb.seq_lens, self.ops.build_kv_indices)
+                kv_indptr, kv_indices = seq_lens_kv_metadata(
+                    table, fb.req_pool_indices, fb.seq_lens, self.ops.build_kv_indices
+                )
             else:
                 kv_indptr, kv_indices = spec_info.kv_indptr, spec_info.kv_indices
             qo_indptr = torch.arange(bs + 1, dtype=torch.int64)
@@ -53,8 +56,16 @@ class FlashInferBackend(StandInBackend, AttentionBackend):
                 kv_lens = fb.seq_lens
             kv_indptr, kv_indices = seq_lens_kv_metadata(table, fb.req_pool_indices, kv_lens, self.ops.build_kv_indices)
             qo_indptr = indptr_from_lens(q_lens)
-            masks = (split_custom_mask(spec_info.custom_mask, q_lens.tolist(), kv_lens.tolist())
-                     if fb.forward_mode.is_target_verify() else None)
+            masks = (
+                split_custom_mask(spec_info.custom_mask, q_lens.tolist(), kv_lens.tolist())
+                if fb.forward_mode.is_target_verify()
+                else None
+            )
             causal = masks is None
-        fb.attn_metadata = FlashInferMetadata(qo_indptr, kv_indptr, kv_indices, torch.ones(bs, dtype=torch.int32),
-                                              build_layout(qo_indptr, kv_indptr, kv_indices, causal, masks))
+        fb.attn_metadata = FlashInferMetadata(
+            qo_indptr,
+            kv_indptr,
+            kv_indices,
+            torch.ones(bs, dtype=torch.int32),
+            build_layout(qo_indptr, kv_indptr, kv_indices, causal, masks),
+        )

@@ -9,6 +9,7 @@ computes what all steps share once per draft; ``init_forward_metadata`` then bui
 metadata: ``spec_info.kv_indptr`` / ``kv_indices`` where the backend reads them, then the
 backend's ``init_draft_decode_metadata``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,8 +51,14 @@ class MultiStepDraftBackend:
         cols = torch.arange(max_prefix + num_steps - 1)
         ends = prefix.unsqueeze(0) + torch.arange(1, num_steps).unsqueeze(1)  # (steps - 1, R)
         r = rows.shape[0]
-        self.current = DraftDecodePlan(rows, prefix, max_prefix, cols < ends.unsqueeze(2),
-                                       torch.arange(r).view(r, 1), torch.ones(r, 1, dtype=torch.bool))
+        self.current = DraftDecodePlan(
+            rows,
+            prefix,
+            max_prefix,
+            cols < ends.unsqueeze(2),
+            torch.arange(r).view(r, 1),
+            torch.ones(r, 1, dtype=torch.bool),
+        )
         return self.current
 
     def init_forward_metadata(self, forward_batch: ForwardBatch, step: int) -> None:
@@ -61,5 +68,6 @@ class MultiStepDraftBackend:
         fb = forward_batch
         if self.backend.reads_spec_kv_indptr:
             fb.spec_info.kv_indptr, fb.spec_info.kv_indices = seq_lens_kv_metadata(
-                fb.req_to_token_pool.req_to_token, fb.req_pool_indices, fb.seq_lens, self.backend.ops.build_kv_indices)
+                fb.req_to_token_pool.req_to_token, fb.req_pool_indices, fb.seq_lens, self.backend.ops.build_kv_indices
+            )
         self.backend.init_draft_decode_metadata(fb, self.current, step)

@@ -4,10 +4,11 @@ flashinfer / fa3 stand-ins when those libraries are not importable (every result
 Each backend turns its own metadata (req_to_token rows, kv_indptr / kv_indices, page table) into
 the same padded layout, built once per batch and reused by every layer.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +44,7 @@ def build_layout(
     kv_indptr: torch.Tensor,
     kv_slots: torch.Tensor,
     causal: bool,
-    masks: Optional[List[torch.Tensor]] = None,
+    masks: list[torch.Tensor] | None = None,
 ) -> PaddedLayout:
     """Queries qo_indptr[i]:qo_indptr[i+1] of request i see its keys kv_slots[kv_indptr[i]:...]
     (new tokens last): all of them (decode), causally aligned to the end, or as ``masks[i]``."""
@@ -67,8 +68,9 @@ def build_layout(
     return PaddedLayout(ragged_to_padded(kv_slots, kv_indptr), q_index, q_valid, mask.unsqueeze(1))
 
 
-def padded_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, layout: PaddedLayout,
-                     scale: float) -> torch.Tensor:
+def padded_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, layout: PaddedLayout, scale: float
+) -> torch.Tensor:
     """q: (T, Hq, D) packed queries; k/v_cache: (slots, Hkv, D) -> (T, Hq, D)."""
     out = torch.empty_like(q)
     if layout.q_index.numel() == 0:
@@ -81,10 +83,10 @@ def padded_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     return out
 
 
-def split_custom_mask(custom_mask: torch.Tensor, q_lens: List[int], kv_lens: List[int]) -> List[torch.Tensor]:
+def split_custom_mask(custom_mask: torch.Tensor, q_lens: list[int], kv_lens: list[int]) -> list[torch.Tensor]:
     """The flat target-verify mask as per-request (q_len, kv_len) blocks."""
     out, off = [], 0
-    for n, m in zip(q_lens, kv_lens):
+    for n, m in zip(q_lens, kv_lens, strict=False):
         out.append(custom_mask[off : off + n * m].view(n, m))
         off += n * m
     return out
@@ -105,10 +107,11 @@ class StandInBackend:
     def kernel_is_stand_in(self) -> bool:
         return True
 
-    def forward_decode(self, q: torch.Tensor, layer_id: int, forward_batch: "ForwardBatch") -> torch.Tensor:
+    def forward_decode(self, q: torch.Tensor, layer_id: int, forward_batch: ForwardBatch) -> torch.Tensor:
         k_cache, v_cache = forward_batch.kv_cache.get_kv(layer_id)
         return padded_attention(q, k_cache, v_cache, forward_batch.attn_metadata.layout, self.ctx.scaling)
 
-    def forward_extend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
-                       forward_batch: "ForwardBatch") -> torch.Tensor:
+    def forward_extend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, forward_batch: ForwardBatch
+    ) -> torch.Tensor:
         return self.forward_decode(q, layer_id, forward_batch)

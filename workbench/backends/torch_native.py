@@ -4,6 +4,7 @@
 Contract: reads ``seq_lens``, ``req_pool_indices``, extend lengths and, for target-verify,
 ``spec_info.custom_mask``; never ``spec_info.kv_indptr``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -36,8 +37,9 @@ class TorchNativeBackend(AttentionBackend):
             masks = split_custom_mask(fb.spec_info.custom_mask, q_lens.tolist(), kv_lens.tolist())
         else:
             q_lens, kv_lens = fb.extend_seq_lens, fb.seq_lens
-        kv_indptr, slots = seq_lens_kv_metadata(fb.req_to_token_pool.req_to_token, fb.req_pool_indices, kv_lens,
-                                                self.ops.build_kv_indices)
+        kv_indptr, slots = seq_lens_kv_metadata(
+            fb.req_to_token_pool.req_to_token, fb.req_pool_indices, kv_lens, self.ops.build_kv_indices
+        )
         causal = not fb.forward_mode.is_decode_or_idle() and masks is None
         fb.attn_metadata = build_layout(indptr_from_lens(q_lens), kv_indptr, slots, causal, masks)
 

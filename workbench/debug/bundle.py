@@ -6,6 +6,7 @@ spec_info class and its field values, attention dims, versions; no code) and
 references and the spec_info tensors). Loading never runs code: JSON, safetensors, and a class
 looked up in an allow-list of spec-input classes.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,7 +22,7 @@ import uuid
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -33,8 +34,22 @@ MAX_SPEC_TENSOR_BYTES = 1 << 20  # larger spec_info tensors are stored as shape/
 FB_TENSORS = ("input_ids", "positions", "seq_lens", "req_pool_indices", "out_cache_loc")
 FB_OPTIONAL = ("extend_seq_lens", "extend_prefix_lens")
 REQUIRED_TENSORS = tuple(f"forward_batch.{n}" for n in FB_TENSORS) + ("req_to_token.row_ids", "req_to_token.rows")
-REQUIRED_KEYS = ("rank", "dp", "phase", "forward_mode", "batch_size", "backend", "attention", "req_to_token_shape",
-                 "spec_info", "revision", "fix_applied", "versions", "exception", "tensors")
+REQUIRED_KEYS = (
+    "rank",
+    "dp",
+    "phase",
+    "forward_mode",
+    "batch_size",
+    "backend",
+    "attention",
+    "req_to_token_shape",
+    "spec_info",
+    "revision",
+    "fix_applied",
+    "versions",
+    "exception",
+    "tensors",
+)
 # the spec-input classes a bundle may name: (module, class); nothing else is ever imported
 ALLOWED_SPEC_CLASSES = {
     ("workbench.speculative.eagle_draft_extend_pr24860", "EagleDraftExtendInput"),
@@ -43,8 +58,15 @@ ALLOWED_SPEC_CLASSES = {
     ("workbench.speculative.eagle_info", "EagleVerifyInput"),
 }
 ENUMS = {"CaptureHiddenMode": ("workbench.forward_mode", "CaptureHiddenMode")}
-DTYPES = {"int64": torch.int64, "int32": torch.int32, "float32": torch.float32, "float16": torch.float16,
-          "bfloat16": torch.bfloat16, "bool": torch.bool, "uint8": torch.uint8}
+DTYPES = {
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bool": torch.bool,
+    "uint8": torch.uint8,
+}
 
 
 class BundleError(ValueError):
@@ -55,18 +77,22 @@ def dtype_name(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
-def versions() -> Dict[str, Optional[str]]:
-    def meta(name: str) -> Optional[str]:
+def versions() -> dict[str, str | None]:
+    def meta(name: str) -> str | None:
         try:
             return importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             return None
 
-    return {"workbench": meta("eagle-workbench"), "torch": torch.__version__, "triton": meta("triton"),
-            "python": platform.python_version()}
+    return {
+        "workbench": meta("eagle-workbench"),
+        "torch": torch.__version__,
+        "triton": meta("triton"),
+        "python": platform.python_version(),
+    }
 
 
-def _field_entry(name: str, value: Any, tensors: Dict[str, torch.Tensor]) -> dict:
+def _field_entry(name: str, value: Any, tensors: dict[str, torch.Tensor]) -> dict:
     if value is None:
         return {"kind": "none"}
     if isinstance(value, torch.Tensor):
@@ -77,7 +103,8 @@ def _field_entry(name: str, value: Any, tensors: Dict[str, torch.Tensor]) -> dic
     if isinstance(value, enum.Enum):
         return {"kind": "enum", "type": type(value).__name__, "value": value.name}
     if isinstance(value, (bool, int, float, str)) or (
-            isinstance(value, (list, tuple)) and all(isinstance(v, (bool, int, float, str)) for v in value)):
+        isinstance(value, (list, tuple)) and all(isinstance(v, (bool, int, float, str)) for v in value)
+    ):
         return {"kind": "value", "value": list(value) if isinstance(value, tuple) else value}
     raise TypeError(f"spec_info field {name!r}: cannot store a {type(value).__name__} in a crash bundle")
 
@@ -90,15 +117,25 @@ def _read_len(fb) -> int:
     return min(int(fb.seq_lens.max()) + extra, fb.req_to_token_pool.req_to_token.shape[1])
 
 
-def save_bundle(directory: Union[str, Path], *, rank: int, dp: int, phase: Optional[str], revision: str,
-                fix_applied: bool, runner: Any, forward_batch: Any, exc: BaseException) -> Path:
+def save_bundle(
+    directory: str | Path,
+    *,
+    rank: int,
+    dp: int,
+    phase: str | None,
+    revision: str,
+    fix_applied: bool,
+    runner: Any,
+    forward_batch: Any,
+    exc: BaseException,
+) -> Path:
     """Write ``directory/crash-bundle-rank<rank>/`` for the forward that raised ``exc``; returns its path.
 
     ``runner`` is the ``ModelRunner`` whose forward raised (attention dims, backend name);
     ``forward_batch`` the batch it was given.
     """
     fb, cfg = forward_batch, runner.model.config
-    tensors: Dict[str, torch.Tensor] = {}
+    tensors: dict[str, torch.Tensor] = {}
     for name in FB_TENSORS + FB_OPTIONAL:
         value = getattr(fb, name)
         if value is not None:
@@ -106,27 +143,47 @@ def save_bundle(directory: Union[str, Path], *, rank: int, dp: int, phase: Optio
     table = fb.req_to_token_pool.req_to_token
     row_ids = torch.unique(fb.req_pool_indices.to(torch.int64))  # sorted, distinct
     tensors["req_to_token.row_ids"] = row_ids
-    tensors["req_to_token.rows"] = table[row_ids, :_read_len(fb)]
+    tensors["req_to_token.rows"] = table[row_ids, : _read_len(fb)]
     spec = fb.spec_info
     spec_entry = None
     if spec is not None:
-        fields = {f.name: _field_entry(f.name, getattr(spec, f.name), tensors)
-                  for f in dataclasses.fields(spec) if f.init}
+        fields = {
+            f.name: _field_entry(f.name, getattr(spec, f.name), tensors) for f in dataclasses.fields(spec) if f.init
+        }
         spec_entry = {"module": type(spec).__module__, "class": type(spec).__qualname__, "fields": fields}
     tensors = {k: v.detach().to("cpu").clone() for k, v in tensors.items()}  # own storage each (safetensors)
     frame = traceback.extract_tb(exc.__traceback__)[-1]
     meta = {
-        "format": FORMAT, "format_version": FORMAT_VERSION,
-        "rank": rank, "dp": dp, "phase": phase, "forward_mode": fb.forward_mode.name, "batch_size": fb.batch_size,
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "rank": rank,
+        "dp": dp,
+        "phase": phase,
+        "forward_mode": fb.forward_mode.name,
+        "batch_size": fb.batch_size,
         "backend": runner.attn_backend.name,
-        "attention": {"num_heads": cfg.num_heads, "num_kv_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
-                      "v_head_dim": cfg.head_dim, "num_layers": cfg.num_layers,
-                      "dtype": dtype_name(runner.kv_cache.k_buffers[0]), "device": "cpu"},
+        "attention": {
+            "num_heads": cfg.num_heads,
+            "num_kv_heads": cfg.num_kv_heads,
+            "head_dim": cfg.head_dim,
+            "v_head_dim": cfg.head_dim,
+            "num_layers": cfg.num_layers,
+            "dtype": dtype_name(runner.kv_cache.k_buffers[0]),
+            "device": "cpu",
+        },
         "req_to_token_shape": list(table.shape),
         "forward_batch": {"capture_hidden_mode": fb.capture_hidden_mode.name, "is_padded_idle": fb.is_padded_idle},
-        "spec_info": spec_entry, "revision": revision, "fix_applied": fix_applied, "versions": versions(),
-        "exception": {"type": type(exc).__name__, "message": str(exc), "file": frame.filename, "line": frame.lineno,
-                      "function": frame.name},
+        "spec_info": spec_entry,
+        "revision": revision,
+        "fix_applied": fix_applied,
+        "versions": versions(),
+        "exception": {
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "file": frame.filename,
+            "line": frame.lineno,
+            "function": frame.name,
+        },
         "tensors": {k: {"dtype": dtype_name(v), "shape": list(v.shape)} for k, v in tensors.items()},
     }
     out = Path(directory) / f"crash-bundle-rank{rank}"
@@ -142,21 +199,21 @@ class CrashBundle:
 
     path: Path
     meta: dict
-    tensors: Dict[str, torch.Tensor]
+    tensors: dict[str, torch.Tensor]
 
-    def fb(self, name: str) -> Optional[torch.Tensor]:
+    def fb(self, name: str) -> torch.Tensor | None:
         """A ``ForwardBatch`` tensor by field name (None where the batch had none)."""
         return self.tensors.get(f"forward_batch.{name}")
 
-    def spec_class(self) -> Optional[type]:
+    def spec_class(self) -> type | None:
         spec = self.meta["spec_info"]
         if spec is None:
             return None
         return getattr(importlib.import_module(spec["module"]), spec["class"])
 
-    def spec_kwargs(self) -> Dict[str, Any]:
+    def spec_kwargs(self) -> dict[str, Any]:
         """The spec_info constructor arguments; omitted (over-size) tensors come back as zeros."""
-        out: Dict[str, Any] = {}
+        out: dict[str, Any] = {}
         for name, e in self.meta["spec_info"]["fields"].items():
             kind = e["kind"]
             if kind == "tensor":
@@ -175,10 +232,13 @@ class CrashBundle:
     def summary(self) -> str:
         m, e = self.meta, self.meta["exception"]
         spec = m["spec_info"]
-        return (f"{self.path}: rank {m['rank']} of dp {m['dp']}, {m['phase']} {m['forward_mode']} bs {m['batch_size']}, "
-                f"backend {m['backend']}, revision {m['revision']} (fix {'applied' if m['fix_applied'] else 'not applied'}), "
-                f"spec_info {spec['class'] if spec else None}\n  {e['type']}: {e['message']}\n"
-                f"  at {e['file']}:{e['line']} in {e['function']}")
+        return (
+            f"{self.path}: rank {m['rank']} of dp {m['dp']}, {m['phase']} {m['forward_mode']} bs {m['batch_size']}, "
+            f"backend {m['backend']}, revision {m['revision']} "
+            f"(fix {'applied' if m['fix_applied'] else 'not applied'}), "
+            f"spec_info {spec['class'] if spec else None}\n  {e['type']}: {e['message']}\n"
+            f"  at {e['file']}:{e['line']} in {e['function']}"
+        )
 
 
 BUNDLE_DIR_ENV = "WB_BUNDLE_DIR"
@@ -197,8 +257,9 @@ def new_bundle_dir() -> Path:
     return bundle_root() / f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-def write_crash_bundle(crash: dict, worker: Any, cfg: Any, exc: BaseException,
-                       directory: Optional[Union[str, Path]] = None) -> None:
+def write_crash_bundle(
+    crash: dict, worker: Any, cfg: Any, exc: BaseException, directory: str | Path | None = None
+) -> None:
     """Set ``crash["bundle"]`` to the bundle of the forward ``worker`` saw raise (None when the
     failure was not in a model runner's forward); a bundle that cannot be written is a warning."""
     crash["bundle"] = None
@@ -209,8 +270,18 @@ def write_crash_bundle(crash: dict, worker: Any, cfg: Any, exc: BaseException,
 
     try:
         directory = directory if directory is not None else new_bundle_dir()
-        crash["bundle"] = str(save_bundle(directory, rank=crash["rank"], dp=cfg.dp, phase=crash.get("phase"),
-                                          revision=cfg.revision, fix_applied=fix_applied(), runner=runner,
-                                          forward_batch=fb, exc=exc))
+        crash["bundle"] = str(
+            save_bundle(
+                directory,
+                rank=crash["rank"],
+                dp=cfg.dp,
+                phase=crash.get("phase"),
+                revision=cfg.revision,
+                fix_applied=fix_applied(),
+                runner=runner,
+                forward_batch=fb,
+                exc=exc,
+            )
+        )
     except Exception as e:  # the crash record matters more than its bundle
-        warnings.warn(f"crash bundle not written: {type(e).__name__}: {e}", RuntimeWarning)
+        warnings.warn(f"crash bundle not written: {type(e).__name__}: {e}", RuntimeWarning, stacklevel=2)

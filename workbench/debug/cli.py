@@ -4,6 +4,7 @@ Exit 0 when the replay behaves as recorded (without the fix: the recorded except
 message and innermost file:line; with the fix: metadata equal to the independent reference),
 1 otherwise, 2 for a bundle that is refused.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -11,7 +12,6 @@ import json
 import sys
 import traceback
 from pathlib import Path
-from typing import List, Optional
 
 from workbench.debug.bundle import BundleError
 
@@ -19,12 +19,17 @@ from workbench.debug.bundle import BundleError
 def _same_frame(exc: BaseException, recorded: dict) -> bool:
     fr = traceback.extract_tb(exc.__traceback__)[-1]
     return (type(exc).__name__, str(exc), fr.filename, fr.lineno) == (
-        recorded["type"], recorded["message"], recorded["file"], recorded["line"])
+        recorded["type"],
+        recorded["message"],
+        recorded["file"],
+        recorded["line"],
+    )
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="workbench debug", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="workbench debug", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("bundle", type=Path, help="a crash-bundle-rank<R> directory (crash.bundle of a run record)")
     ap.add_argument("--fix", action="store_true", help="apply PR #28221's fix for the replay (seq_lens fallback)")
     ap.add_argument("--json", type=Path, default=None, help="write the replay outcome here")
@@ -48,8 +53,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"\nreplayed in-process: {type(e).__name__}: {e}\n  at {fr.filename}:{fr.lineno} in {fr.name}")
         print("  same exception and innermost frame as recorded" if same else "  DIFFERS from the recorded exception")
         print(f"  (--pdb opens the debugger there; in Jupyter: workbench.replay_crash({str(b.path)!r}), then %debug)")
-        outcome.update(raised={"type": type(e).__name__, "message": str(e), "file": fr.filename, "line": fr.lineno,
-                               "function": fr.name}, reproduced=same)
+        outcome.update(
+            raised={
+                "type": type(e).__name__,
+                "message": str(e),
+                "file": fr.filename,
+                "line": fr.lineno,
+                "function": fr.name,
+            },
+            reproduced=same,
+        )
         ok = same
         if args.pdb:
             import pdb

@@ -1,18 +1,29 @@
 """Loading a crash bundle: every check names the file and what is wrong (``BundleError``)."""
+
 from __future__ import annotations
 
 import importlib
 import json
 from pathlib import Path
-from typing import Dict, Union
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from workbench.debug.bundle import (ALLOWED_SPEC_CLASSES, DTYPES, ENUMS, FORMAT, FORMAT_VERSION, JSON_NAME,
-                                    REQUIRED_KEYS, REQUIRED_TENSORS, TENSORS_NAME, BundleError, CrashBundle,
-                                    dtype_name)
+from workbench.debug.bundle import (
+    ALLOWED_SPEC_CLASSES,
+    DTYPES,
+    ENUMS,
+    FORMAT,
+    FORMAT_VERSION,
+    JSON_NAME,
+    REQUIRED_KEYS,
+    REQUIRED_TENSORS,
+    TENSORS_NAME,
+    BundleError,
+    CrashBundle,
+    dtype_name,
+)
 from workbench.forward_mode import ForwardMode
 
 FIELD_KINDS = ("tensor", "tensor_omitted", "value", "enum", "none")
@@ -36,14 +47,16 @@ def _read_meta(d: Path) -> dict:
     if not isinstance(v, int) or v < 1:
         raise _fail(f, f"format_version {v!r} is not a positive integer")
     if v > FORMAT_VERSION:
-        raise _fail(f, f"format_version {v} is newer than this workbench reads ({FORMAT_VERSION}); upgrade the workbench")
+        raise _fail(
+            f, f"format_version {v} is newer than this workbench reads ({FORMAT_VERSION}); upgrade the workbench"
+        )
     missing = [k for k in REQUIRED_KEYS if k not in meta]
     if missing:
         raise _fail(f, f"missing keys {missing}")
     return meta
 
 
-def _read_tensors(d: Path, meta: dict) -> Dict[str, torch.Tensor]:
+def _read_tensors(d: Path, meta: dict) -> dict[str, torch.Tensor]:
     f = d / TENSORS_NAME
     if not f.is_file():
         raise _fail(f, "missing (a bundle directory holds bundle.json and tensors.safetensors)")
@@ -60,12 +73,15 @@ def _read_tensors(d: Path, meta: dict) -> Dict[str, torch.Tensor]:
     for k, t in tensors.items():
         want = declared[k]
         if list(t.shape) != list(want.get("shape", [])) or dtype_name(t) != want.get("dtype"):
-            raise _fail(f, f"tensor {k!r} is {dtype_name(t)} {list(t.shape)}, bundle.json says "
-                           f"{want.get('dtype')} {want.get('shape')} (tampered or truncated)")
+            raise _fail(
+                f,
+                f"tensor {k!r} is {dtype_name(t)} {list(t.shape)}, bundle.json says "
+                f"{want.get('dtype')} {want.get('shape')} (tampered or truncated)",
+            )
     return tensors
 
 
-def _check_batch(f: Path, meta: dict, t: Dict[str, torch.Tensor]) -> None:
+def _check_batch(f: Path, meta: dict, t: dict[str, torch.Tensor]) -> None:
     if meta["forward_mode"] not in ForwardMode.__members__:
         raise _fail(f, f"forward_mode {meta['forward_mode']!r}; valid: {list(ForwardMode.__members__)}")
     from workbench.backends import backend_names
@@ -80,8 +96,11 @@ def _check_batch(f: Path, meta: dict, t: Dict[str, torch.Tensor]) -> None:
     row_ids, rows = t["req_to_token.row_ids"], t["req_to_token.rows"]
     n_rows, width = meta["req_to_token_shape"]
     if rows.dim() != 2 or rows.shape[0] != row_ids.numel() or rows.shape[1] > width:
-        raise _fail(f, f"req_to_token.rows {list(rows.shape)} does not fit row_ids {list(row_ids.shape)} "
-                       f"and req_to_token_shape {meta['req_to_token_shape']}")
+        raise _fail(
+            f,
+            f"req_to_token.rows {list(rows.shape)} does not fit row_ids {list(row_ids.shape)} "
+            f"and req_to_token_shape {meta['req_to_token_shape']}",
+        )
     if row_ids.numel() and (int(row_ids.min()) < 0 or int(row_ids.max()) >= n_rows):
         raise _fail(f, f"req_to_token.row_ids {row_ids.tolist()} outside the pool's {n_rows} rows")
     pool_idx, seq_lens = t["forward_batch.req_pool_indices"], t["forward_batch.seq_lens"]
@@ -92,14 +111,17 @@ def _check_batch(f: Path, meta: dict, t: Dict[str, torch.Tensor]) -> None:
         raise _fail(f, f"seq_lens max {int(seq_lens.max())} exceeds the {rows.shape[1]} stored columns")
 
 
-def _check_spec(f: Path, meta: dict, t: Dict[str, torch.Tensor]) -> None:
+def _check_spec(f: Path, meta: dict, t: dict[str, torch.Tensor]) -> None:
     spec = meta["spec_info"]
     if spec is None:
         return
     key = (spec.get("module"), spec.get("class"))
     if key not in ALLOWED_SPEC_CLASSES:
-        raise _fail(f, f"spec_info class {key[0]}.{key[1]} is not an allowed spec-input class; allowed: "
-                       f"{sorted(f'{m}.{c}' for m, c in ALLOWED_SPEC_CLASSES)}")
+        raise _fail(
+            f,
+            f"spec_info class {key[0]}.{key[1]} is not an allowed spec-input class; allowed: "
+            f"{sorted(f'{m}.{c}' for m, c in ALLOWED_SPEC_CLASSES)}",
+        )
     for name, e in spec.get("fields", {}).items():
         kind = e.get("kind") if isinstance(e, dict) else None
         if kind not in FIELD_KINDS:
@@ -116,7 +138,7 @@ def _check_spec(f: Path, meta: dict, t: Dict[str, torch.Tensor]) -> None:
                 raise _fail(f, f"spec_info field {name!r} value {e.get('value')!r}; valid: {members}")
 
 
-def load_bundle(path: Union[str, Path]) -> CrashBundle:
+def load_bundle(path: str | Path) -> CrashBundle:
     """Load and validate the bundle at ``path`` (its directory or its bundle.json)."""
     p = Path(path)
     d = p.parent if p.name == JSON_NAME else p

@@ -1,6 +1,7 @@
 """Notebook views of a replayed crash: the failing frame's source, what the backend reads from
 ``spec_info`` next to what the bundle holds, the frame's locals, the fixed metadata and the
 comparison with the real release (a shipped measurement, labelled so, when present)."""
+
 from __future__ import annotations
 
 import ast
@@ -11,7 +12,7 @@ import re
 import textwrap
 import traceback
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from workbench.debug.bundle import CrashBundle
 from workbench.debug.replay import ReplayResult
@@ -32,16 +33,18 @@ def frame_source(exc: BaseException, context: int = 6) -> HTML:
     text = "\n".join(f"{'>>' if n == fr.lineno else '  '} {n:4d}  {s}" for n, s in lines)
     rows = "".join(
         f"<div style='{'background:#fdd;font-weight:bold' if n == fr.lineno else ''}'>"
-        f"{'&gt;&gt;' if n == fr.lineno else '&nbsp;&nbsp;'} {n:4d}  {html.escape(s)}</div>" for n, s in lines)
+        f"{'&gt;&gt;' if n == fr.lineno else '&nbsp;&nbsp;'} {n:4d}  {html.escape(s)}</div>"
+        for n, s in lines
+    )
     head = f"{fr.filename}:{fr.lineno} in {fr.name}"
     return HTML(f"<div><code>{html.escape(head)}</code><pre style='margin:4px 0'>{rows}</pre></div>", f"{head}\n{text}")
 
 
-def _reads(func: Any) -> Dict[str, List[int]]:
+def _reads(func: Any) -> dict[str, list[int]]:
     """Attributes read off the local ``spec_info`` in ``func``'s source, with their line numbers."""
     src = textwrap.dedent(inspect.getsource(func))
     first = inspect.getsourcelines(func)[1]
-    found: Dict[str, List[int]] = {}
+    found: dict[str, list[int]] = {}
     for node in ast.walk(ast.parse(src)):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "spec_info":
             found.setdefault(node.attr, []).append(first + node.lineno - 1)
@@ -55,7 +58,7 @@ def _innermost_locals(exc: BaseException) -> dict:
     return tb.tb_frame.f_locals
 
 
-def spec_reads(bundle: CrashBundle, exc: Optional[BaseException] = None) -> Table:
+def spec_reads(bundle: CrashBundle, exc: BaseException | None = None) -> Table:
     """One row per ``spec_info.<attr>`` the bundle's backend reads in ``init_forward_metadata``
     (found in its source), beside what the bundle's spec_info class declares and holds; with the
     replayed ``exc``, "has it" asks the live ``spec_info`` of the failing frame."""
@@ -73,9 +76,14 @@ def spec_reads(bundle: CrashBundle, exc: Optional[BaseException] = None) -> Tabl
     rows = []
     for attr in list(reads) + [f for f in fields if f not in reads]:
         has = hasattr(spec_info, attr) if spec_info is not None else attr in fields
-        rows.append({"spec_info field": attr, "backend reads it at line": ", ".join(map(str, reads.get(attr, []))) or "-",
-                     has_col: "yes" if has else "NO", "value in the bundle": _entry_text(bundle, fields[attr])
-                     if attr in fields else "-"})
+        rows.append(
+            {
+                "spec_info field": attr,
+                "backend reads it at line": ", ".join(map(str, reads.get(attr, []))) or "-",
+                has_col: "yes" if has else "NO",
+                "value in the bundle": _entry_text(bundle, fields[attr]) if attr in fields else "-",
+            }
+        )
     return Table(rows)
 
 
@@ -83,7 +91,9 @@ def _entry_text(bundle: CrashBundle, e: dict) -> str:
     kind = e["kind"]
     if kind == "tensor":
         t = bundle.tensors[e["key"]]
-        return f"tensor {str(t.dtype).removeprefix('torch.')} {list(t.shape)}" + (f" = {t.tolist()}" if t.numel() <= 8 else "")
+        return f"tensor {str(t.dtype).removeprefix('torch.')} {list(t.shape)}" + (
+            f" = {t.tolist()}" if t.numel() <= 8 else ""
+        )
     if kind == "tensor_omitted":
         return f"tensor {e['dtype']} {e['shape']} (omitted: over 1 MiB)"
     if kind == "enum":
@@ -107,21 +117,49 @@ def metadata_table(result: ReplayResult, bundle: CrashBundle) -> Table:
 
 def bundle_tensors(bundle: CrashBundle) -> Table:
     """The bundle's tensors: key, dtype, shape and (small ones) values."""
-    return Table([{"key": k, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
-                   "values": t.tolist() if t.numel() <= 16 else "..."} for k, t in bundle.tensors.items()])
+    return Table(
+        [
+            {
+                "key": k,
+                "dtype": str(t.dtype).removeprefix("torch."),
+                "shape": list(t.shape),
+                "values": t.tolist() if t.numel() <= 16 else "...",
+            }
+            for k, t in bundle.tensors.items()
+        ]
+    )
 
 
-def frame_check(exc: BaseException, bundle: CrashBundle, rank_traceback: Optional[str]) -> Table:
+def frame_check(exc: BaseException, bundle: CrashBundle, rank_traceback: str | None) -> Table:
     """The replayed exception beside the rank's: type, message, innermost file:line."""
     fr, rec = innermost(exc), bundle.meta["exception"]
-    rows = [{"where": "replayed in this process", "type": type(exc).__name__, "message": str(exc),
-             "file:line": f"{fr.filename}:{fr.lineno}", "function": fr.name},
-            {"where": f"rank {bundle.meta['rank']} (bundle)", "type": rec["type"], "message": rec["message"],
-             "file:line": f"{rec['file']}:{rec['line']}", "function": rec["function"]}]
+    rows = [
+        {
+            "where": "replayed in this process",
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "file:line": f"{fr.filename}:{fr.lineno}",
+            "function": fr.name,
+        },
+        {
+            "where": f"rank {bundle.meta['rank']} (bundle)",
+            "type": rec["type"],
+            "message": rec["message"],
+            "file:line": f"{rec['file']}:{rec['line']}",
+            "function": rec["function"],
+        },
+    ]
     if rank_traceback:
         f, n = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', rank_traceback)[-1][:2]
-        rows.append({"where": f"rank {bundle.meta['rank']} (record traceback)", "type": rec["type"], "message": "",
-                     "file:line": f"{f}:{n}", "function": ""})
+        rows.append(
+            {
+                "where": f"rank {bundle.meta['rank']} (record traceback)",
+                "type": rec["type"],
+                "message": "",
+                "file:line": f"{f}:{n}",
+                "function": "",
+            }
+        )
     return Table(rows)
 
 
@@ -135,34 +173,48 @@ def upstream_comparison(bundle_path: str) -> HTML:
 
     cmd = f"workbench upstream replay --bundle {bundle_path} --sglang 0.5.13 0.5.14"
     if not SHIPPED.exists():
-        text = ("real-release comparison: no shipped measurement in this workbench; run\n"
-                f"  {cmd}\n(installs the real SGLang releases; needs the package registries)")
+        text = (
+            "real-release comparison: no shipped measurement in this workbench; run\n"
+            f"  {cmd}\n(installs the real SGLang releases; needs the package registries)"
+        )
         return HTML(f"<pre>{html.escape(text)}</pre>", text)
     doc = load_shipped()
     d = Path(bundle_path)
     mine = hashlib.sha256((d / "bundle.json").read_bytes() + (d / "tensors.safetensors").read_bytes()).hexdigest()
     meta = doc["bundle_meta"]
-    same = ("this bundle" if mine == doc["bundle_sha256"] else
-            f"NOT this notebook's bundle: a {meta['backend']} {meta['revision']} {meta['phase']} {meta['forward_mode']} "
-            f"batch of size {meta['batch_size']} (rank {meta['rank']} of dp {meta['dp']}), reference {doc['reference']}")
-    rows = [{"sglang": v, "outcome": r.get("outcome"),
-             "same exception as the bundle": r.get("same_exception_as_bundle", "-"),
-             "raised at": r.get("raised_at", "-"), "metadata": r.get("metadata", "-"),
-             "equal to the reference": r.get("equal_to_reference", "-"),
-             "torch / triton": f"{(r.get('env') or {}).get('torch')} / {(r.get('env') or {}).get('triton')}"}
-            for v, r in doc["releases"].items()]
+    same = (
+        "this bundle"
+        if mine == doc["bundle_sha256"]
+        else f"NOT this notebook's bundle: a {meta['backend']} {meta['revision']} "
+        f"{meta['phase']} {meta['forward_mode']} "
+        f"batch of size {meta['batch_size']} (rank {meta['rank']} of dp {meta['dp']}), reference {doc['reference']}"
+    )
+    rows = [
+        {
+            "sglang": v,
+            "outcome": r.get("outcome"),
+            "same exception as the bundle": r.get("same_exception_as_bundle", "-"),
+            "raised at": r.get("raised_at", "-"),
+            "metadata": r.get("metadata", "-"),
+            "equal to the reference": r.get("equal_to_reference", "-"),
+            "torch / triton": f"{(r.get('env') or {}).get('torch')} / {(r.get('env') or {}).get('triton')}",
+        }
+        for v, r in doc["releases"].items()
+    ]
     table = Table(rows)
     head = f"SHIPPED: {doc['label']}; measured on {same}"
     text = f"{head}\n{table!r}\nthis bundle, live: {cmd}"
-    return HTML(f"<p><b>{html.escape(head)}</b></p>{table._repr_html_()}<p>this bundle, live: "
-                f"<code>{html.escape(cmd)}</code></p>", text)
+    return HTML(
+        f"<p><b>{html.escape(head)}</b></p>{table._repr_html_()}<p>this bundle, live: "
+        f"<code>{html.escape(cmd)}</code></p>",
+        text,
+    )
 
 
-def replay_record(bundle: Optional[CrashBundle], replayed: Optional[BaseException],
-                  fixed: Optional[ReplayResult]) -> dict:
+def replay_record(bundle: CrashBundle | None, replayed: BaseException | None, fixed: ReplayResult | None) -> dict:
     """The notebook record's ``replay`` role: status ok when the replay raised the recorded exception
     at the recorded frame and the fixed metadata equals the reference, else ``mismatch`` with problems."""
-    problems: List[str] = []
+    problems: list[str] = []
     if bundle is None:
         problems.append("no crash bundle: no forward raised in this run")
     else:
@@ -176,7 +228,14 @@ def replay_record(bundle: Optional[CrashBundle], replayed: Optional[BaseExceptio
                 problems.append(f"replayed {got} != recorded {(rec['type'], rec['message'], rec['file'], rec['line'])}")
         if fixed is None or fixed.matches_reference is not True:
             problems.append("with the fix: " + (fixed.summary() if fixed else "no metadata"))
-    return {"status": "ok" if not problems else "mismatch", "crash": None, "problems": problems,
-            "config": {"backend": "workbench debug (in-process replay)", "kernel": None,
-                       "bundle": str(bundle.path) if bundle else None},
-            "fixed_metadata": fixed.to_dict() if fixed else None}
+    return {
+        "status": "ok" if not problems else "mismatch",
+        "crash": None,
+        "problems": problems,
+        "config": {
+            "backend": "workbench debug (in-process replay)",
+            "kernel": None,
+            "bundle": str(bundle.path) if bundle else None,
+        },
+        "fixed_metadata": fixed.to_dict() if fixed else None,
+    }

@@ -1,8 +1,9 @@
 """Collectives DP attention needs: token-count all-gather per forward, "any rank" flags, and
 the MLP on every rank's tokens, sharded over the intermediate dimension across ranks."""
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Tuple
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -18,15 +19,15 @@ class DPCommunicator:
     def __init__(self, rank: int, world_size: int) -> None:
         self.rank = rank
         self.world_size = world_size
-        self.counts: List[int] = []
-        self._shards: Dict[int, Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self.counts: list[int] = []
+        self._shards: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
     def any_rank(self, flag: bool) -> bool:
         t = torch.tensor([int(flag)])
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return bool(t.item())
 
-    def begin_forward(self, fb: "ForwardBatch") -> None:
+    def begin_forward(self, fb: ForwardBatch) -> None:
         """All-gather every rank's token count for this forward (the DP sync of SGLang)."""
         out = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world_size)]
         dist.all_gather(out, torch.tensor([fb.num_tokens], dtype=torch.int64))
@@ -49,7 +50,7 @@ class DPCommunicator:
         padded = F.pad(x, (0, 0, 0, width - x.shape[0]))
         parts = [torch.empty_like(padded) for _ in range(self.world_size)]
         dist.all_gather(parts, padded.contiguous())
-        x_all = torch.cat([p[:c] for p, c in zip(parts, self.counts)])
+        x_all = torch.cat([p[:c] for p, c in zip(parts, self.counts, strict=False)])
         wg, wu, wd = self._shard(mlp)
         y = F.linear(F.silu(F.linear(x_all, wg)) * F.linear(x_all, wu), wd)
         dist.all_reduce(y)

@@ -9,6 +9,7 @@ run ends, however it ends. With a log directory (``log_dir``, or ``$WB_LOG_DIR``
 first copied to ``<log_dir>/<run id>/rank<R>.log`` and the record's ``dp.logs`` names that folder;
 without one ``dp.logs`` is None (the crash traceback is in the record either way).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,20 +22,21 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any
 
 from workbench.config import RunConfig
-from workbench.dp import LOG_DIR_ENV
-from workbench.dp.policy import assign
 from workbench.debug.bundle import new_bundle_dir
+from workbench.dp import LOG_DIR_ENV
 from workbench.dp.collect import Collector
+from workbench.dp.policy import assign
 
 PORT_ATTEMPTS = 3  # launches when the rendezvous port was taken before rank 0 bound it
 GRACE_S = 2.0
 CAUSE_WINDOW_S = 1.0  # after a first failure, how long to wait for the one that caused it
 # called with every rank event (kind, rank, payload) as it arrives, e.g. by workbench.display.progress
-listeners: List[Callable[[str, int, Any], None]] = []
+listeners: list[Callable[[str, int, Any], None]] = []
 
 
 def free_port() -> int:
@@ -44,7 +46,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _pump(stream, q: "queue_mod.Queue") -> None:
+def _pump(stream, q: queue_mod.Queue) -> None:
     for line in stream:
         try:
             q.put(json.loads(line))
@@ -52,7 +54,7 @@ def _pump(stream, q: "queue_mod.Queue") -> None:
             continue
 
 
-def keep_logs(workdir: Path, log_dir: Optional[Path], dp: int) -> Optional[str]:
+def keep_logs(workdir: Path, log_dir: Path | None, dp: int) -> str | None:
     """Copy the rank logs out of ``workdir`` into a fresh folder under ``log_dir``; its path, or None."""
     if log_dir is None:
         return None
@@ -64,7 +66,7 @@ def keep_logs(workdir: Path, log_dir: Optional[Path], dp: int) -> Optional[str]:
     return str(dest.resolve())
 
 
-def run_dp(cfg: RunConfig, prompts: List[str], log_dir: Optional[Path] = None) -> dict:
+def run_dp(cfg: RunConfig, prompts: list[str], log_dir: Path | None = None) -> dict:
     """Returns the merged run record (status ok / crashed / timeout); no temporary file outlives the call."""
     if log_dir is None and os.environ.get(LOG_DIR_ENV):
         log_dir = Path(os.environ[LOG_DIR_ENV])
@@ -88,27 +90,41 @@ def _port_taken(rec: dict) -> bool:
     return crash.get("phase") == "setup" and "EADDRINUSE" in str(crash.get("message"))
 
 
-def _run_ranks(cfg: RunConfig, prompts: List[str], workdir: Path) -> dict:
+def _run_ranks(cfg: RunConfig, prompts: list[str], workdir: Path) -> dict:
     t0, started = time.perf_counter(), time.time()
     plan = assign(len(prompts), cfg.dp, cfg.dp_policy, cfg.max_running)
     init = f"tcp://127.0.0.1:{free_port()}"
     job = workdir / "job.json"
-    job.write_text(json.dumps({"config": cfg.to_dict(), "prompts": prompts, "assignment": plan,
-                               "collective_timeout_s": min(cfg.timeout_s, 120.0),
-                               "bundle_dir": str(new_bundle_dir())}))
-    q: "queue_mod.Queue" = queue_mod.Queue()
+    job.write_text(
+        json.dumps(
+            {
+                "config": cfg.to_dict(),
+                "prompts": prompts,
+                "assignment": plan,
+                "collective_timeout_s": min(cfg.timeout_s, 120.0),
+                "bundle_dir": str(new_bundle_dir()),
+            }
+        )
+    )
+    q: queue_mod.Queue = queue_mod.Queue()
     procs, pumps, logs = [], [], []
     col = Collector(cfg)
-    first_crash_at: Optional[float] = None
+    first_crash_at: float | None = None
     status = None
     deadline = t0 + cfg.timeout_s
     try:
         for r in range(cfg.dp):
             logs.append(open(workdir / f"rank{r}.log", "w"))
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "workbench.dp.rank", str(job), str(r), str(cfg.dp), init],
-                stdout=subprocess.PIPE, stderr=logs[-1], stdin=subprocess.DEVNULL, text=True,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"}))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "workbench.dp.rank", str(job), str(r), str(cfg.dp), init],
+                    stdout=subprocess.PIPE,
+                    stderr=logs[-1],
+                    stdin=subprocess.DEVNULL,
+                    text=True,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                )
+            )
             pumps.append(threading.Thread(target=_pump, args=(procs[-1].stdout, q), daemon=True))
             pumps[-1].start()
         while len(col.results) < cfg.dp:
@@ -121,7 +137,7 @@ def _run_ranks(cfg: RunConfig, prompts: List[str], workdir: Path) -> dict:
             try:
                 kind, rank, payload = q.get(timeout=0.05)
             except queue_mod.Empty:
-                for r, (p, pump) in enumerate(zip(procs, pumps)):
+                for r, (p, pump) in enumerate(zip(procs, pumps, strict=False)):
                     if r not in col.results and p.poll() is not None and not pump.is_alive():
                         col.rank_died(r, p.returncode, workdir / f"rank{r}.log")
                         first_crash_at = first_crash_at or time.perf_counter()
@@ -142,5 +158,10 @@ def _run_ranks(cfg: RunConfig, prompts: List[str], workdir: Path) -> dict:
                 p.wait()
         for log in logs:
             log.close()
-    return col.record(prompts, time.perf_counter() - t0, status,
-                      {"assignment": plan, "init_method": init, "logs": None}, started=started)
+    return col.record(
+        prompts,
+        time.perf_counter() - t0,
+        status,
+        {"assignment": plan, "init_method": init, "logs": None},
+        started=started,
+    )

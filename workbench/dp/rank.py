@@ -3,6 +3,7 @@
 Started by ``workbench.dp.launch`` as ``python -m workbench.dp.rank JOB RANK WORLD INIT``; every
 event is one JSON line on stdout: ``[kind, rank, payload]``.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,6 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import List, Optional
 
 from workbench.config import RunConfig
 from workbench.record import crash_from_exception
@@ -54,8 +54,17 @@ def _hooks(cfg: RunConfig, rank: int, queue):
 
         def traced_run(runner, fb, hidden=None):
             nonlocal fault
-            queue.put(("forward", rank, {"phase": worker.current.get("phase"), "forward_mode": fb.forward_mode.name,
-                                         "batch_size": fb.batch_size}))
+            queue.put(
+                (
+                    "forward",
+                    rank,
+                    {
+                        "phase": worker.current.get("phase"),
+                        "forward_mode": fb.forward_mode.name,
+                        "batch_size": fb.batch_size,
+                    },
+                )
+            )
             if fault is not None and worker.current.get("phase") == "verify":
                 runner, fault = _FaultyRunner(fault, rank, cfg.fault), None
             return run(runner, fb, hidden)
@@ -77,24 +86,37 @@ def _hooks(cfg: RunConfig, rank: int, queue):
     return on_start
 
 
-def rank_main(rank: int, world: int, init_method: str, cfg_dict: dict, prompts: List[str], ids: List[int],
-              queue, collective_timeout_s: float, bundle_dir: Optional[str] = None) -> None:
+def rank_main(
+    rank: int,
+    world: int,
+    init_method: str,
+    cfg_dict: dict,
+    prompts: list[str],
+    ids: list[int],
+    queue,
+    collective_timeout_s: float,
+    bundle_dir: str | None = None,
+) -> None:
     """Entry point of a spawned rank (and of ``workbench.dp.torchrun``); a crash bundle goes to ``bundle_dir``."""
-    import kernels
+    import torch
     import torch.distributed as dist
 
+    import kernels
     from workbench.dp.comm import DPCommunicator
     from workbench.runner import run_rank
     from workbench.speculative.eagle_draft_extend_pr28221 import apply_fix
-
-    import torch
 
     kernels.setup()
     cfg = RunConfig(**cfg_dict)
     torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // world))  # ranks share the cores
     try:
-        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
-                                timeout=timedelta(seconds=collective_timeout_s))
+        dist.init_process_group(
+            "gloo",
+            init_method=init_method,
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=collective_timeout_s),
+        )
     except Exception as e:
         crash = crash_from_exception(e, rank=rank, where={"phase": "setup"}, time=time.time())
         queue.put(("done", rank, {"crash": crash, "outputs": {}}))
@@ -102,8 +124,16 @@ def rank_main(rank: int, world: int, init_method: str, cfg_dict: dict, prompts: 
     if cfg.apply_fix_in_place:
         apply_fix()
     comm = DPCommunicator(rank, world)
-    res = run_rank(cfg, prompts, ids, rank, comm, lambda flag: comm.any_rank(flag), on_start=_hooks(cfg, rank, queue),
-                   bundle_dir=bundle_dir)
+    res = run_rank(
+        cfg,
+        prompts,
+        ids,
+        rank,
+        comm,
+        lambda flag: comm.any_rank(flag),
+        on_start=_hooks(cfg, rank, queue),
+        bundle_dir=bundle_dir,
+    )
     m = res.pop("metrics")  # phase latencies and accepts were streamed; the other samples go with the result
     res["samples"], res["accepts"] = m.export_samples(), list(m.accept_length_per_step)
     queue.put(("done", rank, res))
@@ -111,13 +141,22 @@ def rank_main(rank: int, world: int, init_method: str, cfg_dict: dict, prompts: 
         dist.destroy_process_group()
 
 
-def main(argv: List[str]) -> None:
+def main(argv: list[str]) -> None:
     job_path, rank, world, init_method = argv
     job = json.loads(Path(job_path).read_text())
     out = Emitter(os.fdopen(os.dup(sys.stdout.fileno()), "w"))
     sys.stdout = sys.stderr  # keep stray prints off the event stream
-    rank_main(int(rank), int(world), init_method, job["config"], job["prompts"], job["assignment"][int(rank)],
-              out, job["collective_timeout_s"], bundle_dir=job.get("bundle_dir"))
+    rank_main(
+        int(rank),
+        int(world),
+        init_method,
+        job["config"],
+        job["prompts"],
+        job["assignment"][int(rank)],
+        out,
+        job["collective_timeout_s"],
+        bundle_dir=job.get("bundle_dir"),
+    )
 
 
 if __name__ == "__main__":

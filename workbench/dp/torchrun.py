@@ -6,6 +6,7 @@
 Each rank writes its events to DIR/rank<R>.jsonl; a rank that fails exits non-zero so torchrun
 ends the others; ``--merge`` turns the files into one run record.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,7 +14,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 from workbench.config import RunConfig
 
@@ -30,13 +30,26 @@ def _run(args: argparse.Namespace) -> int:
     plan = assign(len(prompts), world, cfg.dp_policy, cfg.max_running)
     args.out.mkdir(parents=True, exist_ok=True)
     if rank == 0:
-        (args.out / "job.json").write_text(json.dumps({"config": cfg.to_dict(), "prompts": prompts, "assignment": plan}))
+        (args.out / "job.json").write_text(
+            json.dumps({"config": cfg.to_dict(), "prompts": prompts, "assignment": plan})
+        )
     with open(args.out / f"rank{rank}.jsonl", "w") as f:
         out = Emitter(f)
-        rank_main(rank, world, "env://", cfg.to_dict(), prompts, plan[rank], out, min(cfg.timeout_s, 120.0),
-                  bundle_dir=str(args.out))
-    failed = any(json.loads(line)[0] == "done" and json.loads(line)[2].get("crash")
-                 for line in (args.out / f"rank{rank}.jsonl").read_text().splitlines())
+        rank_main(
+            rank,
+            world,
+            "env://",
+            cfg.to_dict(),
+            prompts,
+            plan[rank],
+            out,
+            min(cfg.timeout_s, 120.0),
+            bundle_dir=str(args.out),
+        )
+    failed = any(
+        json.loads(line)[0] == "done" and json.loads(line)[2].get("crash")
+        for line in (args.out / f"rank{rank}.jsonl").read_text().splitlines()
+    )
     return 1 if failed else 0
 
 
@@ -49,21 +62,28 @@ def merge(directory: Path) -> dict:
     col = Collector(cfg)
     for r in range(cfg.dp):
         path = directory / f"rank{r}.jsonl"
-        for line in (path.read_text().splitlines() if path.exists() else []):
+        for line in path.read_text().splitlines() if path.exists() else []:
             col.feed(*json.loads(line))
         if r not in col.results:
             col.rank_died(r, None, None)
     timing = col.timing()
     wall = timing["generation_s"] or 0.0  # torchrun's own start is not ours to see: wall = generation span
-    return col.record(job["prompts"], wall, None, {"assignment": job["assignment"], "init_method": "env:// (torchrun)",
-                                                    "logs": str(directory)})
+    return col.record(
+        job["prompts"],
+        wall,
+        None,
+        {"assignment": job["assignment"], "init_method": "env:// (torchrun)", "logs": str(directory)},
+    )
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     from workbench.config import add_run_args
 
-    ap = argparse.ArgumentParser(prog="python -m workbench.dp.torchrun", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m workbench.dp.torchrun",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_run_args(ap, exclude=("dp",))  # the world size is torchrun's
     ap.add_argument("--out", type=Path, default=Path("runs/torchrun"))
     ap.add_argument("--merge", type=Path, default=None, help="merge a finished job's directory into a record")

@@ -8,10 +8,11 @@ Conventions (page size 1, all tensors on the run's device):
 - TARGET_VERIFY: ``seq_lens`` = prefix only (as upstream); every request adds
   ``spec_info.draft_token_num`` tree tokens under ``spec_info.custom_mask``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -32,13 +33,13 @@ class ForwardBatch:
     req_to_token_pool: ReqToTokenPool
     kv_cache: KVCache
     attn_backend: Any  # workbench.backends.base.AttentionBackend
-    extend_seq_lens: Optional[torch.Tensor] = None  # (bs,) int64, extend modes
-    extend_prefix_lens: Optional[torch.Tensor] = None  # (bs,) int64, extend modes
-    spec_info: Optional[Any] = None
+    extend_seq_lens: torch.Tensor | None = None  # (bs,) int64, extend modes
+    extend_prefix_lens: torch.Tensor | None = None  # (bs,) int64, extend modes
+    spec_info: Any | None = None
     capture_hidden_mode: CaptureHiddenMode = CaptureHiddenMode.NULL
-    dp_comm: Optional[Any] = None  # workbench.dp.comm.DPCommunicator under DP attention
+    dp_comm: Any | None = None  # workbench.dp.comm.DPCommunicator under DP attention
     is_padded_idle: bool = False
-    attn_metadata: Optional[Any] = field(default=None, repr=False)  # set by init_forward_metadata
+    attn_metadata: Any | None = field(default=None, repr=False)  # set by init_forward_metadata
 
     @property
     def num_tokens(self) -> int:

@@ -7,13 +7,15 @@ kernels' ``*_ref``). In Triton's CPU interpreter each launch costs ~0.1 s, which
 per-step timings of the torch-computed backends. Ops are looked up in ``kernels`` when called,
 so no kernel module loads before ``kernels.setup()``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Tuple
+from typing import Any
+
+import torch
 
 import kernels
-import torch
 from kernels.ragged import indptr_from_lens, ragged_arange
 
 __all__ = ["BookkeepingOps", "TORCH_OPS", "TRITON_OPS", "gather_req_to_token", "indptr_from_lens", "ragged_arange"]
@@ -39,20 +41,36 @@ class BookkeepingOps:
     def draft_extend_positions_and_bonus(self, **kw: torch.Tensor) -> None:
         self._op("draft_extend_positions_and_bonus")(**kw)
 
-    def assign(self, req_to_token: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor, lens: torch.Tensor,
-               slots: torch.Tensor) -> None:
+    def assign(
+        self,
+        req_to_token: torch.Tensor,
+        rows: torch.Tensor,
+        starts: torch.Tensor,
+        lens: torch.Tensor,
+        slots: torch.Tensor,
+    ) -> None:
         """req_to_token[rows[i], starts[i] : starts[i] + lens[i]] = the i-th run of ``slots`` (packed)."""
         if slots.numel():
-            self.assign_req_to_token_pool(req_pool_indices=rows.long(), req_to_token=req_to_token,
-                                          start_offset=starts.long(), end_offset=(starts + lens).long(),
-                                          out_cache_loc=slots.long())
+            self.assign_req_to_token_pool(
+                req_pool_indices=rows.long(),
+                req_to_token=req_to_token,
+                start_offset=starts.long(),
+                end_offset=(starts + lens).long(),
+                out_cache_loc=slots.long(),
+            )
 
-    def draft_extend_inputs(self, prefix: torch.Tensor, n_new: torch.Tensor,
-                            packed_tokens: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def draft_extend_inputs(
+        self, prefix: torch.Tensor, n_new: torch.Tensor, packed_tokens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Positions (T,) = prefix[i] + arange(n_new[i]) per request, and each request's last token (bs,)."""
         positions, last = torch.empty_like(packed_tokens), torch.empty_like(n_new)
-        self.draft_extend_positions_and_bonus(seq_lens_before=prefix.long(), accept_lens=n_new.long(),
-                                              packed_tokens=packed_tokens, positions=positions, bonus_tokens=last)
+        self.draft_extend_positions_and_bonus(
+            seq_lens_before=prefix.long(),
+            accept_lens=n_new.long(),
+            packed_tokens=packed_tokens,
+            positions=positions,
+            bonus_tokens=last,
+        )
         return positions, last
 
 
@@ -60,11 +78,18 @@ TORCH_OPS = BookkeepingOps("torch", "_ref")
 TRITON_OPS = BookkeepingOps("triton", "")
 
 
-def gather_req_to_token(req_to_token: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor,
-                        lens: torch.Tensor) -> torch.Tensor:
+def gather_req_to_token(
+    req_to_token: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor, lens: torch.Tensor
+) -> torch.Tensor:
     """Packed slots req_to_token[rows[i], starts[i] : starts[i] + lens[i]]: (sum(lens),) int64 (torch)."""
     indptr = indptr_from_lens(lens.long())
     out = torch.empty(int(indptr[-1]), dtype=torch.int64)
-    TORCH_OPS.build_kv_indices(req_to_token=req_to_token, req_pool_indices=rows, seq_lens=lens, kv_indptr=indptr,
-                               kv_indices=out, kv_start_idx=starts)
+    TORCH_OPS.build_kv_indices(
+        req_to_token=req_to_token,
+        req_pool_indices=rows,
+        seq_lens=lens,
+        kv_indptr=indptr,
+        kv_indices=out,
+        kv_start_idx=starts,
+    )
     return out

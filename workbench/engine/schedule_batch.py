@@ -1,8 +1,9 @@
 """Requests and the running batch (``ScheduleBatch``), with ``filter`` / ``merge`` as upstream."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any
 
 import torch
 
@@ -12,13 +13,13 @@ from workbench.models.tokenizer import EOS_ID
 @dataclass
 class Req:
     rid: int
-    prompt_ids: List[int]
+    prompt_ids: list[int]
     max_new_tokens: int
-    output_ids: List[int] = field(default_factory=list)
+    output_ids: list[int] = field(default_factory=list)
     req_pool_idx: int = -1
     finished: bool = False
 
-    def append(self, tokens: List[int]) -> None:
+    def append(self, tokens: list[int]) -> None:
         """Add generated tokens, stopping at max_new_tokens or end-of-text."""
         for t in tokens:
             if self.finished:
@@ -37,31 +38,36 @@ class ScheduleBatch:
     ``merge_batch``), as upstream.
     """
 
-    reqs: List[Req]
+    reqs: list[Req]
     req_pool_indices: torch.Tensor  # (bs,) int64
     seq_lens: torch.Tensor  # (bs,) int64
     output_ids: torch.Tensor  # (bs,) int64, the last sampled token (its KV not yet computed)
-    spec_info: Optional[Any] = None
+    spec_info: Any | None = None
 
     def __len__(self) -> int:
         return len(self.reqs)
 
-    def filter(self, keep: torch.Tensor) -> "ScheduleBatch":
+    def filter(self, keep: torch.Tensor) -> ScheduleBatch:
         """keep: (bs,) bool."""
         idx = keep.nonzero().flatten()
         return ScheduleBatch(
-            [self.reqs[i] for i in idx.tolist()], self.req_pool_indices[idx], self.seq_lens[idx], self.output_ids[idx],
+            [self.reqs[i] for i in idx.tolist()],
+            self.req_pool_indices[idx],
+            self.seq_lens[idx],
+            self.output_ids[idx],
             None if self.spec_info is None else self.spec_info.filter_batch(idx),
         )
 
     @staticmethod
-    def merge(a: Optional["ScheduleBatch"], b: Optional["ScheduleBatch"]) -> Optional["ScheduleBatch"]:
+    def merge(a: ScheduleBatch | None, b: ScheduleBatch | None) -> ScheduleBatch | None:
         if a is None or len(a) == 0:
             return b
         if b is None or len(b) == 0:
             return a
         return ScheduleBatch(
-            a.reqs + b.reqs, torch.cat((a.req_pool_indices, b.req_pool_indices)), torch.cat((a.seq_lens, b.seq_lens)),
+            a.reqs + b.reqs,
+            torch.cat((a.req_pool_indices, b.req_pool_indices)),
+            torch.cat((a.seq_lens, b.seq_lens)),
             torch.cat((a.output_ids, b.output_ids)),
             None if a.spec_info is None else a.spec_info.merge_batch(b.spec_info),
         )

@@ -3,9 +3,10 @@
 Under DP attention every rank runs the same sequence of phases; ``sync`` answers "does any
 rank have X" so a rank without work joins with idle batches.
 """
+
 from __future__ import annotations
 
-from typing import Callable, List, Optional
+from collections.abc import Callable
 
 from workbench.engine.schedule_batch import Req, ScheduleBatch
 
@@ -17,15 +18,15 @@ def _local(flag: bool) -> bool:
 
 
 class Scheduler:
-    def __init__(self, worker, max_running: int, any_rank: Optional[AnyRank] = None) -> None:
+    def __init__(self, worker, max_running: int, any_rank: AnyRank | None = None) -> None:
         self.worker = worker
         self.max_running = max_running
         self.any_rank = any_rank or _local
-        self.waiting: List[Req] = []
-        self.running: Optional[ScheduleBatch] = None
-        self.finished: List[Req] = []
+        self.waiting: list[Req] = []
+        self.running: ScheduleBatch | None = None
+        self.finished: list[Req] = []
 
-    def add(self, reqs: List[Req]) -> None:
+    def add(self, reqs: list[Req]) -> None:
         self.waiting.extend(reqs)
 
     def _n_running(self) -> int:
@@ -36,7 +37,7 @@ class Scheduler:
             return
         done = self.worker.finished_mask(self.running)
         if done.any():
-            self.finished.extend(r for r, d in zip(self.running.reqs, done.tolist()) if d)
+            self.finished.extend(r for r, d in zip(self.running.reqs, done.tolist(), strict=False) if d)
             self.worker.release(self.running, done)
             self.running = self.running.filter(~done)
 
@@ -47,7 +48,7 @@ class Scheduler:
         any_admit = self.any_rank(bool(admit))
         if any_admit:
             if admit:
-                self.waiting = self.waiting[len(admit):]
+                self.waiting = self.waiting[len(admit) :]
                 self.running = ScheduleBatch.merge(self.running, self.worker.prefill(admit))
                 self._retire()
             else:
@@ -66,7 +67,7 @@ class Scheduler:
             return self.any_rank(bool(self.waiting))
         return True
 
-    def run(self) -> List[Req]:
+    def run(self) -> list[Req]:
         while self.step():
             pass
         return sorted(self.finished, key=lambda r: r.rid)

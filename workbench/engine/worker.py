@@ -1,9 +1,11 @@
 """Worker base (memory, target runner, prefill, bookkeeping) and the plain greedy worker."""
+
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -23,23 +25,31 @@ class WorkerBase:
     """Owns the shared pools and the target runner; records where each forward happens."""
 
     def __init__(
-        self, target: torch.nn.Module, backend: str, max_running: int, max_context_len: int,
-        extra_rows: int = 0, extra_slots: int = 0, dp_comm: Optional[object] = None,
-        metrics: Optional[Metrics] = None,
+        self,
+        target: torch.nn.Module,
+        backend: str,
+        max_running: int,
+        max_context_len: int,
+        extra_rows: int = 0,
+        extra_slots: int = 0,
+        dp_comm: object | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         capacity = max_running * max_context_len + extra_slots
-        self.memory = Memory(ReqToTokenPool(max_running + extra_rows + 1, max_context_len), TokenSlotAllocator(capacity))
+        self.memory = Memory(
+            ReqToTokenPool(max_running + extra_rows + 1, max_context_len), TokenSlotAllocator(capacity)
+        )
         self.memory.req_to_token_pool.alloc(1)  # row 0: the row padded IDLE rows point at
         self.max_context_len = max_context_len
         self.dp_comm = dp_comm
         self.target = ModelRunner(target, backend, self.memory, capacity, dp_comm)
         self.metrics = metrics or Metrics()
         self.ops = self.target.attn_backend.ops  # the bookkeeping ops this backend's runs use
-        self.current: Dict[str, object] = {}  # phase / forward_mode / batch_size of the forward in flight
-        self.failed_forward: Optional[Tuple[ModelRunner, "ForwardBatch"]] = None  # for the crash bundle
+        self.current: dict[str, object] = {}  # phase / forward_mode / batch_size of the forward in flight
+        self.failed_forward: tuple[ModelRunner, ForwardBatch] | None = None  # for the crash bundle
 
     @property
-    def backend(self) -> "AttentionBackend":
+    def backend(self) -> AttentionBackend:
         return self.target.attn_backend
 
     @contextmanager
@@ -49,7 +59,7 @@ class WorkerBase:
         yield
         self.metrics.add_latency(name, time.perf_counter() - t0)
 
-    def run(self, runner: ModelRunner, fb: "ForwardBatch", hidden: Optional[torch.Tensor] = None) -> Any:
+    def run(self, runner: ModelRunner, fb: ForwardBatch, hidden: torch.Tensor | None = None) -> Any:
         self.current.update(forward_mode=fb.forward_mode.name, batch_size=fb.batch_size)
         try:
             return runner.forward(fb, hidden)
@@ -57,7 +67,7 @@ class WorkerBase:
             self.failed_forward = (runner, fb)  # what the crash bundle captures (workbench.debug.bundle)
             raise
 
-    def check_fits(self, reqs: List[Req], extra: int) -> None:
+    def check_fits(self, reqs: list[Req], extra: int) -> None:
         for r in reqs:
             need = len(r.prompt_ids) + r.max_new_tokens + extra
             if need > self.max_context_len:
@@ -66,11 +76,11 @@ class WorkerBase:
                     f"exceeds the context of {self.max_context_len} tokens"
                 )
 
-    def prefill_target(self, reqs: List[Req]) -> Tuple[ScheduleBatch, "ForwardBatch", torch.Tensor, torch.Tensor]:
+    def prefill_target(self, reqs: list[Req]) -> tuple[ScheduleBatch, ForwardBatch, torch.Tensor, torch.Tensor]:
         """Target EXTEND over the prompts. Returns (batch, its ForwardBatch, aux (T, 3H), slots (T,))."""
         pool = self.memory.req_to_token_pool
         rows = torch.tensor(pool.alloc(len(reqs)), dtype=torch.int64)
-        for r, row in zip(reqs, rows.tolist()):
+        for r, row in zip(reqs, rows.tolist(), strict=False):
             r.req_pool_idx = row
         lens = torch.tensor([len(r.prompt_ids) for r in reqs], dtype=torch.int64)
         slots = self.memory.allocator.alloc(int(lens.sum()))
@@ -79,13 +89,20 @@ class WorkerBase:
         positions = ragged_arange(zeros, lens)
         input_ids = torch.tensor([t for r in reqs for t in r.prompt_ids], dtype=torch.int64)
         fb = self.target.make_batch(
-            ForwardMode.EXTEND, input_ids=input_ids, positions=positions, req_pool_indices=rows, seq_lens=lens,
-            out_cache_loc=slots, extend_seq_lens=lens, extend_prefix_lens=zeros, capture_hidden_mode=CaptureHiddenMode.FULL,
+            ForwardMode.EXTEND,
+            input_ids=input_ids,
+            positions=positions,
+            req_pool_indices=rows,
+            seq_lens=lens,
+            out_cache_loc=slots,
+            extend_seq_lens=lens,
+            extend_prefix_lens=zeros,
+            capture_hidden_mode=CaptureHiddenMode.FULL,
         )
         hidden, aux = self.run(self.target, fb)
         last = indptr_from_lens(lens)[1:] - 1
         first = self.target.model.logits(hidden[last]).argmax(-1)
-        for r, t in zip(reqs, first.tolist()):
+        for r, t in zip(reqs, first.tolist(), strict=False):
             r.append([t])
         batch = ScheduleBatch(reqs, rows, lens.clone(), first)
         return batch, fb, aux, slots
@@ -107,7 +124,7 @@ class WorkerBase:
 class GreedyWorker(WorkerBase):
     """Plain greedy decoding with the target alone: the reference EAGLE3 must equal."""
 
-    def prefill(self, reqs: List[Req]) -> ScheduleBatch:
+    def prefill(self, reqs: list[Req]) -> ScheduleBatch:
         with self.phase("prefill"):
             batch, _, _, _ = self.prefill_target(reqs)
         return batch
@@ -123,14 +140,18 @@ class GreedyWorker(WorkerBase):
             table = self.memory.req_to_token_pool.req_to_token
             table[batch.req_pool_indices, batch.seq_lens] = slots.to(table.dtype)
             fb = self.target.make_batch(
-                ForwardMode.DECODE, input_ids=batch.output_ids, positions=batch.seq_lens.clone(),
-                req_pool_indices=batch.req_pool_indices, seq_lens=batch.seq_lens + 1, out_cache_loc=slots,
+                ForwardMode.DECODE,
+                input_ids=batch.output_ids,
+                positions=batch.seq_lens.clone(),
+                req_pool_indices=batch.req_pool_indices,
+                seq_lens=batch.seq_lens + 1,
+                out_cache_loc=slots,
             )
             hidden, _ = self.run(self.target, fb)
             nxt = self.target.model.logits(hidden).argmax(-1)
             batch.seq_lens = batch.seq_lens + 1
             batch.output_ids = nxt
-            for r, t in zip(batch.reqs, nxt.tolist()):
+            for r, t in zip(batch.reqs, nxt.tolist(), strict=False):
                 r.append([t])
         return batch
 

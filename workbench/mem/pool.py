@@ -3,9 +3,8 @@ an allocator hands out slots, and each model owns KV buffers indexed by slot.
 
 Slot 0 is never handed out: padded rows of DP IDLE batches write and read there (a sink).
 """
-from __future__ import annotations
 
-from typing import List, Tuple
+from __future__ import annotations
 
 import torch
 
@@ -21,15 +20,15 @@ class ReqToTokenPool:
         self.size = size
         self.max_context_len = max_context_len
         self.req_to_token = torch.zeros((size, max_context_len), dtype=torch.int32)
-        self._free: List[int] = list(range(size))
+        self._free: list[int] = list(range(size))
 
-    def alloc(self, n: int) -> List[int]:
+    def alloc(self, n: int) -> list[int]:
         if n > len(self._free):
             raise OutOfSlotsError(f"request table full: need {n} rows, {len(self._free)} of {self.size} free")
         rows, self._free = self._free[:n], self._free[n:]
         return rows
 
-    def free(self, rows: List[int]) -> None:
+    def free(self, rows: list[int]) -> None:
         self._free.extend(rows)
 
     def available(self) -> int:
@@ -71,5 +70,5 @@ class KVCache:
         self.k_buffers[layer_id][loc] = k.to(self.k_buffers[layer_id].dtype)
         self.v_buffers[layer_id][loc] = v.to(self.v_buffers[layer_id].dtype)
 
-    def get_kv(self, layer_id: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    def get_kv(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.k_buffers[layer_id], self.v_buffers[layer_id]

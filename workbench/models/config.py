@@ -1,10 +1,10 @@
 """Model hyper-parameters (stored next to every checkpoint as JSON)."""
+
 from __future__ import annotations
 
 import dataclasses
 import json
 from pathlib import Path
-from typing import Tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,19 +22,19 @@ class ModelConfig:
     rms_eps: float = 1e-5
     max_position: int = 1024
     # target only: decoder layers whose outputs EAGLE3 fuses (low, mid, high); see eagle3_aux_layers
-    aux_layers: Tuple[int, ...] = (1, 3, 4)
+    aux_layers: tuple[int, ...] = (1, 3, 4)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)
 
     @classmethod
-    def from_json(cls, path: Path) -> "ModelConfig":
+    def from_json(cls, path: Path) -> ModelConfig:
         data = json.loads(Path(path).read_text())
         data["aux_layers"] = tuple(data.get("aux_layers", ()))
         return cls(**data)
 
 
-def eagle3_aux_layers(num_layers: int) -> Tuple[int, ...]:
+def eagle3_aux_layers(num_layers: int) -> tuple[int, ...]:
     """The target layers whose outputs an EAGLE3 head fuses, as SGLang's default
     ``set_eagle3_layers_to_capture``: the inputs of layers [2, n // 2, n - 3], i.e. the outputs of
     layers (1, n // 2 - 1, n - 4)."""

@@ -4,9 +4,10 @@ whose attention reads [norm(embed(token)) | norm(hidden)] (2H), its own norm and
 Step 0 of a draft reads the target's aux states (3H); later steps read the head's own
 pre-norm output (H), which ``forward`` returns so the caller can feed it back.
 """
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -43,7 +44,9 @@ class Eagle3Head(nn.Module):
         x = torch.cat((self.input_layernorm(self.embed_tokens(input_ids)), self.hidden_norm(h)), dim=-1)
         return x, h
 
-    def finish(self, attn_out: torch.Tensor, residual: torch.Tensor, forward_batch: Optional["ForwardBatch"]) -> torch.Tensor:
+    def finish(
+        self, attn_out: torch.Tensor, residual: torch.Tensor, forward_batch: ForwardBatch | None
+    ) -> torch.Tensor:
         x = residual + attn_out
         return x + run_mlp(self.mlp, self.post_attention_layernorm(x), forward_batch)
 
@@ -52,7 +55,7 @@ class Eagle3Head(nn.Module):
         input_ids: torch.Tensor,
         positions: torch.Tensor,
         hidden: torch.Tensor,
-        forward_batch: Optional["ForwardBatch"] = None,
+        forward_batch: ForwardBatch | None = None,
     ) -> torch.Tensor:
         """input_ids, positions: (T,); hidden: (T, 3H) or (T, H). Returns pre-norm states (T, H)."""
         x, residual = self.layer_input(input_ids, hidden)

@@ -4,9 +4,10 @@ Attention has two paths: with a ``ForwardBatch`` it goes through the batch's att
 (paged KV cache, per-batch metadata); without one it is plain causal SDPA over ``(B, L)``
 sequences, which is what training uses.
 """
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -53,14 +54,14 @@ class Attention(nn.Module):
         self.num_heads = cfg.num_heads
         self.num_kv_heads = cfg.num_kv_heads
         self.head_dim = cfg.head_dim
-        self.scaling = cfg.head_dim ** -0.5
+        self.scaling = cfg.head_dim**-0.5
         self.q_proj = nn.Linear(in_dim, cfg.num_heads * cfg.head_dim, bias=False)
         self.k_proj = nn.Linear(in_dim, cfg.num_kv_heads * cfg.head_dim, bias=False)
         self.v_proj = nn.Linear(in_dim, cfg.num_kv_heads * cfg.head_dim, bias=False)
         self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=False)
         self.rotary = Rotary(cfg.head_dim, cfg.max_position, cfg.rope_theta)
 
-    def qkv(self, x: torch.Tensor, positions: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+    def qkv(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """x: (..., T, in_dim) -> q (..., T, Hq, D), k and v (..., T, Hkv, D), RoPE applied."""
         shape = x.shape[:-1]
         q = self.q_proj(x).view(*shape, self.num_heads, self.head_dim)
@@ -68,9 +69,7 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(*shape, self.num_kv_heads, self.head_dim)
         return self.rotary(q, positions), self.rotary(k, positions), v
 
-    def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, forward_batch: Optional["ForwardBatch"]
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, forward_batch: ForwardBatch | None) -> torch.Tensor:
         q, k, v = self.qkv(x, positions)
         if forward_batch is None:
             # training path: x is (B, L, in_dim), causal over each row
@@ -94,7 +93,7 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(gate) * up)
 
 
-def run_mlp(mlp: SwiGLU, x: torch.Tensor, forward_batch: Optional["ForwardBatch"]) -> torch.Tensor:
+def run_mlp(mlp: SwiGLU, x: torch.Tensor, forward_batch: ForwardBatch | None) -> torch.Tensor:
     """The MLP on this rank's tokens, or, under DP attention, on all ranks' tokens (sharded)."""
     if forward_batch is not None and forward_batch.dp_comm is not None:
         return forward_batch.dp_comm.mlp(mlp, x)

@@ -1,7 +1,8 @@
 """Llama-style target model (RMSNorm, RoPE, GQA, SwiGLU) that also returns EAGLE3 aux hidden states."""
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -21,7 +22,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, forward_batch: Optional["ForwardBatch"]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, forward_batch: ForwardBatch | None) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), positions, forward_batch)
         return x + run_mlp(self.mlp, self.post_attention_layernorm(x), forward_batch)
 
@@ -41,8 +42,8 @@ class LlamaForCausalLM(nn.Module):
         self,
         input_ids: torch.Tensor,
         positions: torch.Tensor,
-        forward_batch: Optional["ForwardBatch"] = None,
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        forward_batch: ForwardBatch | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """input_ids, positions: (T,) (engine) or (B, L) (training).
 
         Returns (hidden (..., H) after the final norm, aux (..., 3H)): the outputs of

@@ -1,9 +1,9 @@
 """Loading the shipped checkpoints, with errors that name the file and the rebuild command."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional, Tuple
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -63,7 +63,7 @@ def inference_layout(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def load_models(directory: Optional[Path] = None) -> Tuple[LlamaForCausalLM, Eagle3Head]:
+def load_models(directory: Path | None = None) -> tuple[LlamaForCausalLM, Eagle3Head]:
     """Load (target, draft head) from ``directory`` (default: the shipped checkpoints)."""
     directory = Path(directory) if directory is not None else DEFAULT_MODEL_DIR
     target, tcfg = _load(LlamaForCausalLM, directory / "target", "target")
@@ -76,7 +76,7 @@ def load_models(directory: Optional[Path] = None) -> Tuple[LlamaForCausalLM, Eag
     return target, head
 
 
-def load_prompts(path: Optional[Path] = None) -> list:
+def load_prompts(path: Path | None = None) -> list:
     """The shipped deterministic prompt set: a list of strings."""
     path = Path(path) if path is not None else ASSETS / "prompts.json"
     if not path.is_file():

@@ -1,18 +1,17 @@
 """Byte-level tokenizer: ids 0..255 are bytes, 256 is end-of-text."""
-from __future__ import annotations
 
-from typing import List
+from __future__ import annotations
 
 EOS_ID = 256
 VOCAB_SIZE = 257
 
 
-def encode(text: str) -> List[int]:
+def encode(text: str) -> list[int]:
     """UTF-8 bytes of ``text`` as token ids."""
     return list(text.encode("utf-8"))
 
 
-def decode(ids: List[int]) -> str:
+def decode(ids: list[int]) -> str:
     """Token ids back to text; end-of-text ends the string, bad UTF-8 is replaced."""
     out = bytearray()
     for i in ids:

@@ -4,6 +4,7 @@ unrolled ``ttt_steps`` draft steps on its own states, as at inference).
 
 Run through ``scripts/train_models.py``; seeds and step counts fix the result.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -11,7 +12,6 @@ import math
 import sysconfig
 import time
 from pathlib import Path
-from typing import List, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +22,7 @@ from workbench.models.llama import LlamaForCausalLM
 from workbench.models.tokenizer import EOS_ID
 
 
-def stdlib_files() -> List[Path]:
+def stdlib_files() -> list[Path]:
     """The standard library's ``.py`` files, without test folders, in a fixed order."""
     root = Path(sysconfig.get_paths()["stdlib"])
     skip = {"test", "tests", "idle_test", "site-packages", "__pycache__", "lib2to3"}
@@ -64,7 +64,7 @@ def train_target(cfg: ModelConfig, steps: int, batch: int, seq: int, lr: float, 
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
     data = corpus(held_out=False)
     t0 = time.time()
-    for step, xb in zip(range(steps), batches(data, batch, seq, gen)):
+    for step, xb in zip(range(steps), batches(data, batch, seq, gen), strict=False):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, lr)
         pos = torch.arange(seq).expand(batch, seq)
@@ -76,7 +76,10 @@ def train_target(cfg: ModelConfig, steps: int, batch: int, seq: int, lr: float, 
         opt.step()
         if step % 50 == 0 or step == steps - 1:
             tps = (step + 1) * batch * seq / (time.time() - t0)
-            log(f"target step {step}/{steps} loss {loss.item():.3f} ({loss.item() / math.log(2):.2f} bits/byte) {tps:.0f} tok/s")
+            log(
+                f"target step {step}/{steps} loss {loss.item():.3f} ({loss.item() / math.log(2):.2f} bits/byte) "
+                f"{tps:.0f} tok/s"
+            )
     return model
 
 
@@ -102,7 +105,7 @@ def ttt_mask(seq: int, step: int) -> torch.Tensor:
 
 def head_ttt_loss(
     head: Eagle3Head, xb: torch.Tensor, aux: torch.Tensor, target_logits: torch.Tensor, ttt_steps: int
-) -> Tuple[torch.Tensor, List[float]]:
+) -> tuple[torch.Tensor, list[float]]:
     """xb: (B, L+1) tokens; aux: (B, L, 3H) target states at 0..L-1; target_logits: (B, L, V).
 
     Step k at position p reads token p+1+k and the previous step's state at p, sits at RoPE
@@ -126,20 +129,30 @@ def head_ttt_loss(
         values.append(v)
         mask = ttt_mask(seq, k)
         o = F.scaled_dot_product_attention(
-            q.transpose(1, 2), torch.cat(keys, 1).transpose(1, 2), torch.cat(values, 1).transpose(1, 2),
-            attn_mask=mask, enable_gqa=True,
+            q.transpose(1, 2),
+            torch.cat(keys, 1).transpose(1, 2),
+            torch.cat(values, 1).transpose(1, 2),
+            attn_mask=mask,
+            enable_gqa=True,
         ).transpose(1, 2)
         hidden = head.finish(attn.o_proj(o.reshape(bsz, seq, -1)), residual, None)
         logp = F.log_softmax(head.logits(hidden[:, :n]), dim=-1)
         p_t = F.softmax(target_logits[:, 1 + k : 1 + k + n], dim=-1)
-        total = total + (0.8 ** k) * -(p_t * logp).sum(-1).mean()
+        total = total + (0.8**k) * -(p_t * logp).sum(-1).mean()
         accs.append((logp.argmax(-1) == p_t.argmax(-1)).float().mean().item())
     return total, accs
 
 
 def train_head(
-    target: LlamaForCausalLM, cfg: ModelConfig, steps: int, batch: int, seq: int, lr: float,
-    ttt_steps: int, seed: int, log,
+    target: LlamaForCausalLM,
+    cfg: ModelConfig,
+    steps: int,
+    batch: int,
+    seq: int,
+    lr: float,
+    ttt_steps: int,
+    seed: int,
+    log,
 ) -> Eagle3Head:
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -151,7 +164,7 @@ def train_head(
     data = corpus(held_out=False)
     target.eval()
     t0 = time.time()
-    for step, xb in zip(range(steps), batches(data, batch, seq, gen)):
+    for step, xb in zip(range(steps), batches(data, batch, seq, gen), strict=False):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, lr)
         with torch.no_grad():
@@ -164,5 +177,8 @@ def train_head(
         opt.step()
         if step % 50 == 0 or step == steps - 1:
             tps = (step + 1) * batch * seq / (time.time() - t0)
-            log(f"head step {step}/{steps} loss {loss.item():.3f} top1/step {[round(a, 2) for a in accs]} {tps:.0f} tok/s")
+            log(
+                f"head step {step}/{steps} loss {loss.item():.3f} top1/step {[round(a, 2) for a in accs]} "
+                f"{tps:.0f} tok/s"
+            )
     return head

@@ -1,8 +1,9 @@
 """Shared pieces of the plots: backend labels that name stand-in kernels, record accessors, saving."""
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Union
 
 from matplotlib.figure import Figure
 
@@ -13,8 +14,7 @@ LINE_STYLES = (("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", "-"), ("P
 STATUS_COLORS = {"ok": "#4caf50", "crashed": "#e53935", "timeout": "#fb8c00", "error": "#8e24aa", None: "#eeeeee"}
 
 
-def backend_label(backend: str, stand_in: Optional[bool] = None, interpreter: Optional[bool] = None,
-                  sep: str = "\n") -> str:
+def backend_label(backend: str, stand_in: bool | None = None, interpreter: bool | None = None, sep: str = "\n") -> str:
     """``flashinfer\\n(torch stand-in)``, ``triton\\n(interpreter)``, or the bare name.
 
     ``stand_in`` None (no record said) falls back to what the backend is on a CPU machine."""
@@ -43,9 +43,11 @@ def backend_sort_key(backend: str) -> tuple:
     return (BACKEND_ORDER.index(backend) if backend in BACKEND_ORDER else len(BACKEND_ORDER), backend)
 
 
-def group_by_backend(records: Iterable[dict], mode: Optional[str] = "eagle", ok_only: bool = True) -> Dict[str, List[dict]]:
+def group_by_backend(
+    records: Iterable[dict], mode: str | None = "eagle", ok_only: bool = True
+) -> dict[str, list[dict]]:
     """Records keyed by backend label, in the canonical backend order; ``mode`` None keeps both modes."""
-    groups: Dict[str, List[dict]] = {}
+    groups: dict[str, list[dict]] = {}
     keyed = []
     for r in records:
         cfg = r.get("config", {})
@@ -70,7 +72,7 @@ def empty(fig: Figure, message: str) -> Figure:
     return fig
 
 
-def save(fig: Figure, path: Union[str, Path, None]) -> List[Path]:
+def save(fig: Figure, path: str | Path | None) -> list[Path]:
     """Write ``path`` as .png and .svg (suffix replaced); nothing when ``path`` is None."""
     if path is None:
         return []

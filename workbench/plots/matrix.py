@@ -1,15 +1,22 @@
 """The crash matrix: revision x backend, one panel per DP size, each cell ok / crashed (exception);
 given the nightly's verdicts, each cell also says whether it ended as expected."""
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Dict, Iterable, Optional, Sequence, Tuple, Union
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from workbench.plots.common import (
-    STATUS_COLORS, backend_label, backend_sort_key, empty, new_figure, record_label, save,
+    STATUS_COLORS,
+    backend_label,
+    backend_sort_key,
+    empty,
+    new_figure,
+    record_label,
+    save,
 )
 
 REVISION_ORDER = ("pre-24860", "pr-24860", "pr-28221")
@@ -47,9 +54,12 @@ def _panel_title(dp: int, recs: list) -> str:
     return f"dp = {dp} (DP attention" + (", a rank idle: padded IDLE batches)" if idle else ")")
 
 
-def crash_matrix(records: Iterable[dict], path: Union[str, Path, None] = None,
-                 title: str = "EAGLE3 + DP attention: where the run crashes",
-                 as_expected: Optional[Sequence[Optional[bool]]] = None) -> Figure:
+def crash_matrix(
+    records: Iterable[dict],
+    path: str | Path | None = None,
+    title: str = "EAGLE3 + DP attention: where the run crashes",
+    as_expected: Sequence[bool | None] | None = None,
+) -> Figure:
     """Cells colored by run status with the exception name; greedy runs are left out (no draft-extend).
 
     ``as_expected`` (one entry per record: True, False, or None for no expectation) marks each cell
@@ -58,10 +68,10 @@ def crash_matrix(records: Iterable[dict], path: Union[str, Path, None] = None,
     marks = list(as_expected) if as_expected is not None else [None] * len(records)
     if len(marks) != len(records):
         raise ValueError(f"as_expected has {len(marks)} entries for {len(records)} records")
-    cells: Dict[Tuple[int, str, str], dict] = {}
-    verdicts: Dict[Tuple[int, str, str], bool] = {}
-    labels: Dict[str, str] = {}  # from a record that names its kernel (a setup crash may not)
-    for rec, mark in zip(records, marks):
+    cells: dict[tuple[int, str, str], dict] = {}
+    verdicts: dict[tuple[int, str, str], bool] = {}
+    labels: dict[str, str] = {}  # from a record that names its kernel (a setup crash may not)
+    for rec, mark in zip(records, marks, strict=False):
         cfg = rec.get("config", {})
         if cfg.get("mode", "eagle") != "eagle" or "revision" not in cfg:
             continue
@@ -81,24 +91,39 @@ def crash_matrix(records: Iterable[dict], path: Union[str, Path, None] = None,
     cols = sorted({k[2] for k in cells}, key=backend_sort_key)
     fig = new_figure(2.0 + 1.7 * len(cols) * len(dps), 1.2 + 0.95 * len(rows))
     axes = fig.subplots(1, len(dps), squeeze=False)[0]
-    for ax, dp in zip(axes, dps):
+    for ax, dp in zip(axes, dps, strict=False):
         for i, row in enumerate(rows):
             for j, col in enumerate(cols):
                 rec = cells.get((dp, row, col))
                 status = rec.get("status") if rec else None
                 verdict = verdicts.get((dp, row, col))
-                ax.add_patch(Rectangle((j, i), 1, 1, facecolor=STATUS_COLORS.get(status, NOT_RUN),
-                                       edgecolor=UNEXPECTED_EDGE if verdict is False else "white",
-                                       linewidth=5 if verdict is False else 2))
+                ax.add_patch(
+                    Rectangle(
+                        (j, i),
+                        1,
+                        1,
+                        facecolor=STATUS_COLORS.get(status, NOT_RUN),
+                        edgecolor=UNEXPECTED_EDGE if verdict is False else "white",
+                        linewidth=5 if verdict is False else 2,
+                    )
+                )
                 text = _cell_text(rec) if rec else "not run"
                 if verdict is not None:
                     text += "\nas expected" if verdict else "\nUNEXPECTED"
-                ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=7.5,
-                        color="white" if status in ("ok", "crashed", "error") else "black")
+                ax.text(
+                    j + 0.5,
+                    i + 0.5,
+                    text,
+                    ha="center",
+                    va="center",
+                    fontsize=7.5,
+                    color="white" if status in ("ok", "crashed", "error") else "black",
+                )
         ax.set_xlim(0, len(cols))
         ax.set_ylim(len(rows), 0)
-        ax.set_xticks([j + 0.5 for j in range(len(cols))],
-                      [labels.get(c) or backend_label(c) for c in cols], fontsize=8)
+        ax.set_xticks(
+            [j + 0.5 for j in range(len(cols))], [labels.get(c) or backend_label(c) for c in cols], fontsize=8
+        )
         ax.set_yticks([i + 0.5 for i in range(len(rows))], rows if ax is axes[0] else [""] * len(rows), fontsize=8)
         ax.tick_params(length=0)
         ax.set_xlabel("attention backend")
@@ -110,8 +135,14 @@ def crash_matrix(records: Iterable[dict], path: Union[str, Path, None] = None,
     handles = [Patch(color=STATUS_COLORS[s], label=s) for s in ("ok", "crashed", "timeout", "error")]
     handles.append(Patch(color=NOT_RUN, label="not run"))
     if verdicts:
-        handles.append(Patch(facecolor="white", edgecolor=UNEXPECTED_EDGE, linewidth=2,
-                             label="UNEXPECTED (red frame; others: as expected)"))
+        handles.append(
+            Patch(
+                facecolor="white",
+                edgecolor=UNEXPECTED_EDGE,
+                linewidth=2,
+                label="UNEXPECTED (red frame; others: as expected)",
+            )
+        )
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=11)
     save(fig, path)

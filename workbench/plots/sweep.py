@@ -1,16 +1,16 @@
 """Plot of an acceptance sweep: accept length per setting and acceptance per draft position,
 one line per group of backends with identical results (per dtype)."""
+
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Union
 
 from matplotlib.figure import Figure
 
 from workbench.plots.common import LINE_STYLES, empty, new_figure, save
 
 
-def acceptance_sweep(doc: dict, path: Union[str, Path, None] = None) -> Figure:
+def acceptance_sweep(doc: dict, path: str | Path | None = None) -> Figure:
     """Left: mean accept length per (steps, topk, draft_tokens); right: acceptance per draft position."""
     from workbench.sweep import groups, provenance  # workbench.sweep imports the plots' labels
 
@@ -30,8 +30,9 @@ def acceptance_sweep(doc: dict, path: Union[str, Path, None] = None) -> Figure:
     for i, (name, by_setting) in enumerate(series.items()):
         marker, line = LINE_STYLES[i % len(LINE_STYLES)]
         xs = [j for j, s in enumerate(settings) if s in by_setting]
-        left.plot(xs, [by_setting[settings[j]]["accept_length_mean"] for j in xs], marker=marker, linestyle=line,
-                  label=name)
+        left.plot(
+            xs, [by_setting[settings[j]]["accept_length_mean"] for j in xs], marker=marker, linestyle=line, label=name
+        )
     left.set_xticks(range(len(settings)), [f"({s},{k},{d})" for s, k, d in settings], fontsize=8)
     left.set_xlabel("(steps, topk, draft_tokens)")
     left.set_ylabel("mean accept length (tokens per verify step)")

@@ -1,34 +1,52 @@
 """Comparisons that need several runs: EAGLE3 speedup over greedy, and the nightly history trend."""
+
 from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Dict, Iterable, List, Tuple, Union
 
 from matplotlib.figure import Figure
 
-from workbench.plots.common import LINE_STYLES, backend_label, backend_sort_key, empty, group_by_backend, new_figure, save
+from workbench.plots.common import (
+    LINE_STYLES,
+    backend_label,
+    backend_sort_key,
+    empty,
+    group_by_backend,
+    new_figure,
+    save,
+)
 
 
-def _pairs(records: List[dict]) -> Dict[str, List[Tuple[float, float]]]:
+def _pairs(records: list[dict]) -> dict[str, list[tuple[float, float]]]:
     """Backend label -> (greedy tokens/s, EAGLE3 tokens/s) of ok runs with the same prompts, length, dp, revision."""
-    runs: Dict[tuple, Dict[str, List[float]]] = {}
+    runs: dict[tuple, dict[str, list[float]]] = {}
     for mode in ("greedy", "eagle"):
         for label, recs in group_by_backend(records, mode=mode).items():
             for r in recs:
                 c = r["config"]
-                key = (label, json.dumps(c.get("prompts")), c.get("max_new_tokens"), c.get("dp"), c.get("revision"),
-                       c.get("seed"), c.get("model_dir"))
+                key = (
+                    label,
+                    json.dumps(c.get("prompts")),
+                    c.get("max_new_tokens"),
+                    c.get("dp"),
+                    c.get("revision"),
+                    c.get("seed"),
+                    c.get("model_dir"),
+                )
                 runs.setdefault(key, {}).setdefault(mode, []).append(r["metrics"]["tokens_per_s"])
-    pairs: Dict[str, List[Tuple[float, float]]] = {}
+    pairs: dict[str, list[tuple[float, float]]] = {}
     for key, by_mode in runs.items():
         if "greedy" in by_mode and "eagle" in by_mode:
-            pairs.setdefault(key[0], []).append((statistics.median(by_mode["greedy"]), statistics.median(by_mode["eagle"])))
+            pairs.setdefault(key[0], []).append(
+                (statistics.median(by_mode["greedy"]), statistics.median(by_mode["eagle"]))
+            )
     return pairs
 
 
-def speedup(records: Iterable[dict], path: Union[str, Path, None] = None) -> Figure:
+def speedup(records: Iterable[dict], path: str | Path | None = None) -> Figure:
     """EAGLE3 tokens/s over plain greedy tokens/s on the same backend, prompts, length, dp and revision
     (the median over such pairs)."""
     pairs = _pairs(list(records))
@@ -43,9 +61,15 @@ def speedup(records: Iterable[dict], path: Union[str, Path, None] = None) -> Fig
     fig = new_figure(max(5.0, 1.6 * len(labels) + 1.5), 4.2)
     ax = fig.add_subplot()
     bars = ax.bar(range(len(labels)), ratios, color=["#43a047" if x >= 1 else "#fb8c00" for x in ratios], width=0.6)
-    for bar, b, x in zip(bars, labels, ratios):
-        ax.text(bar.get_x() + bar.get_width() / 2, max(bar.get_height(), 1.0) + 0.02, f"{x:.2f}x\n{tps[b][1]:.1f} vs {tps[b][0]:.1f} tok/s",
-                ha="center", va="bottom", fontsize=7.5)
+    for bar, b, x in zip(bars, labels, ratios, strict=False):
+        ax.text(
+            bar.get_x() + bar.get_width() / 2,
+            max(bar.get_height(), 1.0) + 0.02,
+            f"{x:.2f}x\n{tps[b][1]:.1f} vs {tps[b][0]:.1f} tok/s",
+            ha="center",
+            va="bottom",
+            fontsize=7.5,
+        )
     ax.axhline(1.0, color="black", linewidth=1, linestyle="--", label="greedy baseline (1.0x)")
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
     ax.set_xlabel("backend")
@@ -57,9 +81,9 @@ def speedup(records: Iterable[dict], path: Union[str, Path, None] = None) -> Fig
     return fig
 
 
-def _series(rows: Iterable[dict], value) -> Tuple[List[str], Dict[str, Dict[int, float]]]:
-    nights: Dict[int, str] = {}
-    acc: Dict[str, Dict[int, List[float]]] = {}
+def _series(rows: Iterable[dict], value) -> tuple[list[str], dict[str, dict[int, float]]]:
+    nights: dict[int, str] = {}
+    acc: dict[str, dict[int, list[float]]] = {}
     for row in rows:
         v = value(row)
         nights[row["night_id"]] = row["night"]
@@ -73,7 +97,7 @@ def _series(rows: Iterable[dict], value) -> Tuple[List[str], Dict[str, Dict[int,
     return [nights[n] for n in order], series
 
 
-def history_trend(rows: Iterable[dict], path: Union[str, Path, None] = None) -> Figure:
+def history_trend(rows: Iterable[dict], path: str | Path | None = None) -> Figure:
     """Mean accept length and time per output token of ok EAGLE3 runs, per backend, over nights.
 
     ``rows``: history rows with night_id, night, backend, kernel_stand_in, interpreter, mode, status,
@@ -89,7 +113,7 @@ def history_trend(rows: Iterable[dict], path: Union[str, Path, None] = None) -> 
         ("mean accept length (tokens per verify step)", lambda r: r.get("accept_length_mean")),
         ("run wall time per output token (ms)", lambda r: 1000 / r["tokens_per_s"] if r.get("tokens_per_s") else None),
     )
-    for ax, (ylabel, value) in zip(axes, panels):
+    for ax, (ylabel, value) in zip(axes, panels, strict=False):
         nights, series = _series(rows, value)
         for i, label in enumerate(sorted(series, key=lambda lab: backend_sort_key(lab.split(" ")[0]))):
             pts = sorted(series[label].items())

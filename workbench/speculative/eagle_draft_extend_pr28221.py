@@ -5,11 +5,11 @@ revision installs it), and ``apply_fix`` / ``undo_fix`` patch the regressed clas
 ``workbench.speculative.eagle_draft_extend_pr24860`` in place, for notebooks. With ``kv_indptr`` None a backend takes
 the seq_lens fallback (``workbench.backends.fallback``), exactly as before PR #24860.
 """
+
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -27,7 +27,7 @@ class EagleDraftExtendInput(regressed.EagleDraftExtendInput):
     plain metadata from ``seq_lens`` and ``req_to_token``.
     """
 
-    kv_indptr: Optional[torch.Tensor] = None
+    kv_indptr: torch.Tensor | None = None
 
 
 def _rebuild_dataclass(cls: type) -> None:

@@ -4,10 +4,10 @@
 ``EagleVerifyInput`` on target-verify. The draft-extend class of PR #24860 lives in
 ``eagle_draft_extend_pr24860`` and the fixed one of PR #28221 in ``eagle_draft_extend_pr28221``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Optional
 
 import torch
 
@@ -21,18 +21,19 @@ class EagleDraftInput(SpecInput):
 
     topk_p, topk_index: (bs, topk) the draft's first-step candidates; hidden_states: (bs, H) the
     draft state that predicted them, or on a pass (T, 3H) / (rows, H); verified_id: (bs,) the
-    last verified token (no KV yet) or, for draft-extend, the input tokens (T,). kv_indptr (rows+1,) / kv_indices (nnz,) are set only for multi-step draft
-    decode, one row per (request, branch); None everywhere else (backends then use seq_lens).
+    last verified token (no KV yet) or, for draft-extend, the input tokens (T,). kv_indptr
+    (rows+1,) / kv_indices (nnz,) are set only for multi-step draft decode, one row per (request,
+    branch); None everywhere else (backends then use seq_lens).
     """
 
-    topk_p: Optional[torch.Tensor] = None
-    topk_index: Optional[torch.Tensor] = None
-    hidden_states: Optional[torch.Tensor] = None
-    verified_id: Optional[torch.Tensor] = None
-    accept_length: Optional[torch.Tensor] = None
+    topk_p: torch.Tensor | None = None
+    topk_index: torch.Tensor | None = None
+    hidden_states: torch.Tensor | None = None
+    verified_id: torch.Tensor | None = None
+    accept_length: torch.Tensor | None = None
     capture_hidden_mode: CaptureHiddenMode = CaptureHiddenMode.FULL
-    kv_indptr: Optional[torch.Tensor] = None
-    kv_indices: Optional[torch.Tensor] = None
+    kv_indptr: torch.Tensor | None = None
+    kv_indices: torch.Tensor | None = None
     num_tokens_per_req: int = -1
 
     def __post_init__(self) -> None:
@@ -40,18 +41,18 @@ class EagleDraftInput(SpecInput):
 
     _BATCH_FIELDS = ("topk_p", "topk_index", "hidden_states", "verified_id")
 
-    def filter_batch(self, new_indices: torch.Tensor) -> "EagleDraftInput":
+    def filter_batch(self, new_indices: torch.Tensor) -> EagleDraftInput:
         """The round state of the requests at ``new_indices`` (k,) int64."""
         return EagleDraftInput(**{f: getattr(self, f)[new_indices] for f in self._BATCH_FIELDS})
 
-    def merge_batch(self, other: "EagleDraftInput") -> "EagleDraftInput":
+    def merge_batch(self, other: EagleDraftInput) -> EagleDraftInput:
         """The round state of this batch followed by ``other``'s."""
         return EagleDraftInput(**{f: torch.cat((getattr(self, f), getattr(other, f))) for f in self._BATCH_FIELDS})
 
     @classmethod
     def create_idle_input(
         cls, device: str, hidden_size: int, dtype: torch.dtype, topk: int, capture_hidden_mode: CaptureHiddenMode
-    ) -> "EagleDraftInput":
+    ) -> EagleDraftInput:
         return cls(
             topk_p=torch.empty((0, topk), dtype=torch.float32, device=device),
             topk_index=torch.empty((0, topk), dtype=torch.int64, device=device),
@@ -87,14 +88,18 @@ class EagleVerifyInput(SpecInput):
         super().__init__(SpecInputType.EAGLE_VERIFY)
 
     @classmethod
-    def create_idle_input(cls, topk: int, spec_steps: int, num_verify_tokens: int) -> "EagleVerifyInput":
+    def create_idle_input(cls, topk: int, spec_steps: int, num_verify_tokens: int) -> EagleVerifyInput:
         empty = torch.empty((0,), dtype=torch.int64)
         return cls(
-            draft_token=empty, custom_mask=torch.empty((0,), dtype=torch.bool), positions=empty,
+            draft_token=empty,
+            custom_mask=torch.empty((0,), dtype=torch.bool),
+            positions=empty,
             retrive_index=torch.empty((0, num_verify_tokens), dtype=torch.int64),
             retrive_next_token=torch.empty((0, num_verify_tokens), dtype=torch.int64),
             retrive_next_sibling=torch.empty((0, num_verify_tokens), dtype=torch.int64),
-            spec_steps=spec_steps, topk=topk, draft_token_num=num_verify_tokens,
+            spec_steps=spec_steps,
+            topk=topk,
+            draft_token_num=num_verify_tokens,
             capture_hidden_mode=CaptureHiddenMode.NULL,
         )
 
@@ -116,6 +121,6 @@ class EagleVerifyOutput:
     aux_states: torch.Tensor
     slots: torch.Tensor
 
-    def filter(self, keep: torch.Tensor) -> "EagleVerifyOutput":
+    def filter(self, keep: torch.Tensor) -> EagleVerifyOutput:
         """keep: (bs,) bool."""
         return EagleVerifyOutput(*(getattr(self, f.name)[keep] for f in fields(self)))

@@ -6,10 +6,10 @@ token and the candidate index of its parent (-1 = the verified root). The tree k
 top ``num_draft_tokens - 1`` by score; a stable sort keeps a parent (higher or equal score,
 lower index) ahead of its children, so every kept node's parent is kept too.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Tuple
 
 import torch
 
@@ -38,7 +38,7 @@ class DraftTree:
         n = self.num_nodes
         blocks = [
             torch.cat((torch.ones(n, int(s), dtype=torch.bool), m), dim=1).flatten()
-            for s, m in zip(seq_lens.tolist(), self.ancestor_mask)
+            for s, m in zip(seq_lens.tolist(), self.ancestor_mask, strict=False)
         ]
         return torch.cat(blocks) if blocks else torch.empty(0, dtype=torch.bool)
 
@@ -57,16 +57,21 @@ class DraftBranches:
     cand: torch.Tensor
     hidden: torch.Tensor
     path_slots: torch.Tensor
-    cand_scores: List[torch.Tensor] = field(default_factory=list)
-    cand_tokens: List[torch.Tensor] = field(default_factory=list)
-    cand_parents: List[torch.Tensor] = field(default_factory=list)
+    cand_scores: list[torch.Tensor] = field(default_factory=list)
+    cand_tokens: list[torch.Tensor] = field(default_factory=list)
+    cand_parents: list[torch.Tensor] = field(default_factory=list)
 
     @classmethod
-    def start(cls, topk_p: torch.Tensor, topk_index: torch.Tensor, hidden: torch.Tensor) -> "DraftBranches":
+    def start(cls, topk_p: torch.Tensor, topk_index: torch.Tensor, hidden: torch.Tensor) -> DraftBranches:
         """Expansion 0: the round state's topk (bs, k) children of the root; hidden (bs, H)."""
         bs, k = topk_p.shape
-        branches = cls(topk_p, topk_index, torch.arange(k).expand(bs, k), hidden.repeat_interleave(k, 0),
-                       torch.empty(bs, k, 0, dtype=torch.int64))
+        branches = cls(
+            topk_p,
+            topk_index,
+            torch.arange(k).expand(bs, k),
+            hidden.repeat_interleave(k, 0),
+            torch.empty(bs, k, 0, dtype=torch.int64),
+        )
         branches._add(topk_p, topk_index, torch.full((bs, k), -1, dtype=torch.int64))
         return branches
 
@@ -75,7 +80,9 @@ class DraftBranches:
         self.cand_tokens.append(tokens)
         self.cand_parents.append(parents)
 
-    def select(self, child_p: torch.Tensor, child_t: torch.Tensor, hidden: torch.Tensor, own_slots: torch.Tensor) -> None:
+    def select(
+        self, child_p: torch.Tensor, child_t: torch.Tensor, hidden: torch.Tensor, own_slots: torch.Tensor
+    ) -> None:
         """One expansion: every branch's topk children become candidates; the best k (by path
         score, ties to the lower index) become the branches. child_p, child_t: (bs * k, k) the
         draft's topk at each tip; hidden (bs * k, H) its states there; own_slots (bs * k, i)
@@ -98,12 +105,17 @@ class DraftBranches:
         self.hidden = hidden.view(bs, k, -1)[rows, parent].flatten(0, 1)
         self.path_slots = own_slots.view(bs, k, -1)[rows, parent]
 
-    def tree(self, verified_id: torch.Tensor, num_draft_tokens: int) -> "DraftTree":
+    def tree(self, verified_id: torch.Tensor, num_draft_tokens: int) -> DraftTree:
         """The N-node tree of the best candidates under the root ``verified_id`` (bs,)."""
         if self.scores.shape[1] == 1:
             return chain_tree(verified_id, torch.cat(self.cand_tokens, 1), num_draft_tokens)
-        return build_tree(verified_id, torch.cat(self.cand_scores, 1), torch.cat(self.cand_tokens, 1),
-                          torch.cat(self.cand_parents, 1), num_draft_tokens)
+        return build_tree(
+            verified_id,
+            torch.cat(self.cand_scores, 1),
+            torch.cat(self.cand_tokens, 1),
+            torch.cat(self.cand_parents, 1),
+            num_draft_tokens,
+        )
 
 
 def select_nodes(scores: torch.Tensor, num_draft_tokens: int) -> torch.Tensor:
@@ -150,9 +162,14 @@ def chain_tree(verified_id: torch.Tensor, cand_tokens: torch.Tensor, num_draft_t
     nodes = torch.arange(n)
     tokens = torch.cat((verified_id.view(bs, 1), cand_tokens[:, : n - 1]), dim=1)
     first = torch.where(nodes < n - 1, nodes + 1, -1)
-    return DraftTree(tokens, (nodes - 1).expand(bs, n), nodes.expand(bs, n),
-                     torch.ones(n, n, dtype=torch.bool).tril().expand(bs, n, n), first.expand(bs, n),
-                     torch.full((bs, n), -1, dtype=torch.int64))
+    return DraftTree(
+        tokens,
+        (nodes - 1).expand(bs, n),
+        nodes.expand(bs, n),
+        torch.ones(n, n, dtype=torch.bool).tril().expand(bs, n, n),
+        first.expand(bs, n),
+        torch.full((bs, n), -1, dtype=torch.int64),
+    )
 
 
 def ancestor_mask(parent: torch.Tensor) -> torch.Tensor:
@@ -169,7 +186,7 @@ def ancestor_mask(parent: torch.Tensor) -> torch.Tensor:
     return anc
 
 
-def child_links(parent: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def child_links(parent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(first child, next sibling) per node, (bs, N) each, -1 where none; children in node order."""
     bs, n = parent.shape
     nodes = torch.arange(n).expand(bs, n)
@@ -187,7 +204,7 @@ def child_links(parent: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     return first[:, :n], sibling
 
 
-def greedy_verify(tree: DraftTree, target_pred: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def greedy_verify(tree: DraftTree, target_pred: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Accept the longest root path whose every token equals the target's greedy prediction at
     its parent (upstream's ``verify_tree_greedy``), for all requests and nodes at once.
 

@@ -4,10 +4,11 @@ One decode round reads top to bottom in ``decode``. The state between rounds liv
 ``batch.spec_info`` (an ``EagleDraftInput``), as upstream. Every phase has an idle twin so a DP
 rank without requests joins the same forwards.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator, List, Optional, Tuple
 
 import torch
 
@@ -24,36 +25,64 @@ from workbench.speculative.spec_config import SpecConfig
 
 class EagleWorker(WorkerBase):
     def __init__(
-        self, target: torch.nn.Module, draft: torch.nn.Module, backend: str, spec: SpecConfig, max_running: int,
-        max_context_len: int, dp_comm: Optional[object] = None, metrics: Optional[Metrics] = None,
+        self,
+        target: torch.nn.Module,
+        draft: torch.nn.Module,
+        backend: str,
+        spec: SpecConfig,
+        max_running: int,
+        max_context_len: int,
+        dp_comm: object | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         branches = max_running * spec.topk
         super().__init__(
-            target, backend, max_running, max_context_len, extra_rows=branches,
-            extra_slots=branches * spec.steps + max_running * spec.num_draft_tokens, dp_comm=dp_comm, metrics=metrics,
+            target,
+            backend,
+            max_running,
+            max_context_len,
+            extra_rows=branches,
+            extra_slots=branches * spec.steps + max_running * spec.num_draft_tokens,
+            dp_comm=dp_comm,
+            metrics=metrics,
         )
         self.draft = ModelRunner(draft, backend, self.memory, self.memory.allocator.capacity, dp_comm)
         self.spec = spec
-        self.revision, self.steps, self.topk, self.num_draft_tokens = spec.revision, spec.steps, spec.topk, spec.num_draft_tokens
+        self.revision, self.steps, self.topk, self.num_draft_tokens = (
+            spec.revision,
+            spec.steps,
+            spec.topk,
+            spec.num_draft_tokens,
+        )
         self.hidden_size = draft.config.hidden_size
         self.metrics.proposed_per_step = spec.num_draft_tokens - 1
         self.metrics.max_depth = spec.steps
 
     # ---- prefill ---------------------------------------------------------------------------
-    def prefill(self, reqs: List[Req]) -> ScheduleBatch:
+    def prefill(self, reqs: list[Req]) -> ScheduleBatch:
         """Target EXTEND, then draft EXTEND over the prompt shifted by one token."""
         self.check_fits(reqs, max(self.num_draft_tokens, self.steps) + 1)  # verify's tree / a chain's draft path
         with self.phase("prefill"):
             batch, tfb, aux, slots = self.prefill_target(reqs)
             lens = tfb.seq_lens
             shifted = torch.cat(
-                [torch.tensor(r.prompt_ids[1:] + [int(t)], dtype=torch.int64) for r, t in zip(reqs, batch.output_ids)]
+                [
+                    torch.tensor(r.prompt_ids[1:] + [int(t)], dtype=torch.int64)
+                    for r, t in zip(reqs, batch.output_ids, strict=False)
+                ]
             )
             spec = EagleDraftInput(hidden_states=aux, verified_id=shifted)
             fb = self.draft.make_batch(
-                ForwardMode.EXTEND, input_ids=shifted, positions=tfb.positions, req_pool_indices=tfb.req_pool_indices,
-                seq_lens=lens, out_cache_loc=slots, extend_seq_lens=lens, extend_prefix_lens=torch.zeros_like(lens),
-                spec_info=spec, capture_hidden_mode=CaptureHiddenMode.LAST,
+                ForwardMode.EXTEND,
+                input_ids=shifted,
+                positions=tfb.positions,
+                req_pool_indices=tfb.req_pool_indices,
+                seq_lens=lens,
+                out_cache_loc=slots,
+                extend_seq_lens=lens,
+                extend_prefix_lens=torch.zeros_like(lens),
+                spec_info=spec,
+                capture_hidden_mode=CaptureHiddenMode.LAST,
             )
             hidden = self.run(self.draft, fb, aux)
             self._set_next_draft(batch, hidden[indptr_from_lens(lens)[1:] - 1])
@@ -94,17 +123,20 @@ class EagleWorker(WorkerBase):
 
     # ---- draft -----------------------------------------------------------------------------
     def _idle_draft_input(self) -> EagleDraftInput:
-        return EagleDraftInput.create_idle_input(torch.get_default_device(), self.hidden_size, torch.float32, self.topk, CaptureHiddenMode.NULL)
+        return EagleDraftInput.create_idle_input(
+            torch.get_default_device(), self.hidden_size, torch.float32, self.topk, CaptureHiddenMode.NULL
+        )
 
-    def _draft_topk(self, hidden: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _draft_topk(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden (rows, H) -> (probabilities, tokens) of the draft's topk next tokens, (rows, topk) each."""
         return torch.softmax(self.draft.model.logits(hidden), dim=-1).topk(self.topk, dim=-1)
 
     def _set_next_draft(self, batch: ScheduleBatch, hidden: torch.Tensor) -> None:
         """The round state: hidden (bs, H) the draft's state after each request's last verified token."""
         topk_p, topk_index = self._draft_topk(hidden)
-        batch.spec_info = EagleDraftInput(topk_p=topk_p, topk_index=topk_index, hidden_states=hidden,
-                                          verified_id=batch.output_ids)
+        batch.spec_info = EagleDraftInput(
+            topk_p=topk_p, topk_index=topk_index, hidden_states=hidden, verified_id=batch.output_ids
+        )
 
     def _draft(self, batch: ScheduleBatch) -> DraftTree:
         """``steps`` expansions: the round state's topk, then steps - 1 draft DECODE forwards over
@@ -122,7 +154,7 @@ class EagleWorker(WorkerBase):
         return branches.tree(state.verified_id, self.num_draft_tokens)
 
     @contextmanager
-    def _branch_rows(self, batch: ScheduleBatch) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+    def _branch_rows(self, batch: ScheduleBatch) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Request rows, one per (request, branch), holding the request's slots, and the KV slots
         of every draft step, (steps - 1, bs * topk); the slots are freed on exit. topk 1: the
         requests' own rows (the path goes past ``seq_lens``, where verify writes next). Otherwise
@@ -143,8 +175,15 @@ class EagleWorker(WorkerBase):
             if scratch:
                 pool.free(rows.tolist())
 
-    def _draft_step(self, rows: torch.Tensor, prefix: torch.Tensor, path_cols: torch.Tensor, new_slots: torch.Tensor,
-                    branches: DraftBranches, i: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _draft_step(
+        self,
+        rows: torch.Tensor,
+        prefix: torch.Tensor,
+        path_cols: torch.Tensor,
+        new_slots: torch.Tensor,
+        branches: DraftBranches,
+        i: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Draft forward i over the branch rows (bs * k,): each tip token at position prefix + i - 1
         sees the prompt and its own path, written at ``path_cols`` (bs * k, i) of its row.
         Returns (hidden (bs * k, H), path slots (bs * k, i))."""
@@ -153,11 +192,21 @@ class EagleWorker(WorkerBase):
         table = self.memory.req_to_token_pool.req_to_token
         table[rows.unsqueeze(1), path_cols] = own.to(table.dtype)
         tokens = branches.tokens.flatten()
-        spec = EagleDraftInput(hidden_states=branches.hidden, verified_id=tokens,
-                               capture_hidden_mode=CaptureHiddenMode.LAST, num_tokens_per_req=k)
+        spec = EagleDraftInput(
+            hidden_states=branches.hidden,
+            verified_id=tokens,
+            capture_hidden_mode=CaptureHiddenMode.LAST,
+            num_tokens_per_req=k,
+        )
         fb = self.draft.make_batch(
-            ForwardMode.DECODE, input_ids=tokens, positions=prefix + i - 1, req_pool_indices=rows, seq_lens=prefix + i,
-            out_cache_loc=new_slots, spec_info=spec, capture_hidden_mode=CaptureHiddenMode.LAST,
+            ForwardMode.DECODE,
+            input_ids=tokens,
+            positions=prefix + i - 1,
+            req_pool_indices=rows,
+            seq_lens=prefix + i,
+            out_cache_loc=new_slots,
+            spec_info=spec,
+            capture_hidden_mode=CaptureHiddenMode.LAST,
         )
         self.draft.draft_attn_backend.init_forward_metadata(fb, i)
         return self.run(self.draft, fb, branches.hidden), own
@@ -170,15 +219,27 @@ class EagleWorker(WorkerBase):
         table = self.memory.req_to_token_pool.req_to_token
         self.ops.assign(table, batch.req_pool_indices, batch.seq_lens, torch.full((bs,), n), slots)
         spec = EagleVerifyInput(
-            draft_token=tree.tokens.flatten(), custom_mask=tree.custom_mask(batch.seq_lens),
-            positions=tree.positions(batch.seq_lens).flatten(), retrive_index=torch.arange(bs * n).view(bs, n),
-            retrive_next_token=tree.next_token, retrive_next_sibling=tree.next_sibling,
-            spec_steps=self.steps, topk=self.topk, draft_token_num=n, seq_lens_sum=int(batch.seq_lens.sum()),
+            draft_token=tree.tokens.flatten(),
+            custom_mask=tree.custom_mask(batch.seq_lens),
+            positions=tree.positions(batch.seq_lens).flatten(),
+            retrive_index=torch.arange(bs * n).view(bs, n),
+            retrive_next_token=tree.next_token,
+            retrive_next_sibling=tree.next_sibling,
+            spec_steps=self.steps,
+            topk=self.topk,
+            draft_token_num=n,
+            seq_lens_sum=int(batch.seq_lens.sum()),
         )
         fb = self.target.make_batch(
-            ForwardMode.TARGET_VERIFY, input_ids=spec.draft_token, positions=spec.positions,
-            req_pool_indices=batch.req_pool_indices, seq_lens=batch.seq_lens.clone(), out_cache_loc=slots,
-            extend_seq_lens=torch.full((bs,), n), extend_prefix_lens=batch.seq_lens.clone(), spec_info=spec,
+            ForwardMode.TARGET_VERIFY,
+            input_ids=spec.draft_token,
+            positions=spec.positions,
+            req_pool_indices=batch.req_pool_indices,
+            seq_lens=batch.seq_lens.clone(),
+            out_cache_loc=slots,
+            extend_seq_lens=torch.full((bs,), n),
+            extend_prefix_lens=batch.seq_lens.clone(),
+            spec_info=spec,
             capture_hidden_mode=CaptureHiddenMode.FULL,
         )
         hidden, aux = self.run(self.target, fb)
@@ -198,7 +259,7 @@ class EagleWorker(WorkerBase):
         self.ops.assign(table, batch.req_pool_indices, batch.seq_lens, keep_n, res.slots.gather(1, node)[valid])
         self.metrics.add_accepts(res.accept_length.tolist())
         toks = res.tree_tokens.gather(1, node)
-        for r, row, m, b in zip(batch.reqs, toks.tolist(), keep_n.tolist(), res.bonus.tolist()):
+        for r, row, m, b in zip(batch.reqs, toks.tolist(), keep_n.tolist(), res.bonus.tolist(), strict=False):
             r.append(row[1:m] + [b])
         batch.seq_lens = batch.seq_lens + keep_n
         batch.output_ids = res.bonus
@@ -217,13 +278,22 @@ class EagleWorker(WorkerBase):
         prefix = batch.seq_lens - n_new
         positions, last = self.ops.draft_extend_inputs(prefix, n_new, input_ids)
         if not torch.equal(last, batch.output_ids):
-            raise RuntimeError(f"draft-extend inputs lost the bonus tokens: {last.tolist()} vs {batch.output_ids.tolist()}")
+            raise RuntimeError(
+                f"draft-extend inputs lost the bonus tokens: {last.tolist()} vs {batch.output_ids.tolist()}"
+            )
         slots = res.slots.gather(1, node)[valid]  # the KV slots _accept kept for [root, accepted...]
         spec = self.revision.draft_extend_input(hidden, input_ids, res.accept_length)
         fb = self.draft.make_batch(
-            ForwardMode.DRAFT_EXTEND, input_ids=input_ids, positions=positions, req_pool_indices=batch.req_pool_indices,
-            seq_lens=batch.seq_lens.clone(), out_cache_loc=slots, extend_seq_lens=n_new, extend_prefix_lens=prefix,
-            spec_info=spec, capture_hidden_mode=CaptureHiddenMode.LAST,
+            ForwardMode.DRAFT_EXTEND,
+            input_ids=input_ids,
+            positions=positions,
+            req_pool_indices=batch.req_pool_indices,
+            seq_lens=batch.seq_lens.clone(),
+            out_cache_loc=slots,
+            extend_seq_lens=n_new,
+            extend_prefix_lens=prefix,
+            spec_info=spec,
+            capture_hidden_mode=CaptureHiddenMode.LAST,
         )
         out = self.run(self.draft, fb, hidden)
         self._set_next_draft(batch, out[indptr_from_lens(n_new)[1:] - 1])

@@ -1,4 +1,5 @@
 """``SpecConfig``: the shape of EAGLE3's draft and the code state whose draft-extend class runs."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """The base of every spec-info object, mirroring SGLang's ``speculative/spec_info.py``."""
+
 from __future__ import annotations
 
 import enum

@@ -13,5 +13,14 @@ from .plot import plot_survey
 from .release_replay import replay
 from .releases import ReleaseError, default_cache_dir, default_versions, known_releases
 
-__all__ = ["survey", "replay", "plot_survey", "format_table", "format_details", "known_releases",
-           "default_versions", "default_cache_dir", "ReleaseError"]
+__all__ = [
+    "survey",
+    "replay",
+    "plot_survey",
+    "format_table",
+    "format_details",
+    "known_releases",
+    "default_versions",
+    "default_cache_dir",
+    "ReleaseError",
+]

@@ -6,7 +6,7 @@ Nothing here imports the analysed code; every function takes source text.
 from __future__ import annotations
 
 import ast
-from typing import Iterator
+from collections.abc import Iterator
 
 FIELD = "kv_indptr"
 SPEC_BASE = "SpecInput"
@@ -28,26 +28,36 @@ def _base_name(node: ast.expr) -> str:
 def _field_decl(cls: ast.ClassDef, field: str) -> dict | None:
     """The class-level (or __init__/__post_init__ self.) declaration of `field` in `cls`, if any."""
     for stmt in cls.body:
-        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) \
-                and stmt.target.id == field:
-            return {"kind": "annotation", "line": stmt.lineno,
-                    "annotation": ast.unparse(stmt.annotation),
-                    "default": None if stmt.value is None else ast.unparse(stmt.value)}
-        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == field
-                                                for t in stmt.targets):
-            return {"kind": "assignment", "line": stmt.lineno, "annotation": None,
-                    "default": ast.unparse(stmt.value)}
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == field:
+            return {
+                "kind": "annotation",
+                "line": stmt.lineno,
+                "annotation": ast.unparse(stmt.annotation),
+                "default": None if stmt.value is None else ast.unparse(stmt.value),
+            }
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == field for t in stmt.targets):
+            return {"kind": "assignment", "line": stmt.lineno, "annotation": None, "default": ast.unparse(stmt.value)}
     for stmt in cls.body:
         if isinstance(stmt, ast.FunctionDef) and stmt.name in ("__init__", "__post_init__"):
             for node in ast.walk(stmt):
-                targets = node.targets if isinstance(node, ast.Assign) else (
-                    [node.target] if isinstance(node, ast.AnnAssign) else [])
+                targets = (
+                    node.targets
+                    if isinstance(node, ast.Assign)
+                    else ([node.target] if isinstance(node, ast.AnnAssign) else [])
+                )
                 for t in targets:
-                    if isinstance(t, ast.Attribute) and t.attr == field and \
-                            isinstance(t.value, ast.Name) and t.value.id == "self":
-                        return {"kind": f"self in {stmt.name}", "line": node.lineno,
-                                "annotation": None, "default": ast.unparse(node.value)
-                                if getattr(node, "value", None) is not None else None}
+                    if (
+                        isinstance(t, ast.Attribute)
+                        and t.attr == field
+                        and isinstance(t.value, ast.Name)
+                        and t.value.id == "self"
+                    ):
+                        return {
+                            "kind": f"self in {stmt.name}",
+                            "line": node.lineno,
+                            "annotation": None,
+                            "default": ast.unparse(node.value) if getattr(node, "value", None) is not None else None,
+                        }
     return None
 
 
@@ -58,13 +68,17 @@ def collect_classes(sources: dict[str, str], field: str = FIELD) -> dict[str, di
         tree = ast.parse(text, filename=fname)
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
-                decorators = [_base_name(d.func if isinstance(d, ast.Call) else d)
-                              for d in node.decorator_list]
-                classes.setdefault(node.name, {
-                    "file": fname, "line": node.lineno,
-                    "bases": [_base_name(b) for b in node.bases],
-                    "dataclass": "dataclass" in decorators,
-                    "declares": _field_decl(node, field)})
+                decorators = [_base_name(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list]
+                classes.setdefault(
+                    node.name,
+                    {
+                        "file": fname,
+                        "line": node.lineno,
+                        "bases": [_base_name(b) for b in node.bases],
+                        "dataclass": "dataclass" in decorators,
+                        "declares": _field_decl(node, field),
+                    },
+                )
     return classes
 
 
@@ -93,11 +107,13 @@ def spec_input_classes(sources: dict[str, str], field: str = FIELD) -> dict[str,
         ancestors = list(_ancestors(name, classes))
         if SPEC_BASE not in ancestors:
             continue
-        owner = name if info["declares"] else next(
-            (a for a in ancestors if classes.get(a, {}).get("declares")), None)
+        owner = name if info["declares"] else next((a for a in ancestors if classes.get(a, {}).get("declares")), None)
         result[name] = {
-            "file": info["file"], "line": info["line"], "bases": info["bases"],
-            "dataclass": info["dataclass"], "has_field": owner is not None,
+            "file": info["file"],
+            "line": info["line"],
+            "bases": info["bases"],
+            "dataclass": info["dataclass"],
+            "has_field": owner is not None,
             "field_from": owner,
             "declaration": classes[owner]["declares"] if owner else None,
         }
@@ -118,9 +134,15 @@ class _Scanner(ast.NodeVisitor):
         self.found: list[dict] = []
 
     def _add(self, node: ast.AST, kind: str) -> None:
-        self.found.append({"line": node.lineno, "kind": kind, "safe": kind in SAFE_KINDS,
-                           "function": ".".join(self.scope) or "<module>",
-                           "code": self.lines[node.lineno - 1].strip()})
+        self.found.append(
+            {
+                "line": node.lineno,
+                "kind": kind,
+                "safe": kind in SAFE_KINDS,
+                "function": ".".join(self.scope) or "<module>",
+                "code": self.lines[node.lineno - 1].strip(),
+            }
+        )
 
     def generic_visit(self, node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
@@ -140,19 +162,26 @@ class _Scanner(ast.NodeVisitor):
                 self._add(node, WRITE)
             else:
                 parent = self.parents.get(id(node))
-                guard = (isinstance(parent, ast.Compare) and parent.left is node
-                         and all(isinstance(op, (ast.Is, ast.IsNot)) for op in parent.ops)
-                         and all(isinstance(c, ast.Constant) and c.value is None
-                                 for c in parent.comparators))
+                guard = (
+                    isinstance(parent, ast.Compare)
+                    and parent.left is node
+                    and all(isinstance(op, (ast.Is, ast.IsNot)) for op in parent.ops)
+                    and all(isinstance(c, ast.Constant) and c.value is None for c in parent.comparators)
+                )
                 self._add(node, NONE_GUARD if guard else PLAIN)
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         args = node.args
-        if isinstance(func, ast.Name) and func.id in ("getattr", "hasattr") and len(args) >= 2 \
-                and _is_spec_expr(args[0]) and isinstance(args[1], ast.Constant) \
-                and args[1].value == self.field:
+        if (
+            isinstance(func, ast.Name)
+            and func.id in ("getattr", "hasattr")
+            and len(args) >= 2
+            and _is_spec_expr(args[0])
+            and isinstance(args[1], ast.Constant)
+            and args[1].value == self.field
+        ):
             if func.id == "hasattr":
                 self._add(node, HASATTR)
             else:
@@ -174,10 +203,13 @@ def field_accesses(source: str, field: str = FIELD, filename: str = "<src>") -> 
 def summarize_accesses(accesses: list[dict]) -> dict:
     """Per-file summary: whether it reads the field, the read kinds, lines, unsafe reads."""
     reads = [a for a in accesses if a["kind"] != WRITE]
-    return {"reads": bool(reads), "kinds": sorted({a["kind"] for a in reads}),
-            "read_lines": [a["line"] for a in reads],
-            "unsafe_reads": sum(1 for a in reads if not a["safe"]),
-            "writes": sum(1 for a in accesses if a["kind"] == WRITE)}
+    return {
+        "reads": bool(reads),
+        "kinds": sorted({a["kind"] for a in reads}),
+        "read_lines": [a["line"] for a in reads],
+        "unsafe_reads": sum(1 for a in reads if not a["safe"]),
+        "writes": sum(1 for a in accesses if a["kind"] == WRITE),
+    }
 
 
 USES = ("built", "returned", "passed", "installed")  # weakest to strongest evidence
@@ -190,8 +222,12 @@ def _construction(node: ast.AST, class_names: set[str]) -> tuple[str, str] | Non
     func = node.func
     if isinstance(func, ast.Name) and func.id in class_names:
         return func.id, "constructor"
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
-            and func.value.id in class_names and func.attr.startswith("create"):
+    if (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id in class_names
+        and func.attr.startswith("create")
+    ):
         return func.value.id, func.attr
     return None
 
@@ -205,19 +241,25 @@ def _mark(rec: dict | None, use: str) -> None:
         rec["use"] = use
 
 
-def _scan_function(func: ast.FunctionDef | ast.AsyncFunctionDef, class_names: set[str],
-                   records: dict[tuple, dict]) -> None:
+def _scan_function(
+    func: ast.FunctionDef | ast.AsyncFunctionDef, class_names: set[str], records: dict[tuple, dict]
+) -> None:
     by_call: dict[int, dict] = {}
     for node in ast.walk(func):
         made = _construction(node, class_names)
         if made:
-            rec = records.setdefault((node.lineno, *made), {
-                "class": made[0], "how": made[1], "line": node.lineno, "use": "built"})
+            rec = records.setdefault(
+                (node.lineno, *made), {"class": made[0], "how": made[1], "line": node.lineno, "use": "built"}
+            )
             rec.update(function=func.name, draft_extend="draft_extend" in func.name)
             by_call[id(node)] = rec
-    local = {t.id: by_call[id(n.value)] for n in ast.walk(func)
-             if isinstance(n, (ast.Assign, ast.AnnAssign)) and id(n.value) in by_call
-             for t in _targets(n) if isinstance(t, ast.Name)}
+    local = {
+        t.id: by_call[id(n.value)]
+        for n in ast.walk(func)
+        if isinstance(n, (ast.Assign, ast.AnnAssign)) and id(n.value) in by_call
+        for t in _targets(n)
+        if isinstance(t, ast.Name)
+    }
 
     def refers(expr: ast.AST | None) -> dict | None:
         if isinstance(expr, ast.Name):
@@ -254,5 +296,4 @@ def spec_info_installs(source: str, class_names: set[str], filename: str = "<src
 
 def draft_extend_spec_info(installs: list[dict]) -> list[str]:
     """Classes a worker installs (or hands on) as the draft-extend pass's spec_info."""
-    return sorted({r["class"] for r in installs
-                   if r["draft_extend"] and r["use"] in ("installed", "passed")})
+    return sorted({r["class"] for r in installs if r["draft_extend"] and r["use"] in ("installed", "passed")})

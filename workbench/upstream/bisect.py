@@ -18,8 +18,12 @@ from .guard import checkout_version, nearest_release
 from .lint import analyse, dir_sources, finding_key, source_root
 from .releases import Log, check_version, default_cache_dir, echo, known_releases
 
-DEFAULT_CASE = {"module": "sglang.srt.speculative.eagle_info", "class": "EagleDraftExtendInput",
-                "mode": "IDLE", "backend": "triton"}
+DEFAULT_CASE = {
+    "module": "sglang.srt.speculative.eagle_info",
+    "class": "EagleDraftExtendInput",
+    "mode": "IDLE",
+    "backend": "triton",
+}
 
 
 class BisectError(ValueError):
@@ -39,17 +43,24 @@ def commits_between(repo: Path, good: str, bad: str) -> list[dict]:
     if subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", good_sha, bad_sha]).returncode:
         raise BisectError(f"--good {good} ({good_sha[:10]}) is not an ancestor of --bad {bad} ({bad_sha[:10]})")
     lines = _git(repo, "log", "--first-parent", "--reverse", "--format=%H%x09%s", f"{good_sha}..{bad_sha}")
-    return [dict(zip(("sha", "subject"), ln.split("\t", 1))) for ln in lines.splitlines() if ln]
+    return [dict(zip(("sha", "subject"), ln.split("\t", 1), strict=False)) for ln in lines.splitlines() if ln]
 
 
 def export_tree(repo: Path, sha: str, dest: Path) -> Path:
     """`git archive` of `sha` (its python/ folder when it has one) unpacked into `dest`."""
-    sub = ["python"] if subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{sha}:python/sglang"],
-                                       capture_output=True).returncode == 0 else []
+    sub = (
+        ["python"]
+        if subprocess.run(
+            ["git", "-C", str(repo), "cat-file", "-e", f"{sha}:python/sglang"], capture_output=True
+        ).returncode
+        == 0
+        else []
+    )
     tar = dest / "tree.tar"
     with open(tar, "wb") as out:
-        proc = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", sha, *sub], stdout=out,
-                              stderr=subprocess.PIPE)
+        proc = subprocess.run(
+            ["git", "-C", str(repo), "archive", "--format=tar", sha, *sub], stdout=out, stderr=subprocess.PIPE
+        )
     if proc.returncode != 0:
         raise BisectError(f"git archive {sha}: {proc.stderr.decode(errors='replace')[-300:]}")
     with tarfile.open(tar) as tf:
@@ -64,17 +75,19 @@ def _matches(finding: dict, spec: str) -> bool:
     have = finding_key(finding).split("|")
     if len(want) == 4:  # backend|mode|class|attribute
         have = [have[0], *have[2:]]
-    return len(want) == len(have) and all(w in ("", "*", h) for w, h in zip(want, have))
+    return len(want) == len(have) and all(w in ("", "*", h) for w, h in zip(want, have, strict=False))
 
 
-def is_bad(tree: Path, finding: str | None, env_release: str, cache_dir: Path, log: Log,
-           timeout_s: float) -> tuple[bool, str]:
+def is_bad(
+    tree: Path, finding: str | None, env_release: str, cache_dir: Path, log: Log, timeout_s: float
+) -> tuple[bool, str]:
     """(bad?, why) for one exported tree."""
     if finding:
         hits = [f for f in analyse(dir_sources(tree), str(tree))["findings"] if _matches(f, finding)]
         return bool(hits), (f"lint finding at {hits[0]['read'].split('/')[-1]}" if hits else "no such finding")
     from .env import ensure_env
     from .triage import replay_matrix
+
     env = ensure_env(env_release, cache_dir, log=log, src_root=source_root(tree))
     matrix = replay_matrix(env, [DEFAULT_CASE], timeout_s)
     case = (matrix["cases"] or [{}])[0]
@@ -82,12 +95,22 @@ def is_bad(tree: Path, finding: str | None, env_release: str, cache_dir: Path, l
         return True, f"{case['exception_type']}: {case['message']}"
     if case.get("status") == "ok":
         return False, f"ok: kv_indptr={case.get('metrics', {}).get('kv_indptr')}"
-    raise BisectError(f"replay could not decide: {case.get('status') or matrix['status']}: "
-                      f"{case.get('message') or matrix.get('message')}")
+    raise BisectError(
+        f"replay could not decide: {case.get('status') or matrix['status']}: "
+        f"{case.get('message') or matrix.get('message')}"
+    )
 
 
-def bisect(repo: Path, good: str, bad: str, finding: str | None = None, env_release: str | None = None,
-           cache_dir: Path | None = None, log: Log = echo, timeout_s: float = 900) -> dict:
+def bisect(
+    repo: Path,
+    good: str,
+    bad: str,
+    finding: str | None = None,
+    env_release: str | None = None,
+    cache_dir: Path | None = None,
+    log: Log = echo,
+    timeout_s: float = 900,
+) -> dict:
     """Binary search for the first bad commit in (good, bad]; `good` assumed good, `bad` bad."""
     repo = Path(repo).expanduser().resolve()
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
@@ -122,7 +145,15 @@ def bisect(repo: Path, good: str, bad: str, finding: str | None = None, env_rele
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     first = commits[hi]
-    return {"repo": str(repo), "good": good, "bad": bad, "by": f"lint finding {finding}" if finding
-            else "replay of EagleDraftExtendInput idle input, IDLE, triton", "env_release": env_v,
-            "candidates": len(commits), "first_bad": first, "tried": tried,
-            "replays": 0 if finding else len(tried), "steps": len(tried)}
+    return {
+        "repo": str(repo),
+        "good": good,
+        "bad": bad,
+        "by": f"lint finding {finding}" if finding else "replay of EagleDraftExtendInput idle input, IDLE, triton",
+        "env_release": env_v,
+        "candidates": len(commits),
+        "first_bad": first,
+        "tried": tried,
+        "replays": 0 if finding else len(tried),
+        "steps": len(tried),
+    }

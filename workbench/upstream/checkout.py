@@ -25,14 +25,15 @@ def drop_field_line(path: Path, cls: str, field: str) -> int:
             for stmt in node.body:
                 if isinstance(stmt, ast.AnnAssign) and getattr(stmt.target, "id", None) == field:
                     lines = text.splitlines(keepends=True)
-                    del lines[stmt.lineno - 1: stmt.end_lineno]
+                    del lines[stmt.lineno - 1 : stmt.end_lineno]
                     path.write_text("".join(lines))
                     return stmt.lineno
     raise ValueError(f"{path}: class {cls} declares no field {field!r}")
 
 
-def make_checkout(version: str, dest: Path, drop_field: tuple[str, str] | None = None,
-                  cache_dir: Path | None = None) -> Path:
+def make_checkout(
+    version: str, dest: Path, drop_field: tuple[str, str] | None = None, cache_dir: Path | None = None
+) -> Path:
     """`dest` laid out like an sglang checkout (`python/sglang/...`) from the release's wheel."""
     wheel, _ = ensure_wheel(version, cache_dir or default_cache_dir())
     with zipfile.ZipFile(wheel) as zf:
@@ -43,13 +44,15 @@ def make_checkout(version: str, dest: Path, drop_field: tuple[str, str] | None =
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=workbench", "-c",
-                           "user.email=workbench@localhost", *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=workbench", "-c", "user.email=workbench@localhost", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
-def make_history(version: str, dest: Path, unrelated_after: int = 3,
-                 cache_dir: Path | None = None) -> dict:
+def make_history(version: str, dest: Path, unrelated_after: int = 3, cache_dir: Path | None = None) -> dict:
     """A git repo: the release, then the kv_indptr field removed, then unrelated commits.
 
     Returns {"release": sha, "removal": sha, "head": sha, "commits": [sha, ...]}.

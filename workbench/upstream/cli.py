@@ -20,26 +20,42 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         argv0 = Path(sys.argv[0])
         via_main = argv0.name == "workbench" or argv0.parent.name == "workbench"
         prog = "workbench upstream" if via_main else "python -m workbench.upstream"
-    parser = argparse.ArgumentParser(prog=prog, description=(
-        "Real sglang releases: a static contract survey of their wheels, and a replay of the "
-        "kv_indptr crash on their real code (CPU, Triton interpreter)."))
-    parser.add_argument("--cache-dir", type=Path, default=None,
-                        help=f"wheels, sources and dependency venvs (default {default_cache_dir()})")
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=(
+            "Real sglang releases: a static contract survey of their wheels, and a replay of the "
+            "kv_indptr crash on their real code (CPU, Triton interpreter)."
+        ),
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help=f"wheels, sources and dependency venvs (default {default_cache_dir()})",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sv = sub.add_parser("survey", help="static survey of release wheels (ast only, no import)")
-    sv.add_argument("--versions", nargs="+", metavar="X",
-                    help="releases to survey (default 0.5.11-0.5.14 and the newest)")
-    sv.add_argument("--out", type=Path, default=None,
-                    help="write upstream_survey.json, .png and .svg here")
+    sv.add_argument(
+        "--versions", nargs="+", metavar="X", help="releases to survey (default 0.5.11-0.5.14 and the newest)"
+    )
+    sv.add_argument("--out", type=Path, default=None, help="write upstream_survey.json, .png and .svg here")
     sv.add_argument("--details", action="store_true", help="also print line-level findings")
-    ln = sub.add_parser("lint", help="contract lint (ast only): backend spec_info reads x installed "
-                        "spec inputs; with --replay, each finding triaged by a real replay")
+    ln = sub.add_parser(
+        "lint",
+        help="contract lint (ast only): backend spec_info reads x installed "
+        "spec inputs; with --replay, each finding triaged by a real replay",
+    )
     src = ln.add_mutually_exclusive_group(required=True)
     src.add_argument("--sglang", nargs="+", metavar="X", help="release(s) to lint (cached wheels)")
-    src.add_argument("--sglang-src", type=Path, metavar="DIR",
-                     help="an sglang checkout (its root or its python/ folder)")
-    ln.add_argument("--env-release", metavar="X", default=None,
-                    help="release whose environment replays a checkout (default: nearest to its version)")
+    src.add_argument(
+        "--sglang-src", type=Path, metavar="DIR", help="an sglang checkout (its root or its python/ folder)"
+    )
+    ln.add_argument(
+        "--env-release",
+        metavar="X",
+        default=None,
+        help="release whose environment replays a checkout (default: nearest to its version)",
+    )
     ln.add_argument("--replay", action="store_true", help="replay every installed spec input and triage")
     ln.add_argument("--json", type=Path, default=None, dest="json_out", help="write findings here")
     ln.add_argument("--timeout", type=float, default=900, help="seconds for each replay process")
@@ -47,28 +63,46 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     bs.add_argument("--sglang-src", type=Path, required=True, metavar="REPO")
     bs.add_argument("--good", required=True, metavar="REV")
     bs.add_argument("--bad", required=True, metavar="REV")
-    bs.add_argument("--finding", default=None, metavar="B|MODE|CLASS|ATTR",
-                    help="bisect on a lint finding (e.g. 'triton|IDLE|EagleDraftExtendInput|kv_indptr') "
-                    "instead of the replay")
+    bs.add_argument(
+        "--finding",
+        default=None,
+        metavar="B|MODE|CLASS|ATTR",
+        help="bisect on a lint finding (e.g. 'triton|IDLE|EagleDraftExtendInput|kv_indptr') instead of the replay",
+    )
     bs.add_argument("--env-release", metavar="X", default=None)
     bs.add_argument("--json", type=Path, default=None, dest="json_out")
     bs.add_argument("--timeout", type=float, default=900)
-    nl = sub.add_parser("nightly", help="the network lane: lint + replays on the newest release, "
-                        "failing on findings the triage file does not list")
+    nl = sub.add_parser(
+        "nightly",
+        help="the network lane: lint + replays on the newest release, "
+        "failing on findings the triage file does not list",
+    )
     nl.add_argument("--out", type=Path, required=True, help="writes upstream_lane.json/.html here")
     nl.add_argument("--history", type=Path, default=None, help="JSON-lines history to append to")
     nl.add_argument("--triage", type=Path, default=None, help="triage file (default: the shipped one)")
     nl.add_argument("--sglang", default=None, metavar="X", help="release (default: the newest on PyPI)")
     rp = sub.add_parser("replay", help="replay the padded-IDLE draft-extend (or a crash bundle) on real sglang")
     rp.add_argument("--sglang", required=True, nargs="+", metavar="X", help="release(s) to replay")
-    rp.add_argument("--bundle", type=Path, default=None, metavar="DIR",
-                    help="a crash-bundle-rank<R>/ folder: replay its batch and compare with the fallback")
+    rp.add_argument(
+        "--bundle",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="a crash-bundle-rank<R>/ folder: replay its batch and compare with the fallback",
+    )
     rp.add_argument("--backend", default="triton", choices=["triton"])
-    rp.add_argument("--json", type=Path, default=None, dest="json_out",
-                    help="write the run record (a list when several releases) here")
+    rp.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        dest="json_out",
+        help="write the run record (a list when several releases) here",
+    )
     rp.add_argument("--rebuild", action="store_true", help="rebuild the release's venv")
     rp.add_argument("--timeout", type=float, default=900, help="seconds for the replay subprocess")
-    fd = sub.add_parser("fidelity", help="our contracts vs the releases' (shipped snapshot, or fresh --survey/--replay JSON)")
+    fd = sub.add_parser(
+        "fidelity", help="our contracts vs the releases' (shipped snapshot, or fresh --survey/--replay JSON)"
+    )
     fd.add_argument("--survey", type=Path, default=None, help="upstream_survey.json from `survey --out`")
     fd.add_argument("--replay", type=Path, default=None, help="replay records JSON (a list) from `replay --json`")
     fd.add_argument("--json", type=Path, default=None, dest="json_out")
@@ -80,8 +114,10 @@ def _fidelity(args: argparse.Namespace) -> int:
 
     snap = load_snapshot()
     if args.survey or args.replay:
-        fresh = snapshot_from(json.loads(args.survey.read_text()) if args.survey else {"releases": {}},
-                              json.loads(args.replay.read_text()) if args.replay else [])
+        fresh = snapshot_from(
+            json.loads(args.survey.read_text()) if args.survey else {"releases": {}},
+            json.loads(args.replay.read_text()) if args.replay else [],
+        )
         snap = {"survey": fresh["survey"] or snap["survey"], "replay": fresh["replay"] or snap["replay"]}
     result = fidelity(snap)
     echo(format_fidelity(result))
@@ -123,17 +159,20 @@ def _replay(args: argparse.Namespace, cache_dir: Path) -> int:
     versions = _check_versions(args.sglang, cache_dir)
     records = []
     for version in versions:
-        rec = replay(version, cache_dir, backend=args.backend, log=echo, timeout_s=args.timeout,
-                     rebuild=args.rebuild)
+        rec = replay(version, cache_dir, backend=args.backend, log=echo, timeout_s=args.timeout, rebuild=args.rebuild)
         records.append(rec)
         t = rec["timings"]
-        echo(f"sglang {version}: {rec['status']}  install {t['install_s']:.1f} s "
-              f"({'cached' if t['cached'] else 'uncached'}), run {t['run_s']:.1f} s")
+        echo(
+            f"sglang {version}: {rec['status']}  install {t['install_s']:.1f} s "
+            f"({'cached' if t['cached'] else 'uncached'}), run {t['run_s']:.1f} s"
+        )
         if rec["crash"]:
             echo(rec["crash"]["traceback"].rstrip())
         if rec.get("error"):
-            echo(f"error at {rec['error']['stage']}: {rec['error']['message']}"
-                 + (f" (missing: {rec['error']['missing']})" if rec["error"]["missing"] else ""))
+            echo(
+                f"error at {rec['error']['stage']}: {rec['error']['message']}"
+                + (f" (missing: {rec['error']['missing']})" if rec["error"]["missing"] else "")
+            )
         for note in rec["notes"]:
             echo(f"note: {note}")
     if args.json_out:
@@ -155,8 +194,15 @@ def _lint(args: argparse.Namespace, cache_dir: Path) -> int:
     from .lint import format_findings
 
     versions = _check_versions(args.sglang, cache_dir) if args.sglang else None
-    result = check(versions, args.sglang_src, args.env_release, replay=args.replay, cache_dir=cache_dir,
-                   log=echo, timeout_s=args.timeout)
+    result = check(
+        versions,
+        args.sglang_src,
+        args.env_release,
+        replay=args.replay,
+        cache_dir=cache_dir,
+        log=echo,
+        timeout_s=args.timeout,
+    )
     echo("")
     echo(format_findings(result["findings"]))
     _write(args.json_out, result)
@@ -166,12 +212,22 @@ def _lint(args: argparse.Namespace, cache_dir: Path) -> int:
 def _bisect(args: argparse.Namespace, cache_dir: Path) -> int:
     from .bisect import bisect
 
-    result = bisect(args.sglang_src, args.good, args.bad, args.finding, args.env_release, cache_dir,
-                    log=echo, timeout_s=args.timeout)
+    result = bisect(
+        args.sglang_src,
+        args.good,
+        args.bad,
+        args.finding,
+        args.env_release,
+        cache_dir,
+        log=echo,
+        timeout_s=args.timeout,
+    )
     first = result["first_bad"]
     echo(f"first bad commit: {first['sha']} {first['subject']}")
-    echo(f"{result['candidates']} candidate commits, {result['steps']} tried "
-         f"({result['replays']} replays): " + ", ".join(t["sha"][:10] for t in result["tried"]))
+    echo(
+        f"{result['candidates']} candidate commits, {result['steps']} tried "
+        f"({result['replays']} replays): " + ", ".join(t["sha"][:10] for t in result["tried"])
+    )
     _write(args.json_out, result)
     return 0
 
@@ -179,11 +235,15 @@ def _bisect(args: argparse.Namespace, cache_dir: Path) -> int:
 def _replay_bundle(args: argparse.Namespace, cache_dir: Path) -> int:
     from .bundle_replay import replay_bundle
 
-    result = replay_bundle(args.bundle, _check_versions(args.sglang, cache_dir), cache_dir, log=echo,
-                           timeout_s=args.timeout)
+    result = replay_bundle(
+        args.bundle, _check_versions(args.sglang, cache_dir), cache_dir, log=echo, timeout_s=args.timeout
+    )
     echo(f"reference (from the bundle): {result['reference']}")
     for v, r in result["releases"].items():
-        echo(f"sglang {v}: {r['outcome']}  " + (r.get("exception") or f"equal to reference: {r.get('equal_to_reference')}"))
+        echo(
+            f"sglang {v}: {r['outcome']}  "
+            + (r.get("exception") or f"equal to reference: {r.get('equal_to_reference')}")
+        )
     _write(args.json_out, result)
     return 0 if all(r["outcome"] in ("ok", "crashed") for r in result["releases"].values()) else 1
 
@@ -202,8 +262,14 @@ def main(argv: list[str] | None = None) -> int:
             return _lint(args, cache_dir)
         if args.command == "nightly":
             from .lane import run_lane
-            night = run_lane(args.out, args.history, args.triage,
-                             _check_versions([args.sglang], cache_dir)[0] if args.sglang else None, cache_dir)
+
+            night = run_lane(
+                args.out,
+                args.history,
+                args.triage,
+                _check_versions([args.sglang], cache_dir)[0] if args.sglang else None,
+                cache_dir,
+            )
             return 1 if night["verdict"] == "fail" else 0
         if args.command == "bisect":
             return _bisect(args, cache_dir)

@@ -28,16 +28,38 @@ TRITON_PIN = "triton==3.9.0"
 # What sglang's import chain for the replay path needs; a pin in the release's own
 # metadata (transformers, openai) wins over the bare name.
 IMPORT_DEPS: tuple[str, ...] = (
-    "transformers", "openai", "numpy", "orjson", "psutil", "pybase64", "requests",
-    "packaging", "pillow", "starlette", "tqdm", "IPython", "pydantic", "aiohttp", "pyzmq",
-    "partial-json-parser", "dill", "sentencepiece", "einops", "compressed-tensors", "gguf",
-    "msgspec", "fastapi", "uvicorn",
+    "transformers",
+    "openai",
+    "numpy",
+    "orjson",
+    "psutil",
+    "pybase64",
+    "requests",
+    "packaging",
+    "pillow",
+    "starlette",
+    "tqdm",
+    "IPython",
+    "pydantic",
+    "aiohttp",
+    "pyzmq",
+    "partial-json-parser",
+    "dill",
+    "sentencepiece",
+    "einops",
+    "compressed-tensors",
+    "gguf",
+    "msgspec",
+    "fastapi",
+    "uvicorn",
 )
 LATER_DEPS: tuple[str, ...] = ("apache-tvm-ffi",)  # needed by releases after 0.5.14
 XGRAMMAR_FROM = "0.5.16"  # server_args imports xgrammar (function-call parser) from this release
 READY_MARKER = ".workbench-ready.json"
-_PIP_STEP = re.compile(r"^(Collecting|Downloading|Installing|Successfully|Processing|ERROR|"
-                       r"Requirement already satisfied: (torch|triton))")
+_PIP_STEP = re.compile(
+    r"^(Collecting|Downloading|Installing|Successfully|Processing|ERROR|"
+    r"Requirement already satisfied: (torch|triton))"
+)
 
 
 class EnvBuildError(RuntimeError):
@@ -82,9 +104,11 @@ def dependency_group(version: str, wheel: Path) -> str:
 
 
 def _missing_from(output: str) -> str:
-    for pattern in (r"No matching distribution found for (\S+)",
-                    r"Could not find a version that satisfies the requirement (\S+)",
-                    r"ResolutionImpossible.*?(\S+==\S+)"):
+    for pattern in (
+        r"No matching distribution found for (\S+)",
+        r"Could not find a version that satisfies the requirement (\S+)",
+        r"ResolutionImpossible.*?(\S+==\S+)",
+    ):
         found = re.search(pattern, output, re.S)
         if found:
             return found.group(1)
@@ -92,8 +116,7 @@ def _missing_from(output: str) -> str:
 
 
 def _pip_install(python: Path, args: list[str], step: str, tag: str, log: Log) -> None:
-    cmd = [str(python), "-m", "pip", "install", "--progress-bar", "off",
-           "--disable-pip-version-check", *args]
+    cmd = [str(python), "-m", "pip", "install", "--progress-bar", "off", "--disable-pip-version-check", *args]
     log(f"{tag} pip install {' '.join(args)}")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
@@ -108,24 +131,32 @@ def _pip_install(python: Path, args: list[str], step: str, tag: str, log: Log) -
 
 
 def _site_packages(python: Path) -> Path:
-    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return Path(out.stdout.strip())
 
 
 def _installed_versions(python: Path) -> dict[str, str]:
-    code = ("import importlib.metadata as m, json\nout = {}\n"
-            "for n in ('torch','triton','transformers','torchvision','xgrammar'):\n"
-            "    try: out[n] = m.version(n)\n    except m.PackageNotFoundError: out[n] = None\n"
-            "print(json.dumps(out))")
+    code = (
+        "import importlib.metadata as m, json\nout = {}\n"
+        "for n in ('torch','triton','transformers','torchvision','xgrammar'):\n"
+        "    try: out[n] = m.version(n)\n    except m.PackageNotFoundError: out[n] = None\n"
+        "print(json.dumps(out))"
+    )
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
     return json.loads(out.stdout) if out.returncode == 0 else {}
 
 
 def _not_installed(python: Path, specs: list[str]) -> list[str]:
     names = {re.split(r"[\s\[<>=!~;]", x, maxsplit=1)[0]: x for x in specs}
-    code = ("import importlib.metadata as m, json, sys\nout = []\nfor n in json.loads(sys.argv[1]):\n"
-            "    try: m.version(n)\n    except m.PackageNotFoundError: out.append(n)\nprint(json.dumps(out))")
+    code = (
+        "import importlib.metadata as m, json, sys\nout = []\nfor n in json.loads(sys.argv[1]):\n"
+        "    try: m.version(n)\n    except m.PackageNotFoundError: out.append(n)\nprint(json.dumps(out))"
+    )
     proc = subprocess.run([str(python), "-c", code, json.dumps(list(names))], capture_output=True, text=True)
     return [names[n] for n in json.loads(proc.stdout)] if proc.returncode == 0 else []
 
@@ -166,8 +197,17 @@ def ensure_deps(version: str, cache_dir: Path, log: Log = echo, rebuild: bool = 
             info["specs"] = sorted(set(info.get("specs", [])) | set(specs))
             info["packages"] = _installed_versions(python)
             marker.write_text(json.dumps(info, indent=1))
-        return ReplayEnv(version, root, python, True, 0.0, info.get("packages", {}),
-                         info.get("notes", []), info.get("install_s"), group=group)
+        return ReplayEnv(
+            version,
+            root,
+            python,
+            True,
+            0.0,
+            info.get("packages", {}),
+            info.get("notes", []),
+            info.get("install_s"),
+            group=group,
+        )
     start = time.perf_counter()
     if root.exists():
         shutil.rmtree(root)
@@ -181,15 +221,26 @@ def ensure_deps(version: str, cache_dir: Path, log: Log = echo, rebuild: bool = 
     log(f"{tag} {STANDIN_NOTE}")
     packages = _installed_versions(python)
     install_s = round(time.perf_counter() - start, 1)
-    marker.write_text(json.dumps({"group": group, "built_for": version, "specs": specs, "packages": packages,
-                                  "notes": [STANDIN_NOTE], "install_s": install_s}, indent=1))
+    marker.write_text(
+        json.dumps(
+            {
+                "group": group,
+                "built_for": version,
+                "specs": specs,
+                "packages": packages,
+                "notes": [STANDIN_NOTE],
+                "install_s": install_s,
+            },
+            indent=1,
+        )
+    )
     log(f"{tag} dependency venv ready in {install_s:.1f} s")
-    return ReplayEnv(version, root, python, False, install_s, packages, [STANDIN_NOTE],
-                     install_s, group=group)
+    return ReplayEnv(version, root, python, False, install_s, packages, [STANDIN_NOTE], install_s, group=group)
 
 
-def ensure_env(version: str, cache_dir: Path, log: Log = echo, rebuild: bool = False,
-               src_root: Path | None = None) -> ReplayEnv:
+def ensure_env(
+    version: str, cache_dir: Path, log: Log = echo, rebuild: bool = False, src_root: Path | None = None
+) -> ReplayEnv:
     """The replay environment of `version`: its range's dependency venv + its sources first.
 
     `src_root` (a checkout's folder holding `sglang/`) replaces the release's own sources:

@@ -43,21 +43,37 @@ def nearest_release(version: str | None, known: list[str]) -> str:
 
 def summary(analysis: dict) -> dict:
     """The JSON-sized part of a lint analysis (no per-read lists)."""
-    return {"source": analysis["source"], "forward_modes": analysis["forward_modes"],
-            "backend_classes": len(analysis["backends"]),
-            "spec_reads": sum(len(b["reads"]) for b in analysis["backends"].values()),
-            "spec_inputs": {n: {"file": c["file"], "line": c["line"], "attrs": len(c["attrs"])}
-                            for n, c in analysis["spec_inputs"].items()},
-            "installs": analysis["installs"], "unresolved_installs": analysis["unresolved_installs"]}
+    return {
+        "source": analysis["source"],
+        "forward_modes": analysis["forward_modes"],
+        "backend_classes": len(analysis["backends"]),
+        "spec_reads": sum(len(b["reads"]) for b in analysis["backends"].values()),
+        "spec_inputs": {
+            n: {"file": c["file"], "line": c["line"], "attrs": len(c["attrs"])}
+            for n, c in analysis["spec_inputs"].items()
+        },
+        "installs": analysis["installs"],
+        "unresolved_installs": analysis["unresolved_installs"],
+    }
 
 
-def check_source(sources: dict[str, str], label: str, env_release: str | None, cache_dir: Path,
-                 src_root: Path | None, replay: bool, log: Log, timeout_s: float) -> dict:
+def check_source(
+    sources: dict[str, str],
+    label: str,
+    env_release: str | None,
+    cache_dir: Path,
+    src_root: Path | None,
+    replay: bool,
+    log: Log,
+    timeout_s: float,
+) -> dict:
     """Lint one source tree; with `replay`, run its replay matrix and triage every finding."""
     analysis = analyse(sources, label)
     out = {"source": label, "lint": summary(analysis), "findings": analysis["findings"], "replay": None}
-    log(f"[{label}] lint: {len(analysis['findings'])} finding(s), "
-        f"{len(analysis['installs'])} installs, {len(analysis['backends'])} backend classes")
+    log(
+        f"[{label}] lint: {len(analysis['findings'])} finding(s), "
+        f"{len(analysis['installs'])} installs, {len(analysis['backends'])} backend classes"
+    )
     if not replay:
         return out
     cases = replay_cases(analysis)
@@ -68,8 +84,7 @@ def check_source(sources: dict[str, str], label: str, env_release: str | None, c
     else:
         log(f"[{label}] replaying {len(cases)} case(s) on {env.group} (sources: {env.src_root}) ...")
         matrix = replay_matrix(env, cases, timeout_s)
-        matrix.update(env_release=env_release, env_group=env.group, env_cached=env.cached,
-                      env_build_s=env.built_in_s)
+        matrix.update(env_release=env_release, env_group=env.group, env_cached=env.cached, env_build_s=env.built_in_s)
     out["replay"] = matrix
     out["findings"] = triage(analysis, matrix)
     counts = {}
@@ -79,25 +94,32 @@ def check_source(sources: dict[str, str], label: str, env_release: str | None, c
     return out
 
 
-def check(versions: list[str] | None = None, src: Path | None = None, env_release: str | None = None,
-          replay: bool = True, cache_dir: Path | None = None, log: Log = echo,
-          timeout_s: float = 900) -> dict:
+def check(
+    versions: list[str] | None = None,
+    src: Path | None = None,
+    env_release: str | None = None,
+    replay: bool = True,
+    cache_dir: Path | None = None,
+    log: Log = echo,
+    timeout_s: float = 900,
+) -> dict:
     """Lint (and replay, triage) releases and/or a checkout. Findings under `findings`."""
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     known = known_releases(cache_dir)
     results = []
     for v in [check_version(v, known) for v in versions or []]:
         wheel, _ = ensure_wheel(v, cache_dir, log)
-        results.append(check_source(wheel_sources(wheel), f"sglang {v}", v, cache_dir, None,
-                                    replay, log, timeout_s))
+        results.append(check_source(wheel_sources(wheel), f"sglang {v}", v, cache_dir, None, replay, log, timeout_s))
     if src is not None:
         root = source_root(src)
         declared = checkout_version(root)
         env_v = check_version(env_release, known) if env_release else nearest_release(declared, known)
-        res = check_source(dir_sources(root), f"checkout {root}", env_v, cache_dir, root, replay, log,
-                           timeout_s)
+        res = check_source(dir_sources(root), f"checkout {root}", env_v, cache_dir, root, replay, log, timeout_s)
         res.update(declared_version=declared, env_release=env_v)
         results.append(res)
-    return {"generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "sources": [r["source"] for r in results],
-            "findings": [f for r in results for f in r["findings"]], "results": results}
+    return {
+        "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "sources": [r["source"] for r in results],
+        "findings": [f for r in results for f in r["findings"]],
+        "results": results,
+    }

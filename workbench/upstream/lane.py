@@ -39,8 +39,14 @@ def gate(findings: list[dict], triaged: dict[str, dict]) -> list[dict]:
     return bad
 
 
-def run_lane(out: Path, history: Path | None = None, triage_path: Path | None = None,
-             version: str | None = None, cache_dir: Path | None = None, log: Log = echo) -> dict:
+def run_lane(
+    out: Path,
+    history: Path | None = None,
+    triage_path: Path | None = None,
+    version: str | None = None,
+    cache_dir: Path | None = None,
+    log: Log = echo,
+) -> dict:
     """One night of the lane; writes `out/upstream_lane.json` and appends to `history`."""
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     newest = version or latest_release(cache_dir)
@@ -49,11 +55,15 @@ def run_lane(out: Path, history: Path | None = None, triage_path: Path | None = 
     result = check([newest], replay=True, cache_dir=cache_dir, log=log)
     triaged = load_triage(triage_path)
     failing = gate(result["findings"], triaged)
-    night = {"finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-             "release": newest, "verdict": "fail" if failing else "pass",
-             "findings": [{**f, "triage_file": triaged.get(finding_key(f))} for f in result["findings"]],
-             "failing": failing, "replay": result["results"][0]["replay"],
-             "lint": result["results"][0]["lint"]}
+    night = {
+        "finished_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "release": newest,
+        "verdict": "fail" if failing else "pass",
+        "findings": [{**f, "triage_file": triaged.get(finding_key(f))} for f in result["findings"]],
+        "failing": failing,
+        "replay": result["results"][0]["replay"],
+        "lint": result["results"][0]["lint"],
+    }
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "upstream_lane.json").write_text(json.dumps(night, indent=1))
@@ -61,20 +71,28 @@ def run_lane(out: Path, history: Path | None = None, triage_path: Path | None = 
     if history is not None:
         history.parent.mkdir(parents=True, exist_ok=True)
         with open(history, "a") as fh:
-            fh.write(json.dumps({k: night[k] for k in ("finished_at", "release", "verdict")} |
-                                {"findings": [finding_key(f) + "|" + f["triage"]["status"]
-                                              for f in result["findings"]]}) + "\n")
+            fh.write(
+                json.dumps(
+                    {k: night[k] for k in ("finished_at", "release", "verdict")}
+                    | {"findings": [finding_key(f) + "|" + f["triage"]["status"] for f in result["findings"]]}
+                )
+                + "\n"
+            )
     log(format_text(night))
     return night
 
 
 def format_text(night: dict) -> str:
     """The night as plain text: verdict, then one line per finding."""
-    lines = [f"upstream lane, sglang {night['release']}: {night['verdict'].upper()} "
-             f"({len(night['findings'])} findings, {len(night['failing'])} failing the gate)"]
+    lines = [
+        f"upstream lane, sglang {night['release']}: {night['verdict'].upper()} "
+        f"({len(night['findings'])} findings, {len(night['failing'])} failing the gate)"
+    ]
     for f in night["findings"]:
-        lines.append(f"  {f['backend']:<15} {f['forward_mode']:<14} {f['class']:<24} {f['attribute']:<26} "
-                     f"{f['read'].split('/')[-1]:<34} {f['triage']['status']}")
+        lines.append(
+            f"  {f['backend']:<15} {f['forward_mode']:<14} {f['class']:<24} {f['attribute']:<26} "
+            f"{f['read'].split('/')[-1]:<34} {f['triage']['status']}"
+        )
     for f in night["failing"]:
         lines.append(f"  FAIL {finding_key(f)} at {f['read']}: {f['gate']}")
     return "\n".join(lines)
@@ -87,15 +105,19 @@ def render_html(night: dict) -> str:
         f"<tr><td>{esc(f['backend'])}</td><td>{esc(f['forward_mode'])}</td><td>{esc(f['class'])}</td>"
         f"<td><code>{esc(f['attribute'])}</code></td><td><code>{esc(f['read'].split('/')[-1])}</code></td>"
         f"<td>{esc(f['triage']['status'])}</td><td>{esc(f['triage']['reason'])}</td></tr>"
-        for f in night["findings"])
+        for f in night["findings"]
+    )
     fails = "".join(f"<li><code>{esc(finding_key(f))}</code>: {esc(f['gate'])}</li>" for f in night["failing"])
-    return (f"<section><h2>Upstream lane: sglang {esc(night['release'])} "
-            f"({esc(night['verdict'])})</h2><p>Run {esc(night['finished_at'])}: contract lint of the "
-            "release's sources and replays of its spec inputs on the real backends (CPU, Triton "
-            "interpreter). <em>confirmed</em>: the real backend raises on the input the worker installs "
-            "(the backend contract; the runner path to the call is not replayed).</p>" + (f"<ul>{fails}</ul>" if fails else "") +
-            "<table><tr><th>backend</th><th>mode</th><th>class</th><th>attribute</th><th>read</th>"
-            f"<th>triage</th><th>why</th></tr>{rows}</table></section>")
+    return (
+        f"<section><h2>Upstream lane: sglang {esc(night['release'])} "
+        f"({esc(night['verdict'])})</h2><p>Run {esc(night['finished_at'])}: contract lint of the "
+        "release's sources and replays of its spec inputs on the real backends (CPU, Triton "
+        "interpreter). <em>confirmed</em>: the real backend raises on the input the worker installs "
+        "(the backend contract; the runner path to the call is not replayed).</p>"
+        + (f"<ul>{fails}</ul>" if fails else "")
+        + "<table><tr><th>backend</th><th>mode</th><th>class</th><th>attribute</th><th>read</th>"
+        f"<th>triage</th><th>why</th></tr>{rows}</table></section>"
+    )
 
 
 def build_triage(result: dict, how: str) -> dict:
@@ -105,6 +127,5 @@ def build_triage(result: dict, how: str) -> dict:
         key = finding_key(f)
         entry = out.setdefault(key, {"releases": []})
         entry["releases"].append(f["source"].replace("sglang ", ""))
-        entry.update(status=f["triage"]["status"], reason=f["triage"]["reason"], read=f["read"],
-                     install=f["install"])
+        entry.update(status=f["triage"]["status"], reason=f["triage"]["reason"], read=f["read"], install=f["install"])
     return {"how": how, "generated_at": result["generated_at"], "findings": out}

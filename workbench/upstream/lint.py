@@ -42,8 +42,10 @@ def source_root(path: Path) -> Path:
     for cand in (path, path / "python"):
         if (cand / "sglang" / "srt").is_dir():
             return cand
-    raise SourceError(f"--sglang-src {str(path)!r}: no sglang/srt package there or in its python/ "
-                      "folder; give an sglang checkout root or its python/ folder")
+    raise SourceError(
+        f"--sglang-src {str(path)!r}: no sglang/srt package there or in its python/ "
+        "folder; give an sglang checkout root or its python/ folder"
+    )
 
 
 def dir_sources(path: Path) -> dict[str, str]:
@@ -93,10 +95,9 @@ def analyse(sources: dict[str, str], label: str) -> dict:
         except SyntaxError:
             continue
         for bcls, reads in per_class.items():
-            backends[f"{fname}:{bcls}"] = {"backend": backend_name(fname), "file": fname,
-                                           "class": bcls, "reads": reads}
+            backends[f"{fname}:{bcls}"] = {"backend": backend_name(fname), "file": fname, "class": bcls, "reads": reads}
     findings = []
-    for key, be in backends.items():
+    for _key, be in backends.items():
         for read in be["reads"]:
             if read["guarded"]:
                 continue
@@ -109,23 +110,34 @@ def analyse(sources: dict[str, str], label: str) -> dict:
                         continue
                     at = [i for i in mine if mode in i["modes"]]
                     later = cls["set_later"].get(read["attr"])
-                    findings.append({
-                        "source": label, "backend": be["backend"], "backend_class": be["class"],
-                        "forward_mode": mode, "class": cname, "attribute": read["attr"],
-                        "read": f"{read['file']}:{read['line']}", "read_code": read["code"],
-                        "read_function": read["function"],
-                        "install": f"{at[0]['install_file']}:{at[0]['install_line']}",
-                        "installs": [f"{i['install_file']}:{i['install_line']} ({i['mode_from']})"
-                                     for i in at],
-                        "class_defined": f"{cls['file']}:{cls['line']}",
-                        "set_later": f"{later['how']} at {later['file']}:{later['line']}" if later else None,
-                    })
-    unique = {(f["backend_class"], f["forward_mode"], f["class"], f["attribute"], f["read"]): f
-              for f in findings}
+                    findings.append(
+                        {
+                            "source": label,
+                            "backend": be["backend"],
+                            "backend_class": be["class"],
+                            "forward_mode": mode,
+                            "class": cname,
+                            "attribute": read["attr"],
+                            "read": f"{read['file']}:{read['line']}",
+                            "read_code": read["code"],
+                            "read_function": read["function"],
+                            "install": f"{at[0]['install_file']}:{at[0]['install_line']}",
+                            "installs": [f"{i['install_file']}:{i['install_line']} ({i['mode_from']})" for i in at],
+                            "class_defined": f"{cls['file']}:{cls['line']}",
+                            "set_later": f"{later['how']} at {later['file']}:{later['line']}" if later else None,
+                        }
+                    )
+    unique = {(f["backend_class"], f["forward_mode"], f["class"], f["attribute"], f["read"]): f for f in findings}
     findings = sorted(unique.values(), key=lambda f: (f["backend"], f["read"], f["forward_mode"], f["class"]))
-    return {"source": label, "forward_modes": members, "backends": backends,
-            "spec_inputs": classes, "installs": [i for i in installs if i["modes"]],
-            "unresolved_installs": [i for i in installs if not i["modes"]], "findings": findings}
+    return {
+        "source": label,
+        "forward_modes": members,
+        "backends": backends,
+        "spec_inputs": classes,
+        "installs": [i for i in installs if i["modes"]],
+        "unresolved_installs": [i for i in installs if not i["modes"]],
+        "findings": findings,
+    }
 
 
 def finding_key(f: dict) -> str:
@@ -133,8 +145,7 @@ def finding_key(f: dict) -> str:
     return f"{f['backend']}|{f['backend_class']}|{f['forward_mode']}|{f['class']}|{f['attribute']}"
 
 
-def lint(versions: list[str] | None = None, src: Path | None = None,
-         cache_dir: Path | None = None, log=print) -> dict:
+def lint(versions: list[str] | None = None, src: Path | None = None, cache_dir: Path | None = None, log=print) -> dict:
     """Lint releases (their cached wheels) and/or a checkout; JSON-ready, findings under `findings`."""
     from .releases import check_version, default_cache_dir, ensure_wheel, known_releases
 
@@ -147,27 +158,51 @@ def lint(versions: list[str] | None = None, src: Path | None = None,
             results.append(analyse(wheel_sources(wheel), f"sglang {v}"))
     if src is not None:
         results.append(analyse(dir_sources(src), f"checkout {source_root(src)}"))
-    return {"generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "sources": [r["source"] for r in results],
-            "findings": [f for r in results for f in r["findings"]],
-            "results": results}
+    return {
+        "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "sources": [r["source"] for r in results],
+        "findings": [f for r in results for f in r["findings"]],
+        "results": results,
+    }
 
 
-def query(result: dict, attribute: str | None = None, cls: str | None = None,
-          mode: str | None = None, backend: str | None = None) -> list[dict]:
+def query(
+    result: dict,
+    attribute: str | None = None,
+    cls: str | None = None,
+    mode: str | None = None,
+    backend: str | None = None,
+) -> list[dict]:
     """Findings matching every given field (e.g. the kv_indptr survey: attribute="kv_indptr")."""
-    return [f for f in result["findings"]
-            if (attribute is None or f["attribute"] == attribute) and (cls is None or f["class"] == cls)
-            and (mode is None or f["forward_mode"] == mode) and (backend is None or f["backend"] == backend)]
+    return [
+        f
+        for f in result["findings"]
+        if (attribute is None or f["attribute"] == attribute)
+        and (cls is None or f["class"] == cls)
+        and (mode is None or f["forward_mode"] == mode)
+        and (backend is None or f["backend"] == backend)
+    ]
 
 
 def format_findings(findings: list[dict]) -> str:
     """One line per finding."""
     if not findings:
         return "no findings"
-    rows = [(f["source"], f["backend"], f["forward_mode"], f["class"], f["attribute"],
-             f["read"].split("/")[-1], f["install"].split("/")[-1], f.get("triage", {}).get("status", ""))
-            for f in findings]
+    rows = [
+        (
+            f["source"],
+            f["backend"],
+            f["forward_mode"],
+            f["class"],
+            f["attribute"],
+            f["read"].split("/")[-1],
+            f["install"].split("/")[-1],
+            f.get("triage", {}).get("status", ""),
+        )
+        for f in findings
+    ]
     head = ("source", "backend", "mode", "class", "attribute", "read", "install", "triage")
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *rows])
+    return "\n".join(
+        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in [head, *rows]
+    )

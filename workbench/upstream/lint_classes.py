@@ -19,12 +19,14 @@ _CTOR = ("__init__", "__post_init__")
 def _self_assigns(func: ast.FunctionDef) -> dict[str, int]:
     out: dict[str, int] = {}
     for node in ast.walk(func):
-        targets = node.targets if isinstance(node, ast.Assign) else (
-            [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else ([node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
+        )
         for t in targets:
-            for el in (t.elts if isinstance(t, ast.Tuple) else [t]):
-                if isinstance(el, ast.Attribute) and isinstance(el.value, ast.Name) \
-                        and el.value.id == "self":
+            for el in t.elts if isinstance(t, ast.Tuple) else [t]:
+                if isinstance(el, ast.Attribute) and isinstance(el.value, ast.Name) and el.value.id == "self":
                     out.setdefault(el.attr, node.lineno)
     return out
 
@@ -32,8 +34,7 @@ def _self_assigns(func: ast.FunctionDef) -> dict[str, int]:
 def _input_type(func: ast.FunctionDef) -> str | None:
     """`X` of a `super().__init__(SpecInputType.X)` (or `SpecInput.__init__(self, ...X)`) call."""
     for node in ast.walk(func):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and node.func.attr == "__init__":
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "__init__":
             for arg in [*node.args, *(k.value for k in node.keywords)]:
                 if isinstance(arg, ast.Attribute) and _name(arg.value) == "SpecInputType":
                     return arg.attr
@@ -48,33 +49,43 @@ def _class_info(fname: str, cls: ast.ClassDef) -> dict:
     for stmt in cls.body:
         where = {"file": fname, "line": stmt.lineno, "class": cls.name}
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-            attrs.setdefault(stmt.target.id, {**where, "how": "field" if stmt.value is None
-                                              else "field with default"})
+            attrs.setdefault(stmt.target.id, {**where, "how": "field" if stmt.value is None else "field with default"})
         elif isinstance(stmt, ast.Assign):
             for t in stmt.targets:
                 if isinstance(t, ast.Name):
                     attrs.setdefault(t.id, {**where, "how": "class attribute"})
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             decos = {_name(d) for d in stmt.decorator_list}
-            attrs.setdefault(stmt.name, {**where, "how": "property" if "property" in decos
-                                         or "cached_property" in decos else "method"})
+            attrs.setdefault(
+                stmt.name,
+                {**where, "how": "property" if "property" in decos or "cached_property" in decos else "method"},
+            )
             assigns = _self_assigns(stmt)
             bucket = attrs if stmt.name in _CTOR else later
             for attr, line in assigns.items():
-                bucket.setdefault(attr, {"file": fname, "line": line, "class": cls.name,
-                                         "how": f"self.{attr} in {stmt.name}"})
+                bucket.setdefault(
+                    attr, {"file": fname, "line": line, "class": cls.name, "how": f"self.{attr} in {stmt.name}"}
+                )
             if stmt.name in _CTOR:
                 input_type = input_type or _input_type(stmt)
             if stmt.name.startswith("is_") and stmt.name.endswith("_input"):
-                names = [n.attr for n in ast.walk(stmt) if isinstance(n, ast.Attribute)
-                         and _name(n.value) == "SpecInputType"]
+                names = [
+                    n.attr for n in ast.walk(stmt) if isinstance(n, ast.Attribute) and _name(n.value) == "SpecInputType"
+                ]
                 if names:
                     predicates[stmt.name] = names
     decorators = [_name(d.func if isinstance(d, ast.Call) else d) for d in cls.decorator_list]
-    return {"file": fname, "line": cls.lineno, "bases": [_name(b) for b in cls.bases],
-            "dataclass": "dataclass" in decorators, "own": attrs, "set_later": later,
-            "input_type": input_type, "type_predicates": predicates,
-            "dynamic": "__getattr__" in attrs}
+    return {
+        "file": fname,
+        "line": cls.lineno,
+        "bases": [_name(b) for b in cls.bases],
+        "dataclass": "dataclass" in decorators,
+        "own": attrs,
+        "set_later": later,
+        "input_type": input_type,
+        "type_predicates": predicates,
+        "dynamic": "__getattr__" in attrs,
+    }
 
 
 def collect(sources: dict[str, str]) -> dict[str, dict]:
@@ -132,14 +143,21 @@ def spec_input_classes(sources: dict[str, str]) -> dict[str, dict]:
             input_type = input_type or c["input_type"]
         trivial = {"ABC", "object", "Generic", "Protocol", "IntEnum", "Enum"}
         out[name] = {
-            "file": info["file"], "line": info["line"], "bases": info["bases"],
-            "mro": [c for c in chain if c in classes], "dataclass": info["dataclass"],
-            "attrs": attrs, "set_later": {k: v for k, v in later.items() if k not in attrs},
-            "input_type": input_type, "dynamic": any(classes.get(c, {}).get("dynamic")
-                                                    for c in chain),
+            "file": info["file"],
+            "line": info["line"],
+            "bases": info["bases"],
+            "mro": [c for c in chain if c in classes],
+            "dataclass": info["dataclass"],
+            "attrs": attrs,
+            "set_later": {k: v for k, v in later.items() if k not in attrs},
+            "input_type": input_type,
+            "dynamic": any(classes.get(c, {}).get("dynamic") for c in chain),
             "type_predicates": {p: input_type in types for p, types in predicates.items()},
-            "unresolved_bases": sorted(b for c in chain for b in classes.get(c, {}).get("bases", [])
-                                       if b not in classes and b not in trivial
-                                       and not b.startswith("Generic")),
+            "unresolved_bases": sorted(
+                b
+                for c in chain
+                for b in classes.get(c, {}).get("bases", [])
+                if b not in classes and b not in trivial and not b.startswith("Generic")
+            ),
         }
     return out

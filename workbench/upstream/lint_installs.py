@@ -16,10 +16,13 @@ import ast
 from .astscan import _construction
 from .lint_modes import mode_names
 
-_NAME_MODES = (("prefill", ("EXTEND", "IDLE")),
-               ("draft_extend", ("DRAFT_EXTEND", "DRAFT_EXTEND_V2", "IDLE")),
-               ("verify", ("TARGET_VERIFY", "IDLE")), ("draft", ("DECODE", "IDLE")),
-               ("extend", ("EXTEND", "IDLE")))
+_NAME_MODES = (
+    ("prefill", ("EXTEND", "IDLE")),
+    ("draft_extend", ("DRAFT_EXTEND", "DRAFT_EXTEND_V2", "IDLE")),
+    ("verify", ("TARGET_VERIFY", "IDLE")),
+    ("draft", ("DECODE", "IDLE")),
+    ("extend", ("EXTEND", "IDLE")),
+)
 # CUDA-graph runners build spec inputs for capture/replay, which do not go through
 # init_forward_metadata; they are left out (and counted in `skipped_files`).
 SKIP_FILE = "cuda_graph"
@@ -33,8 +36,9 @@ def _installs_in(func: ast.FunctionDef) -> list[tuple[ast.expr, int]]:
     """(value, line) of every `<x>.spec_info = value` and `spec_info=value` in `func`."""
     out = []
     for node in ast.walk(func):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "spec_info"
-                                                for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Attribute) and t.attr == "spec_info" for t in node.targets
+        ):
             out.append((node.value, node.lineno))
         elif isinstance(node, ast.Call):
             out += [(k.value, node.lineno) for k in node.keywords if k.arg == "spec_info"]
@@ -45,8 +49,9 @@ def _modes_at(func: ast.FunctionDef, line: int, members: set[str]) -> tuple[set[
     sets = []
     for node in ast.walk(func):
         value = None
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "forward_mode"
-                                                for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Attribute) and t.attr == "forward_mode" for t in node.targets
+        ):
             value = node.value
         elif isinstance(node, ast.Call):
             value = next((k.value for k in node.keywords if k.arg == "forward_mode"), None)
@@ -82,14 +87,22 @@ def scan_installs(sources: dict[str, str], classes: set[str], members: list[str]
             funcs.setdefault(f.name, []).append((fname, f))
     out: list[dict] = []
 
-    def record(cls: str, how: str, built: tuple[str, int], fname: str, func: ast.FunctionDef,
-               line: int) -> None:
+    def record(cls: str, how: str, built: tuple[str, int], fname: str, func: ast.FunctionDef, line: int) -> None:
         modes, source = _modes_at(func, line, mset)
         if how.startswith("create_idle"):
             modes, source = {"IDLE"}, "idle input"
-        out.append({"class": cls, "how": how, "modes": sorted(modes), "mode_from": source,
-                    "built_at": f"{built[0]}:{built[1]}", "install_file": fname,
-                    "install_line": line, "install_function": func.name})
+        out.append(
+            {
+                "class": cls,
+                "how": how,
+                "modes": sorted(modes),
+                "mode_from": source,
+                "built_at": f"{built[0]}:{built[1]}",
+                "install_file": fname,
+                "install_line": line,
+                "install_function": func.name,
+            }
+        )
 
     for fname, tree in trees.items():
         for func in _functions(tree):
@@ -99,9 +112,16 @@ def scan_installs(sources: dict[str, str], classes: set[str], members: list[str]
                     continue
                 cls, how = made
                 built = (fname, node.lineno)
-                local = next((t.id for a in ast.walk(func) if isinstance(a, (ast.Assign, ast.AnnAssign))
-                              and a.value is node for t in (a.targets if isinstance(a, ast.Assign)
-                                                            else [a.target]) if isinstance(t, ast.Name)), None)
+                local = next(
+                    (
+                        t.id
+                        for a in ast.walk(func)
+                        if isinstance(a, (ast.Assign, ast.AnnAssign)) and a.value is node
+                        for t in (a.targets if isinstance(a, ast.Assign) else [a.target])
+                        if isinstance(t, ast.Name)
+                    ),
+                    None,
+                )
                 found = False
                 for value, line in _installs_in(func):
                     if _refers(value, local, node):
@@ -123,13 +143,18 @@ def scan_installs(sources: dict[str, str], classes: set[str], members: list[str]
                                 if isinstance(value, ast.Name) and value.id == pname:
                                     record(cls, how, built, cfile, cfunc, line)
                                     found = True
-                returned = any(isinstance(r, ast.Return) and r.value is not None and _refers(r.value, local, node)
-                               for r in ast.walk(func))
+                returned = any(
+                    isinstance(r, ast.Return) and r.value is not None and _refers(r.value, local, node)
+                    for r in ast.walk(func)
+                )
                 if returned and not found:
                     for cfile, ctree in trees.items():
                         for cfunc in _functions(ctree):
                             for value, line in _installs_in(cfunc):
-                                if isinstance(value, ast.Call) and getattr(value.func, "attr", getattr(value.func, "id", None)) == func.name:
+                                if (
+                                    isinstance(value, ast.Call)
+                                    and getattr(value.func, "attr", getattr(value.func, "id", None)) == func.name
+                                ):
                                     record(cls, how, built, cfile, cfunc, line)
     unique = {(r["class"], r["how"], r["built_at"], r["install_file"], r["install_line"]): r for r in out}
     return sorted(unique.values(), key=lambda r: (r["class"], r["install_file"], r["install_line"]))

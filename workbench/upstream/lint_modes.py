@@ -37,7 +37,7 @@ class ForwardModes:
             return None
         args = func.args
         params = [a.arg for a in args.args[1:]]
-        defaults = dict(zip(params[len(params) - len(args.defaults):], args.defaults))
+        defaults = dict(zip(params[len(params) - len(args.defaults) :], args.defaults, strict=False))
         env = {}
         for name in params:
             if name in kwargs:
@@ -56,8 +56,7 @@ class ForwardModes:
             return node.value
         if isinstance(node, ast.Name):
             return env.get(node.id) if node.id != "self" else ("member", member)
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                and node.value.id == "ForwardMode":
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ForwardMode":
             return ("member", node.attr)
         if isinstance(node, ast.BoolOp):
             values = [self._eval(v, member, env, depth) for v in node.values]
@@ -87,8 +86,12 @@ class ForwardModes:
             if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, list):
                 return (left in right) == isinstance(op, ast.In)
             return None
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "self"
+        ):
             callee = self.predicates.get(node.func.attr)
             if callee is None or node.args:
                 return None
@@ -101,18 +104,26 @@ def parse_forward_modes(source: str) -> ForwardModes | None:
     """The ForwardMode enum of `forward_batch_info.py`'s source, or None if absent."""
     for node in ast.parse(source).body:
         if isinstance(node, ast.ClassDef) and node.name == "ForwardMode":
-            members = [t.id for s in node.body if isinstance(s, ast.Assign)
-                       for t in s.targets if isinstance(t, ast.Name) and t.id.isupper()]
-            preds = {s.name: s for s in node.body
-                     if isinstance(s, ast.FunctionDef) and s.name.startswith("is_")}
+            members = [
+                t.id
+                for s in node.body
+                if isinstance(s, ast.Assign)
+                for t in s.targets
+                if isinstance(t, ast.Name) and t.id.isupper()
+            ]
+            preds = {s.name: s for s in node.body if isinstance(s, ast.FunctionDef) and s.name.startswith("is_")}
             return ForwardModes(members, preds, node.lineno)
     return None
 
 
 def predicate_call(node: ast.expr) -> tuple[str, dict] | None:
     """(predicate, constant kwargs) when `node` is `<...>forward_mode.is_x(...)`."""
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr.startswith("is_") and not node.args):
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr.startswith("is_")
+        and not node.args
+    ):
         return None
     owner = node.func.value
     name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
@@ -124,5 +135,11 @@ def predicate_call(node: ast.expr) -> tuple[str, dict] | None:
 
 def mode_names(node: ast.AST) -> set[str]:
     """Every `ForwardMode.X` named in an expression."""
-    return {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
-            and isinstance(n.value, ast.Name) and n.value.id == "ForwardMode" and n.attr.isupper()}
+    return {
+        n.attr
+        for n in ast.walk(node)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "ForwardMode"
+        and n.attr.isupper()
+    }

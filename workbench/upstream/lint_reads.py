@@ -177,8 +177,9 @@ class FileScanner:
             return facts
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             inner = self._expr(node.operand, ctx, cname, where)
-            return Facts(inner.false_has, inner.true_has, inner.false_only, inner.true_only,
-                         inner.false_modes, inner.true_modes)
+            return Facts(
+                inner.false_has, inner.true_has, inner.false_only, inner.true_only, inner.false_modes, inner.true_modes
+            )
         pred = predicate_call(node)
         if pred is not None and self.fm is not None:
             accepted = self.fm.accepts(*pred)
@@ -190,14 +191,14 @@ class FileScanner:
             inner = self._getattr_default(node.left, ctx)
             if inner and isinstance(node.comparators[0], ast.Constant) and node.comparators[0].value is None:
                 (facts.false_has if isinstance(node.ops[0], ast.Is) else facts.true_has).add(inner)
-        if isinstance(node, ast.Attribute) and is_spec(node.value, ctx.aliases) \
-                and isinstance(node.ctx, ast.Load):
+        if isinstance(node, ast.Attribute) and is_spec(node.value, ctx.aliases) and isinstance(node.ctx, ast.Load):
             self._read(node, ctx, where)
             facts.true_has.add(node.attr)
             facts.false_has.add(node.attr)
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.expr) and not (isinstance(node, ast.Call) and child is node.func
-                                                   and isinstance(child, ast.Name)):
+            if isinstance(child, ast.expr) and not (
+                isinstance(node, ast.Call) and child is node.func and isinstance(child, ast.Name)
+            ):
                 sub = self._expr(child, ctx, cname, where)
                 if not isinstance(node, (ast.Lambda,)):
                     facts.true_has |= sub.true_has & sub.false_has
@@ -205,15 +206,24 @@ class FileScanner:
         return facts
 
     def _getattr_default(self, node: ast.Call, ctx: Ctx) -> str | None:
-        if isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) >= 3 \
-                and is_spec(node.args[0], ctx.aliases) and isinstance(node.args[1], ast.Constant):
+        if (
+            isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) >= 3
+            and is_spec(node.args[0], ctx.aliases)
+            and isinstance(node.args[1], ast.Constant)
+        ):
             return node.args[1].value
         return None
 
     def _call(self, node: ast.Call, ctx: Ctx, cname: str | None, where: str, facts: Facts) -> None:
         func, args = node.func, node.args
-        if isinstance(func, ast.Name) and func.id in ("hasattr", "getattr", "isinstance") \
-                and args and is_spec(args[0], ctx.aliases):
+        if (
+            isinstance(func, ast.Name)
+            and func.id in ("hasattr", "getattr", "isinstance")
+            and args
+            and is_spec(args[0], ctx.aliases)
+        ):
             if func.id == "hasattr" and isinstance(args[1], ast.Constant):
                 facts.true_has.add(args[1].value)
             elif func.id == "getattr" and isinstance(args[1], ast.Constant):
@@ -224,8 +234,12 @@ class FileScanner:
                 facts.true_only.append(("isinstance", classes, True))
                 facts.false_only.append(("isinstance", classes, False))
             return
-        if isinstance(func, ast.Attribute) and is_spec(func.value, ctx.aliases) \
-                and func.attr.startswith("is_") and func.attr.endswith("_input"):
+        if (
+            isinstance(func, ast.Attribute)
+            and is_spec(func.value, ctx.aliases)
+            and func.attr.startswith("is_")
+            and func.attr.endswith("_input")
+        ):
             facts.true_only.append(("pred", func.attr, True))
             facts.false_only.append(("pred", func.attr, False))
         for target, owner in self._callees(func, cname):
@@ -240,22 +254,28 @@ class FileScanner:
             if isinstance(recv, ast.Name) and recv.id == "self":
                 names = self.dispatch.get(cname, {}).get(func.attr, set()) | {func.attr}
                 out += [(m, cname) for n in sorted(names) if (m := self._method(cname, n))]
-            elif isinstance(recv, ast.Attribute) and isinstance(recv.value, ast.Name) \
-                    and recv.value.id == "self":
+            elif isinstance(recv, ast.Attribute) and isinstance(recv.value, ast.Name) and recv.value.id == "self":
                 for other in sorted(self.obj_types.get(cname, {}).get(recv.attr, set())):
                     names = self.dispatch.get(other, {}).get(func.attr, set()) | {func.attr}
                     out += [(m, other) for n in sorted(names) if (m := self._method(other, n))]
         return [(f, o) for f, o in out if not _only_raises(f)]
 
-    def _read(self, node: ast.AST, ctx: Ctx, where: str, attr: str | None = None,
-              default: bool = False) -> None:
+    def _read(self, node: ast.AST, ctx: Ctx, where: str, attr: str | None = None, default: bool = False) -> None:
         attr = attr or node.attr  # type: ignore[attr-defined]
         guard = "getattr default" if default else ("guarded" if attr in ctx.has else None)
-        self.reads.append({
-            "file": self.fname, "line": node.lineno, "attr": attr, "function": where,
-            "code": self.lines[node.lineno - 1].strip(), "guarded": guard is not None,
-            "guard": guard, "modes": None if ctx.modes is None else sorted(ctx.modes),
-            "only": [list(o) for o in ctx.only]})
+        self.reads.append(
+            {
+                "file": self.fname,
+                "line": node.lineno,
+                "attr": attr,
+                "function": where,
+                "code": self.lines[node.lineno - 1].strip(),
+                "guarded": guard is not None,
+                "guard": guard,
+                "modes": None if ctx.modes is None else sorted(ctx.modes),
+                "only": [list(o) for o in ctx.only],
+            }
+        )
 
 
 def _only_raises(func: ast.FunctionDef) -> bool:

@@ -7,8 +7,12 @@ from pathlib import Path
 from .contract_survey import BUG, FINE, NA, RISK
 
 _COLORS = {NA: "#d9d9d9", FINE: "#a6d96a", RISK: "#fdae61", BUG: "#d7191c"}
-_LEGEND = {NA: "not applicable / absent", FINE: "fine", RISK: "reads without getattr (risk)",
-           BUG: "regression (class lacks kv_indptr)"}
+_LEGEND = {
+    NA: "not applicable / absent",
+    FINE: "fine",
+    RISK: "reads without getattr (risk)",
+    BUG: "regression (class lacks kv_indptr)",
+}
 
 
 def plot_survey(result: dict, out_dir: Path, stem: str = "upstream_survey") -> list[Path]:
@@ -26,12 +30,18 @@ def plot_survey(result: dict, out_dir: Path, stem: str = "upstream_survey") -> l
     grid = [[levels.index(c["severity"]) for c in row] for row in cells]
     fig = Figure(figsize=(2.4 + 1.35 * len(versions), 1.0 + 0.42 * len(facts)))
     ax = fig.subplots()
-    ax.imshow(grid, cmap=ListedColormap([_COLORS[k] for k in levels]), vmin=-0.5,
-              vmax=len(levels) - 0.5, aspect="auto")
+    ax.imshow(grid, cmap=ListedColormap([_COLORS[k] for k in levels]), vmin=-0.5, vmax=len(levels) - 0.5, aspect="auto")
     for i, row in enumerate(cells):
         for j, cell in enumerate(row):
-            ax.text(j, i, cell["text"], ha="center", va="center", fontsize=8,
-                    color="white" if cell["severity"] == BUG else "black")
+            ax.text(
+                j,
+                i,
+                cell["text"],
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white" if cell["severity"] == BUG else "black",
+            )
     ax.set_xticks(range(len(versions)), [f"sglang {v}" for v in versions], fontsize=8)
     ax.set_yticks(range(len(facts)), facts, fontsize=8)
     ax.xaxis.tick_top()
@@ -39,10 +49,15 @@ def plot_survey(result: dict, out_dir: Path, stem: str = "upstream_survey") -> l
     ax.set_yticks([y - 0.5 for y in range(1, len(facts))], minor=True)
     ax.grid(which="minor", color="white", linewidth=1.5)
     ax.tick_params(which="minor", length=0)
-    ax.set_title(f"Static survey of sglang wheels: who declares / reads {result['field']}",
-                 fontsize=10, pad=28)
-    ax.legend(handles=[Patch(color=_COLORS[k], label=_LEGEND[k]) for k in levels],
-              loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=2, fontsize=7, frameon=False)
+    ax.set_title(f"Static survey of sglang wheels: who declares / reads {result['field']}", fontsize=10, pad=28)
+    ax.legend(
+        handles=[Patch(color=_COLORS[k], label=_LEGEND[k]) for k in levels],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.02),
+        ncol=2,
+        fontsize=7,
+        frameon=False,
+    )
     fig.tight_layout()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

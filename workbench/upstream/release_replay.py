@@ -13,8 +13,8 @@ from packaging.version import Version
 from workbench.record import crash_record
 
 from .env import EnvBuildError, ensure_env
-from .triage import run_driver as _run_driver
 from .releases import Log, ReleaseError, check_version, default_cache_dir, echo, known_releases
+from .triage import run_driver as _run_driver
 
 SUPPORTED_BACKENDS = ("triton",)
 KERNEL = "real sglang TritonAttnBackend (triton interpreter, CPU)"
@@ -26,12 +26,25 @@ LAST_DRIVEN = "0.5.14"  # the newest release this harness drives end to end
 def _record(version: str, backend: str) -> dict:
     return {
         "status": "error",
-        "config": {"sglang": version, "backend": backend, "kernel": KERNEL, "batch": BATCH,
-                   "phase": "draft-extend", "forward_mode": "IDLE", "dp_attention_padding": True},
-        "crash": None, "error": None, "metrics": {},
+        "config": {
+            "sglang": version,
+            "backend": backend,
+            "kernel": KERNEL,
+            "batch": BATCH,
+            "phase": "draft-extend",
+            "forward_mode": "IDLE",
+            "dp_attention_padding": True,
+        },
+        "crash": None,
+        "error": None,
+        "metrics": {},
         "timings": {"install_s": 0.0, "run_s": 0.0, "cached": False},
-        "env": {"host_python": sys.version.split()[0], "platform": platform.platform(),
-                "device": "cpu", "interpreter": "TRITON_INTERPRET=1"},
+        "env": {
+            "host_python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "device": "cpu",
+            "interpreter": "TRITON_INTERPRET=1",
+        },
         "notes": [],
     }
 
@@ -52,21 +65,25 @@ def _raised_at(frames: list[dict]) -> dict | None:
     return frames[-1] if frames else None
 
 
-def run_driver(python: Path, timeout_s: float = 900, src_root: Path | None = None,
-               extra: dict | None = None) -> tuple[dict | None, str, float, bool]:
+def run_driver(
+    python: Path, timeout_s: float = 900, src_root: Path | None = None, extra: dict | None = None
+) -> tuple[dict | None, str, float, bool]:
     """Run driver.py under `python` (TRITON_INTERPRET=1) with `src_root` first on the path.
 
     Returns (the driver's result or None, stderr tail, wall seconds, timed out).
     """
-    cfg = {"batch_size": BATCH_SIZE, "num_tokens": NUM_TOKENS,
-           "src_root": str(src_root) if src_root else None, **(extra or {})}
+    cfg = {
+        "batch_size": BATCH_SIZE,
+        "num_tokens": NUM_TOKENS,
+        "src_root": str(src_root) if src_root else None,
+        **(extra or {}),
+    }
     return _run_driver(python, cfg, timeout_s)
 
 
 def _fill_from_result(rec: dict, result: dict, tag: str, log: Log) -> None:
     venv_env = dict(result.get("env", {}))
-    rec["env"].update(python=venv_env.pop("python", None),
-                      TRITON_INTERPRET=venv_env.pop("TRITON_INTERPRET", None))
+    rec["env"].update(python=venv_env.pop("python", None), TRITON_INTERPRET=venv_env.pop("TRITON_INTERPRET", None))
     rec["env"]["packages"] = {**rec["env"].get("packages", {}), **venv_env}
     rec["timings"]["driver_s"] = result.get("run_s")
     rec["metrics"]["padded_batch"] = result.get("batch")
@@ -75,27 +92,40 @@ def _fill_from_result(rec: dict, result: dict, tag: str, log: Log) -> None:
         rec["status"] = "ok"
         rec["metrics"].update(result["metrics"])
         if (result.get("batch") or {}).get("spec_info_kv_indptr_is_none"):
-            rec["notes"].append("idle EagleDraftExtendInput.kv_indptr is None: the backend took the "
-                                "seq_lens fallback (kv_indptr from seq_lens + req_to_token)")
+            rec["notes"].append(
+                "idle EagleDraftExtendInput.kv_indptr is None: the backend took the "
+                "seq_lens fallback (kv_indptr from seq_lens + req_to_token)"
+            )
         log(f"{tag} ok: kv_indptr={result['metrics']['kv_indptr']} {run}")
     elif result["status"] == "crashed":
         rec["status"] = "crashed"
-        rec["crash"] = crash_record(rank=0, phase="draft-extend", forward_mode="IDLE", batch_size=BATCH_SIZE,
-                                    exception_type=result["exception_type"], message=result["message"],
-                                    traceback=result["traceback"], raised_at=_raised_at(result.get("frames", [])))
+        rec["crash"] = crash_record(
+            rank=0,
+            phase="draft-extend",
+            forward_mode="IDLE",
+            batch_size=BATCH_SIZE,
+            exception_type=result["exception_type"],
+            message=result["message"],
+            traceback=result["traceback"],
+            raised_at=_raised_at(result.get("frames", [])),
+        )
         where = rec["crash"]["raised_at"] or {}
-        log(f"{tag} crashed: {result['exception_type']}: {result['message']} "
-            f"at {where.get('file')}:{where.get('line')} {run}")
+        log(
+            f"{tag} crashed: {result['exception_type']}: {result['message']} "
+            f"at {where.get('file')}:{where.get('line')} {run}"
+        )
     else:
-        _fail(rec, result.get("stage", "driver"),
-              f"{result.get('exception_type')}: {result.get('message')}", result.get("missing"))
+        _fail(
+            rec,
+            result.get("stage", "driver"),
+            f"{result.get('exception_type')}: {result.get('message')}",
+            result.get("missing"),
+        )
         rec["error"]["traceback"] = result.get("traceback")
-        log(f"{tag} error at stage {result.get('stage')}: {result.get('exception_type')}: "
-            f"{result.get('message')}")
+        log(f"{tag} error at stage {result.get('stage')}: {result.get('exception_type')}: {result.get('message')}")
 
 
-def _replay_into(rec: dict, version: str, cache_dir: Path, log: Log, timeout_s: float,
-                 rebuild: bool) -> None:
+def _replay_into(rec: dict, version: str, cache_dir: Path, log: Log, timeout_s: float, rebuild: bool) -> None:
     tag = f"[sglang-{version}]"
     start = time.perf_counter()
     try:
@@ -106,8 +136,7 @@ def _replay_into(rec: dict, version: str, cache_dir: Path, log: Log, timeout_s: 
         _fail(rec, f"install:{exc.step}", exc.detail, exc.missing)
         return
     install_s = env.install_s if not env.cached else time.perf_counter() - start
-    rec["timings"].update(install_s=round(install_s, 2), cached=env.cached,
-                          venv_build_s=env.built_in_s)
+    rec["timings"].update(install_s=round(install_s, 2), cached=env.cached, venv_build_s=env.built_in_s)
     rec["env"].update(venv=str(env.root), packages=env.packages)
     rec["notes"].extend(env.notes)
     log(f"{tag} running the real TritonAttnBackend.init_forward_metadata (TRITON_INTERPRET=1) ...")
@@ -120,12 +149,20 @@ def _replay_into(rec: dict, version: str, cache_dir: Path, log: Log, timeout_s: 
         return
     _fill_from_result(rec, result, tag, log)
     if rec["status"] == "error" and Version(version) > Version(LAST_DRIVEN):
-        rec["notes"].append(f"the replay harness is verified on 0.5.12-{LAST_DRIVEN}; newer releases "
-                            "need more set-up (e.g. a published runtime context) not done yet")
+        rec["notes"].append(
+            f"the replay harness is verified on 0.5.12-{LAST_DRIVEN}; newer releases "
+            "need more set-up (e.g. a published runtime context) not done yet"
+        )
 
 
-def replay(version: str, cache_dir: Path | None = None, backend: str = "triton",
-           log: Log = echo, timeout_s: float = 900, rebuild: bool = False) -> dict:
+def replay(
+    version: str,
+    cache_dir: Path | None = None,
+    backend: str = "triton",
+    log: Log = echo,
+    timeout_s: float = 900,
+    rebuild: bool = False,
+) -> dict:
     """Replay the padded-IDLE draft-extend pass on the real sglang `version`; return a run record.
 
     status: "crashed" (init_forward_metadata raised), "ok", "timeout" or "error". Never
@@ -135,9 +172,13 @@ def replay(version: str, cache_dir: Path | None = None, backend: str = "triton",
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     rec = _record(str(version), backend)
     if backend not in SUPPORTED_BACKENDS:
-        return _fail(rec, "config", f"backend {backend!r} is not replayed upstream yet; supported: "
-                     f"{', '.join(SUPPORTED_BACKENDS)} (flashinfer/flashinfer_mla/aiter/wave need "
-                     "their GPU libraries, fa3 needs sgl_kernel)")
+        return _fail(
+            rec,
+            "config",
+            f"backend {backend!r} is not replayed upstream yet; supported: "
+            f"{', '.join(SUPPORTED_BACKENDS)} (flashinfer/flashinfer_mla/aiter/wave need "
+            "their GPU libraries, fa3 needs sgl_kernel)",
+        )
     try:
         check_version(str(version), known_releases(cache_dir))
         _replay_into(rec, str(version), cache_dir, log, timeout_s, rebuild)

@@ -9,8 +9,8 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from packaging.version import InvalidVersion, Version
 
@@ -18,9 +18,24 @@ PACKAGE = "sglang"
 DEFAULT_VERSIONS: tuple[str, ...] = ("0.5.11", "0.5.12", "0.5.13", "0.5.14")
 # Used only when PyPI cannot be asked and nothing is cached yet.
 FALLBACK_RELEASES: tuple[str, ...] = (
-    "0.5.10", "0.5.10.post1", "0.5.11", "0.5.12", "0.5.12.post1", "0.5.13",
-    "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17",
-    "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23",
+    "0.5.10",
+    "0.5.10.post1",
+    "0.5.11",
+    "0.5.12",
+    "0.5.12.post1",
+    "0.5.13",
+    "0.5.13.post1",
+    "0.5.14",
+    "0.5.15",
+    "0.5.15.post1",
+    "0.5.16",
+    "0.5.17",
+    "0.5.18",
+    "0.5.19",
+    "0.5.20",
+    "0.5.21",
+    "0.5.22",
+    "0.5.23",
 )
 _RELEASES_TTL_S = 24 * 3600
 
@@ -50,8 +65,7 @@ def version_key(version: str) -> Version:
 
 
 def _pip(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def _query_pypi() -> list[str]:
@@ -109,10 +123,10 @@ def check_version(version: str, known: list[str]) -> str:
     except InvalidVersion:
         raise ReleaseError(
             f"bad sglang version {version!r}: not a version string like 0.5.13 or "
-            f"0.5.13.post1; known releases: {recent}") from None
+            f"0.5.13.post1; known releases: {recent}"
+        ) from None
     if version.strip() not in known:
-        raise ReleaseError(
-            f"bad sglang version {version!r}: no such release on PyPI; known releases: {recent}")
+        raise ReleaseError(f"bad sglang version {version!r}: no such release on PyPI; known releases: {recent}")
     return version.strip()
 
 
@@ -124,8 +138,18 @@ def ensure_wheel(version: str, cache_dir: Path | None = None, log: Log = echo) -
         return found[0], True
     wheel_dir.mkdir(parents=True, exist_ok=True)
     log(f"[sglang-{version}] pip download {PACKAGE}=={version} --no-deps --only-binary=:all:")
-    proc = _pip(["download", f"{PACKAGE}=={version}", "--no-deps", "--only-binary=:all:",
-                 "--progress-bar", "off", "-d", str(wheel_dir)])
+    proc = _pip(
+        [
+            "download",
+            f"{PACKAGE}=={version}",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--progress-bar",
+            "off",
+            "-d",
+            str(wheel_dir),
+        ]
+    )
     found = sorted(wheel_dir.glob(f"{PACKAGE}-{version}-*.whl"))
     if proc.returncode != 0 or not found:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]

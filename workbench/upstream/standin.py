@@ -54,28 +54,40 @@ __getattr__ = module_getattr(__name__)
 '''
 
 _SUBMODULES = (
-    "io", "ops", "models", "datasets", "utils", "transforms/functional",
-    "transforms/functional_tensor", "transforms/v2/functional",
+    "io",
+    "ops",
+    "models",
+    "datasets",
+    "utils",
+    "transforms/functional",
+    "transforms/functional_tensor",
+    "transforms/v2/functional",
 )
 _PACKAGES = ("transforms", "transforms/v2")
 
 
 def _files() -> dict[str, str]:
-    top = _MODULE.format(name="torchvision", extra=(
-        f'__version__ = "{STANDIN_VERSION}"\nWORKBENCH_STANDIN = True\n'
-        "from torchvision import io, transforms  # noqa: E402,F401\n"))
+    top = _MODULE.format(
+        name="torchvision",
+        extra=(
+            f'__version__ = "{STANDIN_VERSION}"\nWORKBENCH_STANDIN = True\n'
+            "from torchvision import io, transforms  # noqa: E402,F401\n"
+        ),
+    )
     files = {"torchvision/__init__.py": top, "torchvision/_standin.py": _HELPER}
     for sub in _SUBMODULES:
-        files[f"torchvision/{sub}.py"] = _MODULE.format(name="torchvision." + sub.replace("/", "."),
-                                                        extra="")
+        files[f"torchvision/{sub}.py"] = _MODULE.format(name="torchvision." + sub.replace("/", "."), extra="")
     for pkg in _PACKAGES:
         extra = ""
         if pkg == "transforms":
             extra = "from torchvision.transforms import functional, v2  # noqa: F401\n"
         files[f"torchvision/{pkg}/__init__.py"] = _MODULE.format(
-            name="torchvision." + pkg.replace("/", "."), extra=extra)
-    meta = (f"Metadata-Version: 2.1\nName: torchvision\nVersion: {STANDIN_VERSION}\n"
-            "Summary: eagle-workbench import stand-in (not the real torchvision)\n")
+            name="torchvision." + pkg.replace("/", "."), extra=extra
+        )
+    meta = (
+        f"Metadata-Version: 2.1\nName: torchvision\nVersion: {STANDIN_VERSION}\n"
+        "Summary: eagle-workbench import stand-in (not the real torchvision)\n"
+    )
     info = f"torchvision-{STANDIN_VERSION}.dist-info"
     files[f"{info}/METADATA"] = meta
     files[f"{info}/INSTALLER"] = "eagle-workbench\n"

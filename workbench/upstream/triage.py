@@ -29,9 +29,15 @@ DRIVER = Path(__file__).with_name("driver.py")
 MARK = "WB_RESULT "
 CPU_BACKENDS = ("triton", "torch_native")
 DRIVEN_MODES = ("IDLE", "DECODE", "TARGET_VERIFY")
-GPU_NEEDS = {"flashinfer": "the flashinfer library (CUDA)", "flashinfer_mla": "the flashinfer library (CUDA)",
-             "aiter": "ROCm aiter kernels", "wave": "the wave kernels (ROCm)", "flashattention": "sgl_kernel FA3 (CUDA)",
-             "xpu": "an Intel XPU", "intel_amx": "sgl_kernel's AMX CPU ops"}
+GPU_NEEDS = {
+    "flashinfer": "the flashinfer library (CUDA)",
+    "flashinfer_mla": "the flashinfer library (CUDA)",
+    "aiter": "ROCm aiter kernels",
+    "wave": "the wave kernels (ROCm)",
+    "flashattention": "sgl_kernel FA3 (CUDA)",
+    "xpu": "an Intel XPU",
+    "intel_amx": "sgl_kernel's AMX CPU ops",
+}
 
 
 def module_of(path: str) -> str:
@@ -46,8 +52,9 @@ def replay_cases(analysis: dict) -> list[dict]:
         modes = sorted({m for i in analysis["installs"] if i["class"] == cname for m in i["modes"]})
         for mode in modes:
             if mode in DRIVEN_MODES:
-                cases += [{"module": module_of(cls["file"]), "class": cname, "mode": mode, "backend": b}
-                          for b in CPU_BACKENDS]
+                cases += [
+                    {"module": module_of(cls["file"]), "class": cname, "mode": mode, "backend": b} for b in CPU_BACKENDS
+                ]
     return cases
 
 
@@ -58,15 +65,21 @@ def run_driver(python: Path, cfg: dict, timeout_s: float = 900) -> tuple[dict | 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="wb-replay-") as cwd:
         try:
-            proc = subprocess.run([str(python), "-I", str(DRIVER), json.dumps(cfg)], capture_output=True,
-                                  text=True, cwd=cwd, env=env, timeout=timeout_s)
+            proc = subprocess.run(
+                [str(python), "-I", str(DRIVER), json.dumps(cfg)],
+                capture_output=True,
+                text=True,
+                cwd=cwd,
+                env=env,
+                timeout=timeout_s,
+            )
         except subprocess.TimeoutExpired as exc:
             tail = exc.stderr or ""
             tail = tail.decode("utf-8", "replace") if isinstance(tail, bytes) else tail
             return None, tail[-2000:], time.perf_counter() - start, True
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
     try:
-        result = json.loads(lines[-1][len(MARK):]) if lines else None
+        result = json.loads(lines[-1][len(MARK) :]) if lines else None
     except ValueError:
         result = None
     return result, proc.stderr[-2000:], time.perf_counter() - start, False
@@ -77,11 +90,20 @@ def replay_matrix(env: ReplayEnv, cases: list[dict], timeout_s: float = 900) -> 
     cfg = {"cases": cases, "src_root": str(env.src_root) if env.src_root else None}
     result, stderr, wall, timed_out = run_driver(env.python, cfg, timeout_s)
     if result is None:
-        return {"status": "timeout" if timed_out else "error", "cases": [], "run_s": round(wall, 1),
-                "message": f"no result from the replay process; stderr tail: {stderr[-600:]}"}
-    return {"status": "ok" if "cases" in result else "error", "cases": result.get("cases", []),
-            "run_s": round(wall, 1), "env": result.get("env"), "message": result.get("message"),
-            "stage": result.get("stage")}
+        return {
+            "status": "timeout" if timed_out else "error",
+            "cases": [],
+            "run_s": round(wall, 1),
+            "message": f"no result from the replay process; stderr tail: {stderr[-600:]}",
+        }
+    return {
+        "status": "ok" if "cases" in result else "error",
+        "cases": result.get("cases", []),
+        "run_s": round(wall, 1),
+        "env": result.get("env"),
+        "message": result.get("message"),
+        "stage": result.get("stage"),
+    }
 
 
 def _raised_at(frames: list[dict]) -> str | None:
@@ -104,25 +126,42 @@ def triage_one(finding: dict, by_case: dict, matrix: dict) -> dict:
         return {"status": "not replayable", "reason": f"the driver builds no {mode} batch on CPU yet"}
     case = by_case.get((cls, mode, be))
     if case is None:
-        return {"status": "not replayable", "reason": f"no replay ran ({matrix.get('status')}: "
-                f"{matrix.get('message') or 'case missing'})"}
+        return {
+            "status": "not replayable",
+            "reason": f"no replay ran ({matrix.get('status')}: {matrix.get('message') or 'case missing'})",
+        }
     where = _raised_at(case.get("frames"))
-    if case["status"] == "crashed" and case.get("exception_type") == "AttributeError" \
-            and f"'{cls}' object has no attribute '{attr}'" in case.get("message", ""):
-        return {"status": "confirmed", "reason": f"real init_forward_metadata raised AttributeError: "
-                f"{case['message']} at {where}", "raised_at": where}
+    if (
+        case["status"] == "crashed"
+        and case.get("exception_type") == "AttributeError"
+        and f"'{cls}' object has no attribute '{attr}'" in case.get("message", "")
+    ):
+        return {
+            "status": "confirmed",
+            "reason": f"real init_forward_metadata raised AttributeError: {case['message']} at {where}",
+            "raised_at": where,
+        }
     if case["status"] == "ok":
         why = "an earlier check sends this input down another branch"
         if (case.get("batch") or {}).get("spec_info_kv_indptr_is_none") and attr != "kv_indptr":
             why = f"{cls}.kv_indptr is None on this input, so the backend takes the seq_lens fallback"
-        return {"status": "refuted", "reason": f"real init_forward_metadata completed on {cls}'s "
-                f"{case.get('spec_info_built_by', 'input')} in {mode}: the read at "
-                f"{finding['read'].split('/')[-1]} is not reached ({why})"}
+        return {
+            "status": "refuted",
+            "reason": f"real init_forward_metadata completed on {cls}'s "
+            f"{case.get('spec_info_built_by', 'input')} in {mode}: the read at "
+            f"{finding['read'].split('/')[-1]} is not reached ({why})",
+        }
     if case["status"] == "crashed":
-        return {"status": "not replayable", "reason": f"the replay raised {case.get('exception_type')}: "
-                f"{case.get('message')} at {where} before deciding this read"}
-    return {"status": "not replayable", "reason": f"could not build the replay at stage {case.get('stage')}: "
-            f"{case.get('exception_type')}: {case.get('message')}"}
+        return {
+            "status": "not replayable",
+            "reason": f"the replay raised {case.get('exception_type')}: "
+            f"{case.get('message')} at {where} before deciding this read",
+        }
+    return {
+        "status": "not replayable",
+        "reason": f"could not build the replay at stage {case.get('stage')}: "
+        f"{case.get('exception_type')}: {case.get('message')}",
+    }
 
 
 def _outcome(case: dict) -> str:
