@@ -17,8 +17,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from workbench.debug.bundle import BundleError
 from workbench.upstream import cli
-from workbench.upstream.bundle_replay import BundleError, driver_cfg, load_bundle, reference_metadata
+from workbench.upstream.bundle_replay import driver_cfg, load_bundle, reference_metadata
 
 SLOTS = [17, 18, 19, 20, 21]  # row 0's slots from an earlier request on this rank
 

@@ -8,8 +8,9 @@ import sys
 import time
 from pathlib import Path
 
+from workbench.debug.bundle import BundleError
+
 from .bisect import BisectError
-from .bundle_replay import BundleError
 from .lint import SourceError
 from .releases import ReleaseError, check_version, default_cache_dir, echo, known_releases
 
