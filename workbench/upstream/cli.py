@@ -13,6 +13,7 @@ from workbench.debug.bundle import BundleError
 from .bisect import BisectError
 from .lint import SourceError
 from .releases import ReleaseError, check_version, default_cache_dir, echo, known_releases
+from .runtime.run import RuntimeConfigError
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -101,6 +102,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     rp.add_argument("--rebuild", action="store_true", help="rebuild the release's venv")
     rp.add_argument("--timeout", type=float, default=900, help="seconds for the replay subprocess")
+    _add_run(sub)
     fd = sub.add_parser(
         "fidelity", help="our contracts vs the releases' (shipped snapshot, or fresh --survey/--replay JSON)"
     )
@@ -108,6 +110,96 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     fd.add_argument("--replay", type=Path, default=None, help="replay records JSON (a list) from `replay --json`")
     fd.add_argument("--json", type=Path, default=None, dest="json_out")
     return parser
+
+
+def _add_run(sub) -> None:
+    from .runtime.fixes import FIXES
+    from .runtime.run import BACKENDS, DP_SIZES
+
+    rn = sub.add_parser(
+        "run",
+        help="the released sglang runtime on CPU (real Scheduler + EAGLE worker, DP attention over gloo, "
+        "one idle rank at dp 2): crash or outputs vs HF transformers",
+    )
+    rn.add_argument(
+        "--sglang",
+        required=True,
+        metavar="X",
+        help="release (its replay environment; with --sglang-src, the environment the checkout runs on)",
+    )
+    rn.add_argument("--sglang-src", type=Path, default=None, metavar="DIR", help="an sglang checkout to run instead")
+    rn.add_argument("--dp", type=int, default=2, choices=DP_SIZES, help="DP attention ranks (2: rank 1 idle)")
+    rn.add_argument("--backend", default="triton", choices=BACKENDS)
+    rn.add_argument("--steps", "--speculative-num-steps", type=int, default=3, dest="steps")
+    rn.add_argument("--topk", "--speculative-eagle-topk", type=int, default=1, dest="topk")
+    rn.add_argument("--draft-tokens", "--speculative-num-draft-tokens", type=int, default=4, dest="draft_tokens")
+    rn.add_argument(
+        "--fix",
+        action="append",
+        default=[],
+        choices=list(FIXES),
+        dest="fixes",
+        help="apply a fix inside the rank processes (repeatable)",
+    )
+    rn.add_argument("--num-prompts", type=int, default=1)
+    rn.add_argument("--max-new-tokens", type=int, default=16)
+    rn.add_argument("--no-reference", action="store_true", help="skip the HF transformers greedy reference")
+    rn.add_argument(
+        "--disable-overlap-schedule",
+        action="store_true",
+        help="SGLang's own flag: the non-overlap event loop (on 0.5.12 it also picks the V1 EAGLE worker)",
+    )
+    rn.add_argument(
+        "--expect",
+        choices=("ok", "crashed"),
+        default=None,
+        help="exit 1 unless the run ends so (and, for ok, equals the reference)",
+    )
+    rn.add_argument("--timeout", type=float, default=300, help="seconds for the rank processes")
+    rn.add_argument("--json", type=Path, default=None, dest="json_out", help="write the run record here")
+
+
+def _run(args: argparse.Namespace, cache_dir: Path) -> int:
+    """Exit 0: ended ok or crashed (as --expect says, if given); 1: --expect not met, or a timeout;
+    2: bad input, or the release cannot run here (the record's error says why)."""
+    from .runtime.run import run_runtime
+
+    rec = run_runtime(
+        args.sglang,
+        args.dp,
+        args.backend,
+        args.fixes,
+        args.sglang_src,
+        args.steps,
+        args.topk,
+        args.draft_tokens,
+        args.num_prompts,
+        args.max_new_tokens,
+        not args.no_reference,
+        args.disable_overlap_schedule,
+        args.timeout,
+        cache_dir,
+        log=echo,
+    )
+    if rec["crash"]:
+        echo(rec["crash"]["traceback"].rstrip())
+    if rec.get("error"):
+        echo(f"error at {rec['error']['stage']}: {rec['error']['message']}")
+    t = rec["timings"]
+    echo(
+        f"status {rec['status']}; wall {t.get('wall_s')} s (environment {t.get('env_s')} s, "
+        f"ranks {t.get('ranks_s')} s, reference {t.get('reference_s')} s); "
+        f"processes left: {rec['processes'].get('left_running')}"
+    )
+    _write(args.json_out, rec)
+    if rec["status"] == "error":
+        return 2
+    if args.expect:
+        met = rec["status"] == args.expect and (
+            args.expect != "ok" or not rec["reference"] or rec["reference"]["equal"]
+        )
+        return 0 if met else 1
+    return 0 if rec["status"] in ("ok", "crashed") else 1
 
 
 def _fidelity(args: argparse.Namespace) -> int:
@@ -274,10 +366,12 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if night["verdict"] == "fail" else 0
         if args.command == "bisect":
             return _bisect(args, cache_dir)
+        if args.command == "run":
+            return _run(args, cache_dir)
         if args.bundle is not None:
             return _replay_bundle(args, cache_dir)
         return _replay(args, cache_dir)
-    except (ReleaseError, SourceError, BisectError, BundleError) as exc:
+    except (ReleaseError, SourceError, BisectError, BundleError, RuntimeConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
 

@@ -53,6 +53,9 @@ IMPORT_DEPS: tuple[str, ...] = (
     "fastapi",
     "uvicorn",
 )
+# What the real runtime (scheduler, model runner) imports besides the replay path's imports:
+# the real-runtime lane (workbench/upstream/runtime) needs them; a cached venv gets them in place.
+RUNTIME_DEPS: tuple[str, ...] = ("setproctitle", "uvloop", "prometheus-client")
 LATER_DEPS: tuple[str, ...] = ("apache-tvm-ffi",)  # needed by releases after 0.5.14
 XGRAMMAR_FROM = "0.5.16"  # server_args imports xgrammar (function-call parser) from this release
 READY_MARKER = ".workbench-ready.json"
@@ -89,7 +92,7 @@ class ReplayEnv:
 def dependency_specs(version: str, wheel: Path) -> list[str]:
     """The pip requirement strings installed besides torch and triton."""
     pins = wheel_requirements(wheel)
-    names = list(IMPORT_DEPS)
+    names = list(IMPORT_DEPS) + list(RUNTIME_DEPS)
     if Version(version) > Version("0.5.14"):
         names += LATER_DEPS
     if Version(version) >= Version(XGRAMMAR_FROM):

@@ -1,0 +1,277 @@
+"""One rank of the real SGLang runtime, run inside a release's replay environment as a script.
+
+Never imported by the workbench (it runs on the replay environment's own Python and imports
+nothing of the workbench but its two sibling files, ``shims.py`` and ``fixes.py``). Usage:
+
+    python rank.py CONFIG_JSON
+
+The config names the rank, the world, the sources, the server arguments, the fixes and the
+requests this rank receives. The rank applies the CPU shims and the requested fixes, builds the
+release's own ``ServerArgs``/``PortArgs``, constructs the real ``Scheduler`` (tp rank = dp rank, one
+attention-TP rank per DP rank), binds the two sockets the tokenizer manager would own (requests in,
+token ids out), sends its requests and runs the scheduler's own event loop. A collector thread
+reads the scheduler's ``BatchTokenIDOutput`` messages; when every request of this rank finished it
+writes ``{"status": "done", ...}`` to ``result_path``. If the event loop raises, the rank writes
+``{"status": "crashed", ...}`` with the traceback, its frames and what the crashing frames held
+(forward mode, batch size, spec-input class), then exits 3. The parent ends every rank either way.
+"""
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _write(path: str, obj: dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.replace(tmp, path)
+
+
+def _frames(tb) -> list:
+    return [
+        {"file": f.filename, "line": f.lineno, "function": f.name, "code": (f.line or "").strip()}
+        for f in traceback.extract_tb(tb)
+    ]
+
+
+def _batch_facts(tb) -> dict:
+    """Forward mode, batch size and spec-input class as the innermost frame holding a batch saw them."""
+    facts: dict = {}
+    while tb is not None:
+        local = tb.tb_frame.f_locals
+        for name in ("forward_batch", "batch", "model_worker_batch"):
+            fb = local.get(name)
+            if fb is None or not hasattr(fb, "forward_mode"):
+                continue
+            mode = getattr(fb.forward_mode, "name", str(fb.forward_mode))
+            bs = getattr(fb, "batch_size", None)
+            try:
+                bs = bs() if callable(bs) else bs
+                if bs is None and getattr(fb, "seq_lens", None) is not None:
+                    bs = int(fb.seq_lens.shape[0])
+                bs = int(bs) if bs is not None else None
+            except Exception:  # noqa: BLE001 - a fact we could not read stays None
+                bs = None
+            spec = getattr(fb, "spec_info", None)
+            code = tb.tb_frame.f_code
+            facts = {
+                "forward_mode": mode,
+                "batch_size": bs,
+                "spec_info": type(spec).__name__ if spec is not None else None,
+                "frame": f"{os.path.basename(code.co_filename)}:{tb.tb_lineno} {code.co_name}",
+                "variable": name,
+            }
+        tb = tb.tb_next
+    return facts
+
+
+def _server_args(cfg: dict):
+    from sglang.srt.server_args import ServerArgs
+
+    sa = dict(cfg["server_args"])
+    args = ServerArgs(**sa)
+    return args
+
+
+def _request(cfg: dict, rid: str, input_ids: list):
+    """A TokenizedGenerateReqInput as the tokenizer manager would send it (greedy, ignore_eos)."""
+    import dataclasses
+    from array import array
+
+    from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    sp = SamplingParams(max_new_tokens=cfg["max_new_tokens"], temperature=0.0, ignore_eos=True)
+    sp.normalize(None)
+    sp.verify(cfg["vocab_size"])
+    known = {
+        "input_text": "",
+        "input_ids": array("q", input_ids) if _wants_array(TokenizedGenerateReqInput) else list(input_ids),
+        "mm_inputs": None,
+        "sampling_params": sp,
+        "return_logprob": False,
+        "logprob_start_len": -1,
+        "top_logprobs_num": 0,
+        "token_ids_logprob": None,
+        "stream": False,
+        "rid": rid,
+    }
+    kwargs = {}
+    for f in dataclasses.fields(TokenizedGenerateReqInput):
+        if f.name in known:
+            kwargs[f.name] = known[f.name]
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.init:
+            raise TypeError(f"TokenizedGenerateReqInput needs {f.name!r}, which the lane does not know how to fill")
+    return TokenizedGenerateReqInput(**kwargs)
+
+
+def _wants_array(cls) -> bool:
+    import dataclasses
+
+    for f in dataclasses.fields(cls):
+        if f.name == "input_ids":
+            return "array" in str(f.type)
+    return False
+
+
+def _port_args(cls, cfg: dict):
+    """PortArgs with this rank's own ipc sockets in the run folder (the lane owns both ends) and
+    the run's rendezvous port; built directly, since DP attention's ``init_new`` derives TCP ports
+    from the server port and waits for them."""
+    import dataclasses
+
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name.endswith("_ipc_name"):
+            kwargs[f.name] = f"ipc://{cfg['run_dir']}/r{cfg['rank']}-{f.name[:-9]}"
+        elif f.name == "nccl_port":
+            kwargs[f.name] = cfg["nccl_port"]
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            kwargs[f.name] = None
+    return cls(**kwargs)
+
+
+class Collector(threading.Thread):
+    """Reads the scheduler's token-id outputs; sets ``done`` when every request finished."""
+
+    def __init__(self, sock, rids: list, on_done):
+        super().__init__(daemon=True)
+        self.sock, self.rids, self.on_done = sock, set(rids), on_done
+        self.outputs: dict = {r: [] for r in rids}
+        self.finished: dict = {}
+        self.spec: dict = {}
+        self.first_token_at: dict = {}
+
+    def run(self) -> None:
+        while len(self.finished) < len(self.rids):
+            msg = self.sock.recv_pyobj()
+            if type(msg).__name__ != "BatchTokenIDOutput":
+                continue
+            for i, rid in enumerate(msg.rids):
+                if rid not in self.rids:
+                    continue
+                ids = list(msg.output_ids[i]) if msg.output_ids is not None else []
+                self.outputs[rid].extend(ids)  # incremental: only the new ids of this message
+                self.first_token_at.setdefault(rid, time.time())
+                for key in ("spec_verify_ct", "spec_num_correct_drafts", "spec_accepted_tokens"):
+                    values = getattr(msg, key, None)
+                    if values:
+                        self.spec.setdefault(rid, {})[key] = int(values[i])
+                reason = msg.finished_reasons[i]
+                if reason is not None:
+                    self.finished[rid] = reason.to_json() if hasattr(reason, "to_json") else str(reason)
+        self.on_done()
+
+
+def main() -> None:
+    cfg = json.loads(open(sys.argv[1]).read())
+    rank, result_path = cfg["rank"], cfg["result_path"]
+    t0 = time.time()
+    timings: dict = {}
+    state = {"stage": "import"}
+    applied: list = []
+    fixed: list = []
+    guard: dict = {}
+    sys.path.insert(0, cfg["src_root"])
+    sys.path.insert(0, HERE)
+    try:
+        import shims
+
+        applied = shims.apply(cfg["version"])
+        import fixes
+
+        fixed = fixes.apply(cfg.get("fixes", []))
+        state["stage"] = "server_args"
+        import zmq
+        from sglang.srt.managers.scheduler import Scheduler
+        from sglang.srt.server_args import PortArgs
+
+        server_args = _server_args(cfg)
+        port_args = _port_args(PortArgs, cfg)
+        ctx = zmq.Context(2)
+        send = ctx.socket(zmq.PUSH)
+        send.bind(port_args.scheduler_input_ipc_name)
+        recv = ctx.socket(zmq.PULL)
+        recv.bind(port_args.tokenizer_ipc_name)
+        timings["import_s"] = round(time.time() - t0, 2)
+        state["stage"] = "scheduler"
+        scheduler = Scheduler(server_args, port_args, rank, rank, 0, 0, 0, 0, rank if cfg["dp"] > 1 else None)
+        timings["scheduler_init_s"] = round(time.time() - t0 - timings["import_s"], 2)
+        state["stage"] = "shim-guard"
+        import shim_guard
+
+        guard.update(shim_guard.check())
+        if guard["violations"]:
+            raise RuntimeError(f"a shim reached protected code: {guard['violations']}")
+        reqs = cfg["requests"]
+        started = time.time()
+
+        def done() -> None:
+            _write(
+                result_path,
+                {
+                    "status": "done",
+                    "rank": rank,
+                    "outputs": collector.outputs,
+                    "finished": collector.finished,
+                    "spec": collector.spec,
+                    "timings": {**timings, "generate_s": round(time.time() - started, 2)},
+                    "time": time.time(),
+                    "shims": applied,
+                    "fixes": fixed,
+                    "shim_guard": guard,
+                },
+            )
+
+        collector = Collector(recv, [r["rid"] for r in reqs], done)
+        if reqs:  # an idle rank writes a result only if it fails
+            collector.start()
+        for r in reqs:
+            send.send_pyobj(_request(cfg, r["rid"], r["input_ids"]))
+        _write(
+            result_path + ".ready",
+            {
+                "rank": rank,
+                "timings": timings,
+                "shims": applied,
+                "fixes": fixed,
+                "shim_guard": guard,
+                "requests": len(reqs),
+            },
+        )
+        state["stage"] = "event_loop"
+        scheduler.run_event_loop()
+        raise RuntimeError("the scheduler's event loop returned")
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes this rank's record
+        tb = exc.__traceback__
+        _write(
+            result_path,
+            {
+                "status": "crashed" if state["stage"] == "event_loop" else "error",
+                "rank": rank,
+                "stage": state["stage"],
+                "exception_type": type(exc).__name__,
+                "message": str(exc),
+                "traceback": "".join(traceback.format_exception(exc)),
+                "frames": _frames(tb),
+                "batch": _batch_facts(tb),
+                "shims": applied,
+                "fixes": fixed,
+                "shim_guard": guard,
+                "timings": {**timings, "crash_after_s": round(time.time() - t0, 2)},
+                "time": time.time(),
+            },
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(3)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""The real-runtime lane's run record: the workbench's run record shape, filled from the ranks.
+
+``status`` ok / crashed / timeout / error (``workbench.record.STATUSES``); ``crash`` is built by the
+workbench's one constructor (``crash_record``) from the first failing rank's report (rank, phase,
+forward mode, batch size, the traceback through the real scheduler and worker, ``raised_at`` the
+innermost frame inside sglang); ``rank_failures`` holds what the other ranks raised afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+
+from workbench.record import crash_record, outputs_sha256
+
+LANE = "real-runtime"
+KERNELS = {
+    "triton": "real sglang TritonAttnBackend (triton interpreter, CPU)",
+    "torch_native": "real sglang TorchNativeAttnBackend (torch SDPA, CPU)",
+}
+# The innermost function of an EAGLE worker on the stack names the pass a crash happened in.
+_PHASES = (
+    ("draft_extend", "draft-extend"),
+    ("verify", "verify"),
+    ("forward_target_extend", "prefill"),
+    ("draft", "draft"),
+)
+
+
+def new(cfg: dict) -> dict:
+    """An empty record (status error until filled) for ``cfg``."""
+    return {
+        "status": "error",
+        "lane": LANE,
+        "config": {
+            **cfg,
+            "kernel": KERNELS[cfg["backend"]],
+            "kernel_stand_in": False,
+            "idle_ranks": list(range(1, cfg["dp"])),
+        },
+        "crash": None,
+        "rank_failures": [],
+        "error": None,
+        "outputs": None,
+        "outputs_text": None,
+        "outputs_sha256": None,
+        "reference": None,
+        "metrics": {},
+        "timings": {},
+        "shims": [],
+        "shim_guard": None,
+        "fixes": [],
+        "processes": {},
+        "env": {"host_python": sys.version.split()[0], "platform": platform.platform(), "device": "cpu"},
+        "notes": [],
+    }
+
+
+def fail(rec: dict, stage: str, message: str, missing: str | None, t0: float) -> dict:
+    """Mark ``rec`` as a run that could not start (status error) and return it."""
+    rec["status"] = "error"
+    rec["error"] = {"stage": stage, "message": message, "missing": missing}
+    rec["timings"]["wall_s"] = round(time.perf_counter() - t0, 2)
+    return rec
+
+
+def phase_of(frames: list[dict], forward_mode: str | None) -> str | None:
+    """The EAGLE pass a traceback was in: the innermost eagle-worker function that names one."""
+    for frame in reversed(frames):
+        if "eagle_worker" not in os.path.basename(frame["file"]):
+            continue
+        for key, phase in _PHASES:
+            if key in frame["function"]:
+                return phase
+    return "prefill" if forward_mode == "EXTEND" else None
+
+
+def raised_in_sglang(frames: list[dict]) -> dict | None:
+    """The innermost frame inside sglang, its path relative to the package root."""
+    marker = f"{os.sep}sglang{os.sep}"
+    for frame in reversed(frames):
+        if marker in frame["file"]:
+            return {**frame, "file": "sglang" + os.sep + frame["file"].split(marker, 1)[1]}
+    return frames[-1] if frames else None
+
+
+def _crash(res: dict) -> dict:
+    batch = res.get("batch") or {}
+    crash = crash_record(
+        rank=res["rank"],
+        phase=phase_of(res.get("frames", []), batch.get("forward_mode")),
+        forward_mode=batch.get("forward_mode"),
+        batch_size=batch.get("batch_size"),
+        exception_type=res["exception_type"],
+        message=res["message"],
+        traceback=res["traceback"],
+        time=res.get("time"),
+        raised_at=raised_in_sglang(res.get("frames", [])),
+    )
+    crash["spec_info"] = batch.get("spec_info")
+    return crash
+
+
+def fill(rec: dict, ranks, prompts: list[list[int]]) -> None:
+    """Status, crash, outputs, metrics and process facts from a ``launch.RankRun``."""
+    results = ranks.results
+    failed = sorted((r for r in results.values() if r["status"] != "done"), key=lambda r: r.get("time") or 0)
+    rec["processes"] = {"exit_codes": ranks.exit_codes, "left_running": ranks.left_running, "ended_by": ranks.ended_by}
+    rec["timings"]["ranks_s"] = ranks.wall_s
+    for r in sorted(results):
+        rec["timings"][f"rank{r}"] = results[r].get("timings")
+    reporting = next((results[r] for r in sorted(results) if results[r].get("shims")), None)
+    if reporting:
+        rec["shims"], rec["fixes"] = reporting["shims"], reporting.get("fixes", [])
+        rec["shim_guard"] = reporting.get("shim_guard")
+    if failed:
+        first = failed[0]
+        if first["status"] == "crashed":
+            rec["status"] = "crashed"
+            rec["crash"] = _crash(first)
+            rec["rank_failures"] = [_crash(r) for r in failed[1:] if r["status"] == "crashed"]
+        else:
+            rec["status"] = "error"
+            rec["error"] = {
+                "stage": first.get("stage"),
+                "message": f"{first['exception_type']}: {first['message']}",
+                "missing": None,
+                "traceback": first.get("traceback"),
+                "rank": first["rank"],
+            }
+        return
+    if ranks.ended_by == "timeout":
+        rec["status"] = "timeout"
+        rec["error"] = {"stage": "run", "message": f"no result within {rec['config']['timeout_s']} s", "missing": None}
+        return
+    if ranks.ended_by != "done":
+        rec["status"] = "error"
+        rec["error"] = {
+            "stage": "run",
+            "message": f"a rank exited without a result (exit codes {ranks.exit_codes})",
+            "missing": None,
+        }
+        return
+    done = results[0]
+    outputs = [done["outputs"].get(f"p{i}") for i in range(len(prompts))]
+    rec["status"] = "ok"
+    rec["outputs"] = outputs
+    rec["outputs_text"] = [bytes(t for t in o if t < 256).decode("utf-8", "replace") for o in outputs]
+    rec["outputs_sha256"] = outputs_sha256(outputs)
+    verify = sum(s.get("spec_verify_ct", 0) for s in done["spec"].values())
+    correct = sum(s.get("spec_num_correct_drafts", 0) for s in done["spec"].values())
+    rec["metrics"] = {
+        "tokens": sum(len(o) for o in outputs),
+        "verify_passes": verify,
+        "accepted_drafts": correct,
+        # tokens per verify pass: the accepted drafts plus the bonus token, as SGLang reports it
+        "accept_length_mean": round((correct + verify) / verify, 3) if verify else None,
+        "generate_s": done["timings"].get("generate_s"),
+    }
+
+
+def compare_reference(rec: dict, ref: dict) -> None:
+    """``reference``: HF transformers' greedy tokens and whether the run's outputs equal them."""
+    if "error" in ref:
+        rec["reference"] = {"error": ref["error"], "equal": None}
+        return
+    outs, refs = rec["outputs"], ref["outputs"]
+    diff = next(
+        (
+            {"prompt": i, "position": next((j for j, (a, b) in enumerate(zip(o, e, strict=False)) if a != b), None)}
+            for i, (o, e) in enumerate(zip(outs, refs, strict=True))
+            if o != e
+        ),
+        None,
+    )
+    rec["reference"] = {
+        "source": f"HF transformers {ref['transformers']} {ref['architecture']}, float32, greedy, no cache",
+        "outputs": refs,
+        "equal": outs == refs,
+        "first_difference": diff,
+    }
+    rec["timings"]["reference_s"] = ref.get("reference_s")
+
+
+def one_line(rec: dict) -> str:
+    """A one-line summary: status, and the crash or the accept length."""
+    if rec["crash"]:
+        c = rec["crash"]
+        at = c.get("raised_at") or {}
+        return (
+            f"crashed: rank {c['rank']} phase {c['phase']} mode {c['forward_mode']} bs {c['batch_size']}: "
+            f"{c['exception_type']}: {c['message']} at {at.get('file')}:{at.get('line')}"
+        )
+    if rec["status"] == "ok":
+        return f"ok: {rec['metrics']['tokens']} tokens, accept length {rec['metrics']['accept_length_mean']}"
+    return f"{rec['status']}: {(rec.get('error') or {}).get('message')}"

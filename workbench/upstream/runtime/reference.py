@@ -1,0 +1,46 @@
+"""HF transformers' greedy tokens for the lane's target, run inside the replay environment.
+
+Never imported by the workbench. Usage: ``python reference.py CONFIG_JSON`` with
+``{"model_path", "prompts": [[ids]], "max_new_tokens", "result_path"}``. Loads the target with
+``AutoModelForCausalLM`` in float32 (the weights the runtime loads) and decodes each prompt
+greedily without a cache: the full sequence is re-run at every step, so nothing of SGLang (paged
+KV, spec decoding, DP) is involved. Writes ``{"outputs": [[ids]], "transformers": version}``.
+"""
+
+import json
+import sys
+import time
+
+
+def main() -> None:
+    cfg = json.loads(open(sys.argv[1]).read())
+    t0 = time.time()
+    import torch
+    import transformers
+
+    torch.set_num_threads(cfg.get("threads", 1))
+    model = transformers.AutoModelForCausalLM.from_pretrained(cfg["model_path"], dtype=torch.float32)
+    model.eval()
+    outputs = []
+    with torch.no_grad():
+        for ids in cfg["prompts"]:
+            seq = torch.tensor([ids], dtype=torch.long)
+            new = []
+            for _ in range(cfg["max_new_tokens"]):
+                logits = model(input_ids=seq).logits[0, -1]
+                nxt = int(torch.argmax(logits))
+                new.append(nxt)
+                seq = torch.cat([seq, torch.tensor([[nxt]])], dim=1)
+            outputs.append(new)
+    out = {
+        "outputs": outputs,
+        "transformers": transformers.__version__,
+        "architecture": type(model).__name__,
+        "reference_s": round(time.time() - t0, 2),
+    }
+    with open(cfg["result_path"], "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()

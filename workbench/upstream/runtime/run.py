@@ -1,0 +1,264 @@
+"""``run_runtime``: the released SGLang runtime on this CPU, one run, one run record.
+
+Validates everything before a process starts, builds (or reuses) the release's replay
+environment, runs one rank process per DP rank (``launch.run_ranks``; the requests go to rank 0,
+the other ranks are idle), then HF transformers' greedy reference when the run completed, and
+returns the record (``record.build``). Never raises for a run that fails: the record says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from workbench.upstream.env import EnvBuildError, ensure_env, ensure_sources
+from workbench.upstream.releases import Log, check_version, default_cache_dir, echo, known_releases
+
+from . import record as record_mod
+from .fixes import FIXES
+from .launch import free_port, run_ranks, thread_binding
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+MODELS = ASSETS / "runtime_models"
+PROMPTS = ASSETS / "prompts.json"
+BACKENDS = ("triton", "torch_native")
+DP_SIZES = (1, 2)
+TREE_KERNELS_RELEASE = "0.5.23"  # whose kernels/ops/speculative/spec_tree.py the tree shims load
+TREE_KERNELS_FILE = "sglang/kernels/ops/speculative/spec_tree.py"
+LOG_DIR_ENV = "WB_LOG_DIR"
+
+
+class RuntimeConfigError(ValueError):
+    """A bad argument, named with the valid values, before anything starts."""
+
+
+def validate(
+    version: str,
+    dp: int,
+    backend: str,
+    fixes: list[str],
+    steps: int,
+    topk: int,
+    draft_tokens: int,
+    num_prompts: int,
+    max_new_tokens: int,
+    sglang_src: Path | None,
+    known: list[str] | None,
+) -> None:
+    """Raise RuntimeConfigError (or ReleaseError for the version) naming the bad value."""
+    if known is not None:
+        check_version(version, known)
+    if dp not in DP_SIZES:
+        raise RuntimeConfigError(f"bad dp {dp!r}; valid: {', '.join(map(str, DP_SIZES))} (dp 2 runs one idle rank)")
+    if backend not in BACKENDS:
+        raise RuntimeConfigError(f"bad backend {backend!r}; valid: {', '.join(BACKENDS)}")
+    bad = [f for f in fixes if f not in FIXES]
+    if bad or len(set(fixes)) != len(fixes):
+        raise RuntimeConfigError(f"bad fix {bad or fixes!r}; valid: {', '.join(FIXES)} (each at most once)")
+    if steps < 1 or topk < 1:
+        raise RuntimeConfigError(f"bad steps {steps!r} / topk {topk!r}; valid: integers >= 1")
+    if topk == 1 and draft_tokens != steps + 1:
+        raise RuntimeConfigError(
+            f"bad draft_tokens {draft_tokens!r} for topk 1; valid: steps + 1 = {steps + 1} (a chain; SGLang asserts it)"
+        )
+    if not 2 <= draft_tokens <= topk * steps + 1:
+        raise RuntimeConfigError(f"bad draft_tokens {draft_tokens!r}; valid: 2..{topk * steps + 1} (topk * steps + 1)")
+    if not 1 <= num_prompts <= 20:
+        raise RuntimeConfigError(f"bad num_prompts {num_prompts!r}; valid: 1..20")
+    if not 1 <= max_new_tokens <= 256:
+        raise RuntimeConfigError(f"bad max_new_tokens {max_new_tokens!r}; valid: 1..256")
+    if sglang_src is not None:
+        from workbench.upstream.lint import source_root
+
+        source_root(Path(sglang_src))  # SourceError names the folder
+
+
+def load_prompts(num_prompts: int) -> list[str]:
+    """The workbench's held-out prompts (shared with its own engine), the first ``num_prompts``."""
+    return json.loads(PROMPTS.read_text())["prompts"][:num_prompts]
+
+
+def _rank_configs(cfg: dict, run_dir: Path, prompts: list[list[int]], src_root: Path) -> list[dict]:
+    args = {
+        "model_path": str(MODELS / "target"),
+        "speculative_algorithm": "EAGLE3",
+        "speculative_draft_model_path": str(MODELS / "draft"),
+        "speculative_num_steps": cfg["steps"],
+        "speculative_eagle_topk": cfg["topk"],
+        "speculative_num_draft_tokens": cfg["draft_tokens"],
+        "device": "cpu",
+        "attention_backend": cfg["backend"],
+        "skip_tokenizer_init": True,
+        "disable_cuda_graph": True,
+        "dtype": "float32",
+        "max_total_tokens": 4096,
+        "max_running_requests": max(4, len(prompts)),
+        "tp_size": cfg["dp"],
+        "dp_size": cfg["dp"],
+        "enable_dp_attention": cfg["dp"] > 1,
+        "random_seed": 0,
+        "disable_overlap_schedule": cfg["disable_overlap_schedule"],
+        "log_level": "warning",
+    }
+    base = {
+        "dp": cfg["dp"],
+        "version": cfg["sglang"],
+        "src_root": str(src_root),
+        "run_dir": str(run_dir),
+        "nccl_port": free_port(),
+        "max_new_tokens": cfg["max_new_tokens"],
+        "vocab_size": 257,
+        "fixes": cfg["fixes"],
+        "server_args": args,
+    }
+    reqs = [{"rid": f"p{i}", "input_ids": ids} for i, ids in enumerate(prompts)]
+    return [
+        {**base, "rank": r, "result_path": str(run_dir / f"rank{r}.result.json"), "requests": reqs if r == 0 else []}
+        for r in range(cfg["dp"])
+    ]
+
+
+def _reference(python: Path, run_dir: Path, prompts: list[list[int]], max_new_tokens: int, timeout_s: float) -> dict:
+    import subprocess
+
+    cfg = {
+        "model_path": str(MODELS / "target"),
+        "prompts": prompts,
+        "max_new_tokens": max_new_tokens,
+        "result_path": str(run_dir / "reference.json"),
+        "threads": 2,
+    }
+    (run_dir / "reference.cfg.json").write_text(json.dumps(cfg))
+    proc = subprocess.run(
+        [str(python), str(Path(__file__).with_name("reference.py")), str(run_dir / "reference.cfg.json")],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=run_dir,
+    )
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip()[-800:]}
+    return json.loads((run_dir / "reference.json").read_text())
+
+
+def _keep_logs(run_dir: Path, dp: int) -> str | None:
+    target = os.environ.get(LOG_DIR_ENV)
+    if not target:
+        return None
+    dest = Path(target) / run_dir.name
+    dest.mkdir(parents=True, exist_ok=True)
+    for r in range(dp):
+        if (run_dir / f"rank{r}.log").exists():
+            shutil.copyfile(run_dir / f"rank{r}.log", dest / f"rank{r}.log")
+    return str(dest)
+
+
+def run_runtime(
+    version: str,
+    dp: int = 2,
+    backend: str = "triton",
+    fixes: list[str] | tuple[str, ...] = (),
+    sglang_src: Path | str | None = None,
+    steps: int = 3,
+    topk: int = 1,
+    draft_tokens: int = 4,
+    num_prompts: int = 1,
+    max_new_tokens: int = 16,
+    reference: bool = True,
+    disable_overlap_schedule: bool = False,
+    timeout_s: float = 300,
+    cache_dir: Path | None = None,
+    log: Log = echo,
+) -> dict:
+    """Run the real SGLang ``version`` (or the checkout ``sglang_src`` on that release's environment).
+
+    Returns the run record (``record.build``): status ``ok`` / ``crashed`` / ``timeout`` / ``error``.
+    Raises RuntimeConfigError, ReleaseError or SourceError for bad arguments, before anything starts.
+    """
+    t0 = time.perf_counter()
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    fixes = list(fixes)
+    src = Path(sglang_src) if sglang_src is not None else None
+    validate(
+        version,
+        dp,
+        backend,
+        fixes,
+        steps,
+        topk,
+        draft_tokens,
+        num_prompts,
+        max_new_tokens,
+        src,
+        known_releases(cache_dir),
+    )
+    texts = load_prompts(num_prompts)
+    prompts = [list(t.encode("utf-8")) for t in texts]
+    cfg = {
+        "sglang": version,
+        "sglang_src": str(src) if src else None,
+        "dp": dp,
+        "backend": backend,
+        "fixes": fixes,
+        "steps": steps,
+        "topk": topk,
+        "draft_tokens": draft_tokens,
+        "max_new_tokens": max_new_tokens,
+        "prompts": texts,
+        "disable_overlap_schedule": disable_overlap_schedule,
+        "timeout_s": timeout_s,
+    }
+    rec = record_mod.new(cfg)
+    tag = f"[sglang-{version}{' checkout' if src else ''} dp{dp} {backend}{' +' + '+'.join(fixes) if fixes else ''}]"
+    try:
+        env = ensure_env(version, cache_dir, log=log, src_root=None if src is None else _src_root(src))
+        tree_src = ensure_sources(TREE_KERNELS_RELEASE, cache_dir, log) / TREE_KERNELS_FILE
+    except EnvBuildError as exc:
+        return record_mod.fail(rec, f"install:{exc.step}", exc.detail, exc.missing, t0)
+    rec["timings"].update(env_s=round(time.perf_counter() - t0, 2), env_cached=env.cached, venv_build_s=env.built_in_s)
+    rec["env"].update(venv=str(env.root), packages=env.packages, notes=env.notes)
+    run_dir = Path(tempfile.mkdtemp(prefix="wb-rt-"))
+    try:
+        configs = _rank_configs(cfg, run_dir, prompts, env.src_root)
+        proc_env = {
+            **os.environ,
+            "SGLANG_USE_CPU_ENGINE": "1",
+            "TRITON_INTERPRET": "1",
+            "SGLANG_CPU_OMP_THREADS_BIND": thread_binding(dp),
+            "WB_SPEC_TREE_SRC": str(tree_src),
+            "TMPDIR": str(run_dir),
+            "PYTHONUNBUFFERED": "1",
+        }
+        rec["env"]["settings"] = {
+            k: proc_env[k] for k in ("SGLANG_USE_CPU_ENGINE", "TRITON_INTERPRET", "SGLANG_CPU_OMP_THREADS_BIND")
+        }
+        log(
+            f"{tag} starting {dp} rank process(es): the real Scheduler + EAGLEWorker on CPU (timeout {timeout_s:.0f} s)"
+        )
+        ranks = run_ranks(env.python, configs, run_dir, proc_env, timeout_s)
+        record_mod.fill(rec, ranks, prompts)
+        log(f"{tag} {record_mod.one_line(rec)} ({ranks.wall_s:.1f} s)")
+        if reference and rec["status"] == "ok":
+            ref = _reference(env.python, run_dir, prompts, max_new_tokens, timeout_s)
+            record_mod.compare_reference(rec, ref)
+            log(f"{tag} HF transformers reference: {'equal' if rec['reference'].get('equal') else 'DIFFERENT'}")
+        rec["logs"] = _keep_logs(run_dir, dp)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    rec["timings"]["wall_s"] = round(time.perf_counter() - t0, 2)
+    return rec
+
+
+def _src_root(src: Path) -> Path:
+    from workbench.upstream.lint import source_root
+
+    return source_root(src)
+
+
+if __name__ == "__main__":  # pragma: no cover - manual smoke run
+    print(json.dumps(run_runtime(sys.argv[1] if len(sys.argv) > 1 else "0.5.14"), indent=1)[:4000])
