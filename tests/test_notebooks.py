@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 FIXTURES = ROOT / "tests" / "fixtures"
 ENGINE_NAMES = ["01_reproduce_crash", "02_apply_fix", "03_backend_comparison", "05_debug_crash"]
-NAMES = sorted(ENGINE_NAMES + ["04_upstream_replay"])
+NAMES = sorted(ENGINE_NAMES + ["04_upstream_replay", "06_real_runtime"])
 TINY = dict(steps=3, topk=2, draft_tokens=4, num_prompts=1, max_new_tokens=8, model_dir=os.environ.get("WB_MODEL_DIR"))
 CRASH = "'EagleDraftExtendInput' object has no attribute 'kv_indptr'"
 
@@ -52,6 +52,8 @@ def test_in_sync_with_paired_py(name):
     params = papermill.inspect_notebook(str(NOTEBOOKS / f"{name}.ipynb"))
     if name in ENGINE_NAMES:
         assert {"steps", "topk", "draft_tokens", "max_new_tokens", "dp", "dp_policy", "revision"} <= set(params)
+    elif name == "06_real_runtime":
+        assert {"release", "backend", "roles", "live"} <= set(params)
     else:
         assert {"releases", "replay_releases", "backend", "live"} <= set(params)
 
@@ -168,6 +170,22 @@ def test_04_replays_the_real_releases_from_the_shipped_measurements(tmp_path):
         assert "sglang/srt/layers/attention/triton_backend.py" in crash["traceback"]
     assert runs["replay/0.5.14"]["status"] == "ok" and runs["replay/0.5.14"]["metrics"]["kv_indptr"] == [0, 1, 2]
     assert not _outputs(nb, "error") and len(_outputs(nb, "execute_result")) >= 5  # tables and the survey plot
+
+
+def test_06_shows_the_real_runtime_beside_the_engine_from_the_shipped_measurement(tmp_path):
+    bundle, nb = _run("06_real_runtime", tmp_path, live=False, expect="ok")
+    runs = bundle["runs"]
+    assert bundle["primary"] == "checks" and runs["checks"]["status"] == "ok" and runs["checks"]["problems"] == []
+    assert "shipped measurement" in runs["checks"]["config"]["source"]
+    crash = runs["runtime/dp2"]["crash"]
+    assert (crash["rank"], crash["phase"], crash["forward_mode"]) == (1, "verify", "IDLE")
+    assert crash["message"] == "'EagleVerifyInput' object has no attribute 'kv_indptr'"
+    assert "eagle_worker_v2.py" in crash["traceback"] and "triton_backend.py" in crash["traceback"]
+    assert runs["runtime/between+verify-input"]["crash"]["message"] == CRASH
+    assert runs["workbench/pr-24860"]["crash"]["message"] == CRASH and runs["workbench/pr-28221"]["status"] == "ok"
+    text = "".join(o.get("text", "") for o in _outputs(nb, "stream"))
+    assert "shipped measurement" in text and "eagle_worker_v2.py" in text
+    assert not _outputs(nb, "error")
 
 
 def test_require_rejects_a_bad_expect():

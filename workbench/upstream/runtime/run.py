@@ -72,6 +72,13 @@ def validate(
         raise RuntimeConfigError(f"bad num_prompts {num_prompts!r}; valid: 1..20")
     if not 1 <= max_new_tokens <= 256:
         raise RuntimeConfigError(f"bad max_new_tokens {max_new_tokens!r}; valid: 1..256")
+    for part in ("target", "draft"):
+        for name in ("config.json", "model.safetensors"):
+            if not (MODELS / part / name).is_file():
+                raise RuntimeConfigError(
+                    f"model file {MODELS / part / name} is missing; rebuild the lane's models "
+                    "with `python scripts/train_runtime_models.py`"
+                )
     if sglang_src is not None:
         from workbench.upstream.lint import source_root
 
@@ -229,6 +236,7 @@ def run_runtime(
             **os.environ,
             "SGLANG_USE_CPU_ENGINE": "1",
             "TRITON_INTERPRET": "1",
+            "TORCH_COMPILE_DISABLE": "1",
             "SGLANG_CPU_OMP_THREADS_BIND": thread_binding(dp),
             "WB_SPEC_TREE_SRC": str(tree_src),
             "TMPDIR": str(run_dir),

@@ -318,6 +318,8 @@ SETTINGS = {
     "TRITON_INTERPRET": "1: the triton backend's kernels run in Triton's interpreter on CPU tensors",
     "SGLANG_CPU_OMP_THREADS_BIND": "cores per rank (model_runner init_threads_binding refuses tp > NUMA nodes "
     "without it)",
+    "TORCH_COMPILE_DISABLE": "1: torch.compile'd helpers (spec_utils.select_top_k_tokens) run eagerly; inductor's "
+    "C++ build took two thirds of a run's generation time here, in every rank process",
 }
 
 

@@ -1,0 +1,148 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · The crash on the real SGLang runtime, beside the workbench's engine
+#
+# Notebooks 01–02 reproduce the regression on the workbench's own SGLang-shaped engine; notebook 04
+# replays it on the real releases one function deep. This one runs **the released runtime itself**
+# on this CPU: the release's own `Scheduler` and event loop, its `EAGLEWorkerV2` (draft, tree,
+# verify, draft-extend), `ModelRunner` and `TritonAttnBackend`, with DP attention over gloo in two
+# rank processes, rank 1 given no requests. The models are a tiny Qwen3 target (its layers carry
+# the DP-attention gathers) and an EAGLE3 head that SGLang loads as `LlamaForCausalLMEagle3`, both
+# byte-level and trained on this Python's standard library (`scripts/train_runtime_models.py`).
+#
+# **What had to change for a CPU.** Nothing in the code the crash is about. The lane applies a
+# handful of CPU shims (a CUDA synchronize, a pinned-memory flag, CUDA-only collectives and tree
+# kernels rerouted to SGLang's own Triton or torch versions; the table below lists each with its
+# upstream line) and a live guard checks, in every rank, that no shim touched the spec-input
+# classes, the attention backends, the DP padding, the runner's idle path or the scheduler's choice
+# of spec input.
+#
+# **What it finds.** On 0.5.14, which carries PR #28221's fix, the idle rank still crashes, one
+# pass earlier: the verify pass's padded IDLE batch carries an `EagleVerifyInput`, which has no
+# `kv_indptr` either. Declaring the field on the verify input (`--fix verify-input`, from the
+# workbench) makes the run complete with outputs equal to DP 1 and to HF transformers. On 0.5.14's
+# sources with `EagleDraftExtendInput.kv_indptr` deleted (the state between the two PRs), the
+# verify fix lets the run reach the draft-extend pass, where the seed's crash appears in the real
+# runtime; PR #28221's field makes it complete.
+#
+# With `live = False` the notebook shows the shipped measurement (labelled with its date, commit and
+# command); with `live = True` it runs the releases now (about a minute a run on 2 cores, plus a
+# one-off 1–4 min environment build).
+
+# %%
+import workbench
+from workbench import notebook
+from workbench.upstream.runtime import views
+
+# %% tags=["parameters"]
+release = "0.5.14"
+backend = "triton"
+roles = ["dp2", "dp2+verify-input", "dp1", "between+verify-input", "between+verify-input+pr-28221"]
+live = False
+cache_dir = None
+workbench_side = True
+record_path = "runs/notebooks/06_real_runtime.json"
+expect = "any"
+
+# %%
+data = views.load_runs(release, backend, roles, live=live, cache_dir=cache_dir)
+print("source:", data["source"])
+runs = data["runs"]
+
+# %% [markdown]
+# ## 1 · The runs
+# `ranks s` is the rank processes' wall time (start, model load, generation or crash, and ending every
+# process); `left running` lists processes still alive after the lane ended them (it must be empty).
+
+# %%
+views.runs_table(runs)
+
+# %% [markdown]
+# ## 2 · The idle rank's crash, through the real scheduler and worker
+# The traceback's frames in SGLang's own files: the scheduler's event loop, `EAGLEWorkerV2.verify`,
+# the model runner's idle path (`EagerRunner._execute_idle`), and the read in `triton_backend.py`.
+
+# %%
+first = runs.get("dp2") or next(iter(runs.values()))
+for line in views.sglang_frames(first):
+    print(line)
+print((first.get("crash") or {}).get("message"))
+
+# %% [markdown]
+# ## 3 · The seed's crash between the two PRs, and PR #28221's fix
+# The same idle rank, one pass later: the draft-extend pass's padded IDLE batch carries an
+# `EagleDraftExtendInput`. SGLang's eager runner pads it itself (`prepare_mlp_sync_batch`: an IDLE
+# batch with a spec input gets `num_tokens // num_tokens_per_req` rows, the largest rank's token
+# count under max-length padding), so no CUDA graph is needed to reach it.
+
+# %%
+for role in ("between+verify-input", "between+verify-input+pr-28221"):
+    if role in runs:
+        rec = runs[role]
+        print(f"--- {role}: {rec['status']}")
+        for line in views.sglang_frames(rec)[-4:]:
+            print(line)
+
+# %% [markdown]
+# ## 4 · Beside the workbench's engine
+# The workbench runs the same code states on its own engine (`revision`), live, in seconds. Its
+# model of the idle verify pass carries no spec input (docs/design.md §6), so it does not show the
+# verify-pass crash the real runtime raises; the draft-extend crash and its fix are the same.
+
+# %%
+wb_runs = {}
+if workbench_side:
+    for revision in ("pr-24860", "pr-28221"):
+        res = workbench.reproduce(
+            backend=backend,
+            revision=revision,
+            dp=2,
+            dp_policy="pack",
+            num_prompts=1,
+            steps=3,
+            topk=1,
+            draft_tokens=4,
+            max_new_tokens=8,
+        )
+        wb_runs[revision] = res.record
+    wb_runs["pr-28221 (release 0.5.14's classes)"] = wb_runs["pr-28221"]
+views.side_by_side(wb_runs, runs)
+
+# %% [markdown]
+# ## 5 · The CPU shims
+# Each names the lines of this release it passes; `uses` is SGLang's own version of a rerouted op.
+
+# %%
+views.shims_table(first)
+
+# %%
+print("shim guard:", first.get("shim_guard"))
+
+# %% [markdown]
+# ## Record and expectation
+# `expect = "ok"` fails the notebook unless every role ends as above on triton (every role ok on
+# torch_native, which never reads `kv_indptr`), every completed run equals HF transformers' greedy
+# tokens and the DP 1 run, the guard found nothing, and no process was left running.
+
+# %%
+found = views.problems(runs, backend)
+params = dict(release=release, backend=backend, roles=roles, live=live, expect=expect)
+wb_roles = {k: v for k, v in wb_runs.items() if k in ("pr-24860", "pr-28221")}
+print("record written to", views.save_record(record_path, params, data, wb_roles, found))
+print("problems:", found or "none")
+if expect == "ok" and found:
+    raise notebook.ExpectationError("; ".join(found))

@@ -1,0 +1,332 @@
+"""The real-runtime lane without sglang: its shims (what they may touch), the live guard, the fixes
+on a stand-in dataclass, argument refusals before anything starts, the CLI's exit codes, the run
+record built from rank reports, and the launcher ending every rank process (fake ranks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from workbench.upstream.runtime import launch, record, shim_guard, shims
+from workbench.upstream.runtime.fixes import FIXES
+from workbench.upstream.runtime.run import RuntimeConfigError, validate
+
+RUNTIME = Path(shims.__file__).resolve().parent
+
+
+def _protected_prefix(dotted: str) -> str | None:
+    parts = dotted.split(".")
+    return next(
+        (".".join(parts[:i]) for i in range(1, len(parts) + 1) if shim_guard.protected(".".join(parts[:i]))), None
+    )
+
+
+def test_no_shim_targets_protected_code() -> None:
+    for shim in shims.SHIMS:
+        for target in shim.targets:
+            assert _protected_prefix(target) is None, f"shim {shim.name} touches protected {target}"
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "sglang.srt.speculative.eagle_info.EagleVerifyInput",
+        "sglang.srt.speculative.eagle_info_v2.EagleDraftInputV2Mixin.prepare_for_decode",
+        "sglang.srt.layers.attention.triton_backend.TritonAttnBackend.init_forward_metadata",
+        "sglang.srt.model_executor.forward_batch_info.ForwardBatch._pad_inputs_to_size",
+        "sglang.srt.model_executor.forward_batch_info.ForwardBatch.prepare_mlp_sync_batch",
+        "sglang.srt.layers.dp_attention.dp_gather_replicate",
+        "sglang.srt.model_executor.model_runner.ModelRunner.forward_idle",
+        "sglang.srt.model_executor.runner.eager_runner.EagerRunner._execute_idle",
+        "sglang.srt.managers.scheduler.Scheduler.run_batch",
+        "sglang.srt.speculative.spec_info.SpeculativeAlgorithm.create_worker",
+        "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.verify",
+        "sglang.srt.speculative.eagle_worker.EAGLEWorker.forward_draft_extend_after_decode",
+    ],
+)
+def test_the_protected_areas_are_recognised(target: str) -> None:
+    assert _protected_prefix(target) is not None
+
+
+def test_every_shim_names_its_upstream_line_reason_and_sglang_version() -> None:
+    names = [s.name for s in shims.SHIMS]
+    assert len(names) == len(set(names))
+    for shim in shims.SHIMS:
+        rel, fragment = shim.anchor
+        assert rel.startswith("srt/") and rel.endswith(".py") and fragment, shim.name
+        assert len(shim.why) > 40, shim.name
+        reroutes_sglang = any(t.startswith("sglang.") for t in shim.targets) and not shim.name.startswith("tree-build")
+        if reroutes_sglang:  # a rerouted CUDA-only op runs SGLang's own version
+            assert shim.uses and ("sglang" in shim.uses or "the same module" in shim.uses or "own" in shim.uses)
+    tree = [s for s in shims.SHIMS if s.name.startswith("tree-")]
+    assert tree and all("spec_tree.py" in s.uses for s in tree)
+
+
+def test_shim_lines_are_found_in_a_release_tree(tmp_path: Path) -> None:
+    pkg = tmp_path / "sglang" / "srt" / "models"
+    pkg.mkdir(parents=True)
+    (pkg / "llama.py").write_text("x = 1\n        torch.cuda.synchronize()\n")
+    shim = next(s for s in shims.SHIMS if s.name == "cuda-synchronize")
+    assert shim.lines(str(tmp_path / "sglang")) == ["sglang/srt/models/llama.py:2"]
+    other = next(s for s in shims.SHIMS if s.name == "record-stream-cpu")
+    assert other.lines(str(tmp_path / "sglang")) == []
+
+
+GUARD_SCRIPT = """
+import sys
+sys.path[:0] = [{root!r}, {runtime!r}]
+import shim_guard
+from sglang.srt.model_executor import forward_batch_info as fbi
+from sglang.srt.speculative import eagle_info
+before = shim_guard.check()
+if {replace}:
+    import helper
+    fbi.ForwardBatch._pad_inputs_to_size = helper.pad
+    eagle_info.make = helper.pad
+print(repr((before, shim_guard.check())))
+"""
+
+
+def _fake_sglang(root: Path) -> None:
+    for sub in ("sglang", "sglang/srt", "sglang/srt/model_executor", "sglang/srt/speculative"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+        (root / sub / "__init__.py").write_text("")
+    (root / "sglang/srt/model_executor/forward_batch_info.py").write_text(
+        "class ForwardBatch:\n    def _pad_inputs_to_size(self, runner, n, bs):\n        return n\n"
+    )
+    (root / "sglang/srt/speculative/eagle_info.py").write_text("def make():\n    return 1\n")
+    (root / "helper.py").write_text("def pad(*a):\n    return 0\n")
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_guard_flags_code_replaced_from_elsewhere(tmp_path: Path, replace: bool) -> None:
+    _fake_sglang(tmp_path)
+    script = GUARD_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME), replace=replace)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path)
+    before, after = eval(out.stdout)  # noqa: S307 - our own repr of plain dicts
+    assert before["modules"] == 2 and before["functions"] == 2 and before["violations"] == []
+    if replace:
+        assert {v["name"] for v in after["violations"]} == {"ForwardBatch._pad_inputs_to_size", "make"}
+        assert all(v["code_from"].endswith("helper.py") for v in after["violations"])
+    else:
+        assert after["violations"] == []
+
+
+FIX_SCRIPT = """
+import sys, dataclasses
+sys.path[:0] = [{root!r}, {runtime!r}]
+import fixes
+from sglang.srt.speculative.eagle_info import EagleVerifyInput, EagleDraftExtendInput
+out = fixes.apply({names!r})
+v = EagleVerifyInput(draft_token=[1])
+print(repr((out, [f.name for f in dataclasses.fields(EagleVerifyInput)], getattr(v, "kv_indptr", "missing"),
+            hasattr(EagleDraftExtendInput(1), "kv_indptr"), repr(v))))
+"""
+
+
+def test_fixes_add_the_optional_field_in_place(tmp_path: Path) -> None:
+    _fake_sglang(tmp_path)
+    (tmp_path / "sglang/srt/speculative/eagle_info.py").write_text(
+        textwrap.dedent(
+            """
+            from dataclasses import dataclass
+            @dataclass
+            class EagleVerifyInput:
+                draft_token: list
+                topk: int = 1
+            @dataclass
+            class EagleDraftExtendInput:
+                hidden_states: object
+                kv_indptr: object = None
+            """
+        )
+    )
+    script = FIX_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME), names=["verify-input", "pr-28221"])
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    applied, fields, value, extend_has, text = eval(out.stdout)  # noqa: S307
+    assert fields == ["draft_token", "topk", "kv_indptr"] and value is None and "kv_indptr=None" in text
+    assert [a["applied"] for a in applied] == [True, False] and extend_has
+    assert applied[1]["note"] == "the release already declares the field"
+    bad = FIX_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME), names=["nope"])
+    res = subprocess.run([sys.executable, "-c", bad], capture_output=True, text=True)
+    assert res.returncode != 0 and "unknown fix ['nope']" in res.stderr and "verify-input" in res.stderr
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"dp": 3}, ["bad dp 3", "1, 2"]),
+        ({"backend": "flashinfer"}, ["bad backend 'flashinfer'", "triton, torch_native"]),
+        ({"fixes": ["pr-99"]}, ["bad fix", "pr-99", "verify-input, pr-28221"]),
+        ({"fixes": ["pr-28221", "pr-28221"]}, ["bad fix", "at most once"]),
+        ({"draft_tokens": 3}, ["bad draft_tokens 3 for topk 1", "steps + 1 = 4"]),
+        ({"topk": 2, "draft_tokens": 8}, ["bad draft_tokens 8", "2..7"]),
+        ({"num_prompts": 0}, ["bad num_prompts 0", "1..20"]),
+    ],
+)
+def test_bad_arguments_are_named_before_anything_starts(kwargs: dict, words: list[str]) -> None:
+    args = dict(
+        version="0.5.14",
+        dp=2,
+        backend="triton",
+        fixes=[],
+        steps=3,
+        topk=1,
+        draft_tokens=4,
+        num_prompts=1,
+        max_new_tokens=8,
+        sglang_src=None,
+        known=None,
+    )
+    args.update(kwargs)
+    with pytest.raises(RuntimeConfigError) as err:
+        validate(**args)
+    for w in words:
+        assert w in str(err.value)
+    assert set(FIXES) == {"verify-input", "pr-28221"}
+
+
+def _frames(*names: str) -> list[dict]:
+    return [
+        {"file": f"/x/sglang/srt/{n.split(':')[0]}", "line": 1, "function": n.split(":")[1], "code": ""} for n in names
+    ]
+
+
+def test_record_from_rank_reports() -> None:
+    crashed = {
+        "status": "crashed",
+        "rank": 1,
+        "exception_type": "AttributeError",
+        "time": 2.0,
+        "message": "'EagleVerifyInput' object has no attribute 'kv_indptr'",
+        "traceback": "Traceback ...",
+        "frames": _frames(
+            "speculative/eagle_worker_v2.py:verify", "layers/attention/triton_backend.py:init_forward_metadata"
+        ),
+        "batch": {"forward_mode": "IDLE", "batch_size": 1, "spec_info": "EagleVerifyInput"},
+        "shims": [{"name": "x"}],
+        "fixes": [],
+        "shim_guard": {"violations": []},
+    }
+    peer = {
+        **crashed,
+        "rank": 0,
+        "time": 3.0,
+        "exception_type": "RuntimeError",
+        "message": "Connection closed by peer",
+        "frames": _frames("speculative/eagle_worker_v2.py:verify"),
+    }
+    rec = record.new({"backend": "triton", "dp": 2, "timeout_s": 60})
+    record.fill(
+        rec, launch.RankRun(results={0: peer, 1: crashed}, ended_by="crashed", exit_codes={0: -15, 1: 3}), [[1]]
+    )
+    c = rec["crash"]
+    assert rec["status"] == "crashed" and (c["rank"], c["phase"], c["forward_mode"], c["batch_size"]) == (
+        1,
+        "verify",
+        "IDLE",
+        1,
+    )
+    assert (
+        c["raised_at"]["file"] == "sglang/srt/layers/attention/triton_backend.py"
+        and c["spec_info"] == "EagleVerifyInput"
+    )
+    assert [f["rank"] for f in rec["rank_failures"]] == [0] and rec["shims"] == [{"name": "x"}]
+    done = {
+        "status": "done",
+        "rank": 0,
+        "outputs": {"p0": [72, 105], "p1": [33]},
+        "spec": {"p0": {"spec_verify_ct": 2, "spec_num_correct_drafts": 3}},
+        "timings": {"generate_s": 1.5},
+    }
+    ok = record.new({"backend": "torch_native", "dp": 1, "timeout_s": 60})
+    record.fill(ok, launch.RankRun(results={0: done}, ended_by="done"), [[1], [2]])
+    assert ok["status"] == "ok" and ok["outputs"] == [[72, 105], [33]] and ok["outputs_text"] == ["Hi", "!"]
+    assert ok["metrics"]["accept_length_mean"] == 2.5 and ok["outputs_sha256"]
+    record.compare_reference(
+        ok, {"outputs": [[72, 104], [33]], "transformers": "5", "architecture": "Qwen3ForCausalLM"}
+    )
+    assert ok["reference"]["equal"] is False and ok["reference"]["first_difference"] == {"prompt": 0, "position": 1}
+    late = record.new({"backend": "triton", "dp": 2, "timeout_s": 5})
+    record.fill(late, launch.RankRun(ended_by="timeout"), [[1]])
+    assert late["status"] == "timeout" and "5 s" in late["error"]["message"]
+    assert record.phase_of(_frames("speculative/eagle_worker_v2.py:_draft_extend_for_decode"), "IDLE") == "draft-extend"
+
+
+FAKE_RANK = """#!{python}
+import json, sys, time
+cfg = json.load(open(sys.argv[2]))
+if cfg["rank"] == 1:
+    time.sleep(0.5)
+    json.dump({{"status": "crashed", "rank": 1, "exception_type": "AttributeError", "message": "m",
+               "traceback": "t", "frames": [], "batch": {{}}, "time": time.time()}}, open(cfg["result_path"], "w"))
+    sys.exit(3)
+import subprocess
+subprocess.Popen(["sleep", "300"])  # a child in the rank's group, as SGLang's resource tracker is
+while True:
+    time.sleep(1)                    # rank 0 blocks, as in a collective whose peer died
+"""
+
+
+def test_launcher_ends_every_rank_and_child(tmp_path: Path) -> None:
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_RANK.format(python=sys.executable))
+    fake.chmod(0o755)
+    configs = [
+        {"rank": r, "requests": [{"rid": "p0"}] if r == 0 else [], "result_path": str(tmp_path / f"r{r}.json")}
+        for r in range(2)
+    ]
+    t0 = time.monotonic()
+    out = launch.run_ranks(fake, configs, tmp_path, dict(os.environ), timeout_s=60)
+    assert out.ended_by == "crashed" and out.results[1]["status"] == "crashed" and 1 not in {0} - set(out.results)
+    assert out.left_running == [] and time.monotonic() - t0 < 20
+    assert out.exit_codes[1] == 3 and out.exit_codes[0] in (-15, -9)
+    timed = launch.run_ranks(fake, configs[:1], tmp_path, dict(os.environ), timeout_s=1)
+    assert timed.ended_by == "timeout" and timed.left_running == []
+
+
+def test_thread_binding_splits_the_cores() -> None:
+    binding = launch.thread_binding(2).split("|")
+    assert len(binding) == 2 and launch.thread_binding(1).count("|") == 0
+
+
+def test_cli_exit_codes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from workbench.upstream import cli
+    from workbench.upstream.runtime import run as run_mod
+
+    monkeypatch.setattr(cli, "known_releases", lambda cache_dir=None: ["0.5.14"])
+    records = {
+        "ok": {"status": "ok", "crash": None, "error": None, "reference": {"equal": True}},
+        "crashed": {"status": "crashed", "crash": {"traceback": "T"}, "error": None, "reference": None},
+        "error": {
+            "status": "error",
+            "crash": None,
+            "error": {"stage": "install:torch", "message": "no"},
+            "reference": None,
+        },
+    }
+    for status, expect, code in (
+        ("ok", None, 0),
+        ("crashed", None, 0),
+        ("crashed", "crashed", 0),
+        ("ok", "crashed", 1),
+        ("error", None, 2),
+        ("error", "ok", 2),
+    ):
+        rec = {**records[status], "timings": {}, "processes": {"left_running": []}}
+        monkeypatch.setattr(run_mod, "run_runtime", lambda *a, _r=rec, **k: _r)
+        argv = ["run", "--sglang", "0.5.14", "--json", str(tmp_path / "r.json")] + (
+            ["--expect", expect] if expect else []
+        )
+        assert cli.main(argv) == code, (status, expect)
+        assert json.loads((tmp_path / "r.json").read_text())["status"] == status
+    with pytest.raises(SystemExit) as bad:
+        cli.main(["run", "--sglang", "0.5.14", "--dp", "3"])
+    assert bad.value.code == 2

@@ -1,0 +1,130 @@
+"""The lane's standard set of runs for one release and backend, and its shipped measurement.
+
+Roles (what notebook 06 and the nightly show):
+
+- ``dp2``: DP attention, rank 1 idle, the release as shipped;
+- ``dp2+verify-input``: the same with the verify input's ``kv_indptr`` declared (the smallest fix);
+- ``dp1``: one rank (the outputs DP 2 must equal);
+- ``between+verify-input``: the release's sources with ``EagleDraftExtendInput.kv_indptr`` deleted (PR
+  #24860 merged, #28221 not yet), the verify pass fixed so the draft-extend pass is reached;
+- ``between+verify-input+pr-28221``: the same with PR #28221's field added back from the workbench.
+
+    python -m workbench.upstream.runtime.suite --sglang 0.5.13 0.5.14 --out workbench/assets/runtime_runs.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from workbench.upstream.checkout import make_checkout
+from workbench.upstream.releases import Log, echo
+
+from .run import run_runtime
+
+ROLES: dict[str, dict] = {
+    "dp2": {"dp": 2},
+    "dp2+verify-input": {"dp": 2, "fixes": ["verify-input"]},
+    "dp1": {"dp": 1},
+    "between+verify-input": {"dp": 2, "fixes": ["verify-input"], "between": True},
+    "between+verify-input+pr-28221": {"dp": 2, "fixes": ["verify-input", "pr-28221"], "between": True},
+}
+DROPPED = ("EagleDraftExtendInput", "kv_indptr")
+
+
+def command(release: str, backend: str, spec: dict) -> str:
+    """The CLI line that runs one role (a between-PRs role names its checkout folder BETWEEN)."""
+    parts = ["workbench upstream run", f"--sglang {release}", f"--dp {spec['dp']}", f"--backend {backend}"]
+    if spec.get("between"):
+        parts.append("--sglang-src BETWEEN")
+    parts += [f"--fix {f}" for f in spec.get("fixes", [])]
+    return " ".join(parts)
+
+
+def run_roles(
+    release: str,
+    backend: str = "triton",
+    roles: list[str] | None = None,
+    cache_dir: Path | None = None,
+    log: Log = echo,
+    **kwargs,
+) -> dict[str, dict]:
+    """role -> run record; the between-PRs checkout is built in a temporary folder and removed."""
+    roles = list(roles or ROLES)
+    bad = [r for r in roles if r not in ROLES]
+    if bad:
+        raise ValueError(f"unknown role {bad}; valid: {', '.join(ROLES)}")
+    out: dict[str, dict] = {}
+    between = None
+    try:
+        for role in roles:
+            spec = dict(ROLES[role])
+            src = None
+            if spec.pop("between", False):
+                if between is None:
+                    between = Path(tempfile.mkdtemp(prefix="wb-between-"))
+                    try:
+                        make_checkout(release, between, drop_field=DROPPED, cache_dir=cache_dir)
+                    except ValueError as exc:  # the release never declared the field (0.5.12, 0.5.13)
+                        raise ValueError(
+                            f"role {role}: {exc}; the between-PRs state is built from a release "
+                            "that declares the field (0.5.14 or later)"
+                        ) from None
+                src = between
+            rec = run_runtime(release, backend=backend, sglang_src=src, cache_dir=cache_dir, log=log, **spec, **kwargs)
+            rec["role"], rec["command"] = role, command(release, backend, ROLES[role])
+            if src is not None:
+                rec["config"]["sglang_src"] = (
+                    f"sglang {release} minus {DROPPED[0]}.{DROPPED[1]} (between PR #24860 and #28221)"
+                )
+            out[role] = rec
+    finally:
+        if between is not None:
+            shutil.rmtree(between, ignore_errors=True)
+    return out
+
+
+def _commit() -> str | None:
+    proc = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).resolve().parent
+    )
+    return proc.stdout.strip() or None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sglang", nargs="+", required=True, metavar="X")
+    ap.add_argument("--backend", nargs="+", default=["triton"], choices=["triton", "torch_native"])
+    ap.add_argument("--roles", nargs="+", default=None, choices=list(ROLES))
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    runs = {}
+    for release in args.sglang:
+        for backend in args.backend:
+            for role, rec in run_roles(release, backend, args.roles).items():
+                runs[f"{release}/{backend}/{role}"] = rec
+    doc = {
+        "provenance": {
+            "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": "python -m workbench.upstream.runtime.suite " + " ".join(argv or []),
+            "commit": _commit(),
+            "host": f"{platform.machine()}, {platform.python_version()}",
+        },
+        "runs": runs,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1))
+    echo(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
