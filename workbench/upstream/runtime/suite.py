@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -103,18 +104,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", nargs="+", default=["triton"], choices=["triton", "torch_native"])
     ap.add_argument("--roles", nargs="+", default=None, choices=list(ROLES))
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--append", action="store_true", help="add to the runs already in --out")
     args = ap.parse_args(argv)
-    runs = {}
+    old = json.loads(args.out.read_text()) if args.append and args.out.exists() else None
+    runs = dict(old["runs"]) if old else {}
     for release in args.sglang:
         for backend in args.backend:
             for role, rec in run_roles(release, backend, args.roles).items():
                 runs[f"{release}/{backend}/{role}"] = rec
+    line = "python -m workbench.upstream.runtime.suite " + " ".join(argv or [])
     doc = {
         "provenance": {
             "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": "python -m workbench.upstream.runtime.suite " + " ".join(argv or []),
+            "command": f"{old['provenance']['command']}; {line}" if old else line,
             "commit": _commit(),
-            "host": f"{platform.machine()}, {platform.python_version()}",
+            "host": f"{platform.machine()}, {platform.python_version()}, {os.cpu_count()} cores",
         },
         "runs": runs,
     }
