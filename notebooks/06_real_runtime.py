@@ -94,7 +94,7 @@ for role in ("between+verify-input", "between+verify-input+pr-28221"):
     if role in runs:
         rec = runs[role]
         print(f"--- {role}: {rec['status']}")
-        for line in views.sglang_frames(rec)[-4:]:
+        for line in views.sglang_frames(rec)[-6:]:
             print(line)
 
 # %% [markdown]
@@ -112,7 +112,7 @@ if workbench_side:
             revision=revision,
             dp=2,
             dp_policy="pack",
-            num_prompts=1,
+            prompts=views.load_prompts(1),
             steps=3,
             topk=1,
             draft_tokens=4,

@@ -4,11 +4,15 @@ date, commit and versions), their shims, the workbench's own engine beside them,
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from workbench.notebook import Table
 
+from .run import load_prompts
 from .suite import ROLES
+
+__all__ = ["load_prompts", "load_runs", "problems", "runs_table", "save_record", "shims_table", "side_by_side"]
 
 SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "runtime_runs.json"
 # What each role must end as, on a backend that reads spec_info.kv_indptr (triton); torch_native never
@@ -42,7 +46,9 @@ def load_runs(
     if missing:
         have = sorted({k.rsplit("/", 1)[0] for k in doc["runs"]})
         raise KeyError(f"no shipped run for {release}/{backend} roles {missing}; shipped: {have}; use live=True")
-    label = f"shipped measurement ({prov['generated_at']}, commit {prov['commit']}, {prov['command']})"
+    pk = next(iter(runs.values()))["env"].get("packages", {})
+    versions = ", ".join(f"{k} {pk.get(k)}" for k in ("sglang", "torch", "triton", "transformers"))
+    label = f"shipped measurement ({prov['generated_at']}, commit {prov['commit']}, {versions}; {prov['command']})"
     return {"runs": runs, "source": label, "shipped": prov}
 
 
@@ -89,9 +95,16 @@ def shims_table(rec: dict) -> Table:
 
 
 def sglang_frames(rec: dict) -> list[str]:
-    """The traceback lines that sit in sglang's own files (scheduler, worker, runner, backend)."""
+    """The crash's frames in sglang's own files (scheduler, worker, runner, backend), outermost first,
+    as ``sglang/<path>:<line> in <function>``: the code line below each."""
+    out = []
     lines = (rec.get("crash") or {}).get("traceback", "").splitlines()
-    return [ln.strip() for ln in lines if ln.strip().startswith("File") and "/sglang/" in ln]
+    for i, ln in enumerate(lines):
+        m = re.match(r'\s*File "(?:.*/)?(sglang/[^"]+)", line (\d+), in (\S+)', ln)
+        if m and "/sglang/" in ln:
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            out.append(f"{m.group(1)}:{m.group(2)} in {m.group(3)}: {code}")
+    return out
 
 
 def side_by_side(workbench_runs: dict, runtime_runs: dict) -> Table:
