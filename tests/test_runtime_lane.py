@@ -258,6 +258,9 @@ def test_record_from_rank_reports() -> None:
     record.fill(late, launch.RankRun(ended_by="timeout"), [[1]])
     assert late["status"] == "timeout" and "5 s" in late["error"]["message"]
     assert record.phase_of(_frames("speculative/eagle_worker_v2.py:_draft_extend_for_decode"), "IDLE") == "draft-extend"
+    prefill = _frames("speculative/eagle_worker_v2.py:forward_batch_generation", "managers/tp_worker.py:forward")
+    prefill[0]["code"] = "batch_output = self.target_worker.forward_batch_generation(batch)"
+    assert record.phase_of(prefill, "IDLE") == "prefill"
 
 
 FAKE_RANK = """#!{python}

@@ -74,6 +74,8 @@ def phase_of(frames: list[dict], forward_mode: str | None) -> str | None:
         for key, phase in _PHASES:
             if key in frame["function"]:
                 return phase
+        if frame["function"] == "forward_batch_generation" and "target_worker" in frame.get("code", ""):
+            return "prefill"  # the worker's own call of the target's prefill
     return "prefill" if forward_mode == "EXTEND" else None
 
 

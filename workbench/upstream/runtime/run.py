@@ -27,6 +27,9 @@ ASSETS = Path(__file__).resolve().parents[2] / "assets"
 MODELS = ASSETS / "runtime_models"
 PROMPTS = ASSETS / "prompts.json"
 BACKENDS = ("triton", "torch_native")
+# The draft model's backend: SGLang's EAGLE needs a multi-step draft-decode backend, which torch_native
+# lacks (speculative/draft_utils.py refuses it), so a torch_native target runs a triton draft.
+DRAFT_BACKEND = {"triton": "triton", "torch_native": "triton"}
 DP_SIZES = (1, 2)
 TREE_KERNELS_RELEASE = "0.5.23"  # whose kernels/ops/speculative/spec_tree.py the tree shims load
 TREE_KERNELS_FILE = "sglang/kernels/ops/speculative/spec_tree.py"
@@ -100,6 +103,7 @@ def _rank_configs(cfg: dict, run_dir: Path, prompts: list[list[int]], src_root: 
         "speculative_num_draft_tokens": cfg["draft_tokens"],
         "device": "cpu",
         "attention_backend": cfg["backend"],
+        "speculative_draft_attention_backend": DRAFT_BACKEND[cfg["backend"]],
         "skip_tokenizer_init": True,
         "disable_cuda_graph": True,
         "dtype": "float32",
@@ -216,6 +220,7 @@ def run_runtime(
         "topk": topk,
         "draft_tokens": draft_tokens,
         "max_new_tokens": max_new_tokens,
+        "draft_backend": DRAFT_BACKEND[backend],
         "prompts": texts,
         "disable_overlap_schedule": disable_overlap_schedule,
         "timeout_s": timeout_s,

@@ -10,19 +10,28 @@ from pathlib import Path
 from workbench.notebook import Table
 
 from .run import load_prompts
-from .suite import ROLES
 
 __all__ = ["load_prompts", "load_runs", "problems", "runs_table", "save_record", "shims_table", "side_by_side"]
 
 SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "runtime_runs.json"
-# What each role must end as, on a backend that reads spec_info.kv_indptr (triton); torch_native never
-# reads it, so every role ends ok there.
-EXPECTED_TRITON = {
-    "dp2": ("crashed", "verify", "EagleVerifyInput"),
-    "dp2+verify-input": ("ok", None, None),
-    "dp1": ("ok", None, None),
-    "between+verify-input": ("crashed", "draft-extend", "EagleDraftExtendInput"),
-    "between+verify-input+pr-28221": ("ok", None, None),
+# What each role must end as. triton reads spec_info.kv_indptr on idle batches. torch_native does not run
+# SGLang's EAGLE: it has no multi-step draft backend (the lane gives the draft triton, as
+# --speculative-draft-attention-backend does), its forward_extend needs extend_prefix_lens, which a
+# TARGET_VERIFY batch does not carry (dp1 stops at the first verify), and it defines no DP padding
+# fill value (dp2 stops at the idle rank's first padded batch, the prefill).
+_AE, _NI = "AttributeError", "NotImplementedError"
+EXPECTED = {
+    "triton": {
+        "dp2": ("crashed", "verify", "EagleVerifyInput", _AE),
+        "dp2+verify-input": ("ok", None, None, None),
+        "dp1": ("ok", None, None, None),
+        "between+verify-input": ("crashed", "draft-extend", "EagleDraftExtendInput", _AE),
+        "between+verify-input+pr-28221": ("ok", None, None, None),
+    },
+    "torch_native": {
+        "dp2": ("crashed", "prefill", None, _NI),
+        "dp1": ("crashed", "verify", "EagleVerifyInput", _AE),
+    },
 }
 
 
@@ -30,7 +39,7 @@ def load_runs(
     release: str, backend: str, roles: list[str] | None = None, live: bool = False, cache_dir: str | None = None
 ) -> dict:
     """{"runs": role -> record, "source": label}: measured now (``live``), else the shipped file."""
-    roles = list(roles or ROLES)
+    roles = list(roles or EXPECTED[backend])
     if live:
         from .suite import run_roles
 
@@ -139,13 +148,17 @@ def problems(runs: dict, backend: str) -> list[str]:
     """Roles that did not end as expected, outputs that differ from HF or DP 1, guard findings, leftovers."""
     out = []
     for role, r in runs.items():
-        want, phase, cls = EXPECTED_TRITON[role] if backend == "triton" else ("ok", None, None)
+        if role not in EXPECTED[backend]:
+            out.append(f"{role}: no expectation on {backend} (roles there: {', '.join(EXPECTED[backend])})")
+            continue
+        want, phase, cls, exc = EXPECTED[backend][role]
         c = r.get("crash") or {}
+        got = (c.get("phase"), c.get("spec_info"), c.get("exception_type"))
         if r["status"] != want:
             said = c.get("message") or (r.get("error") or {}).get("message", "")
             out.append(f"{role}: expected {want}, got {r['status']} {said}")
-        elif want == "crashed" and (c.get("phase"), c.get("spec_info")) != (phase, cls):
-            out.append(f"{role}: crashed in {c.get('phase')} on {c.get('spec_info')}, expected {phase} on {cls}")
+        elif want == "crashed" and got != (phase, cls, exc):
+            out.append(f"{role}: crashed as {got}, expected {(phase, cls, exc)}")
         elif want == "ok" and not (r.get("reference") or {}).get("equal"):
             out.append(f"{role}: outputs differ from HF transformers' greedy tokens")
         if (r.get("shim_guard") or {}).get("violations"):

@@ -1,0 +1,103 @@
+"""The released SGLang runtime on this CPU, end to end (network: the release's wheel and its replay
+environment, cached under ~/.cache/eagle-workbench). One module-scoped run per role, shared by the
+checks. Run with WB_NETWORK_TESTS=1; CI runs these for 0.5.14 (.ci/run)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from workbench.upstream.checkout import make_checkout
+
+pytestmark = pytest.mark.network
+VERIFY = "'EagleVerifyInput' object has no attribute 'kv_indptr'"
+SEED = "'EagleDraftExtendInput' object has no attribute 'kv_indptr'"
+TOKENS = 8
+
+
+def _run(**kwargs) -> dict:
+    from workbench.upstream.runtime import run_runtime
+
+    return run_runtime("0.5.14", max_new_tokens=TOKENS, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict:
+    out = {"dp2": _run(dp=2), "dp2+verify-input": _run(dp=2, fixes=["verify-input"]), "dp1": _run(dp=1)}
+    with tempfile.TemporaryDirectory(prefix="wb-between-") as tmp:
+        make_checkout("0.5.14", Path(tmp), drop_field=("EagleDraftExtendInput", "kv_indptr"))
+        out["between"] = _run(dp=2, fixes=["verify-input"], sglang_src=Path(tmp))
+        out["between+fix"] = _run(dp=2, fixes=["verify-input", "pr-28221"], sglang_src=Path(tmp))
+    return out
+
+
+def _no_leftovers(rec: dict) -> None:
+    assert rec["processes"]["left_running"] == []
+    assert rec["shim_guard"]["modules"] > 20 and rec["shim_guard"]["violations"] == []
+    assert not [p for p in Path(tempfile.gettempdir()).glob("wb-rt-*")], "a run folder was left in the temp dir"
+
+
+def test_runtime_0_5_14_idle_rank_crashes_in_the_verify_pass(runs: dict) -> None:
+    rec = runs["dp2"]
+    c = rec["crash"]
+    assert rec["status"] == "crashed" and c["message"] == VERIFY
+    assert (c["rank"], c["phase"], c["forward_mode"], c["batch_size"], c["spec_info"]) == (
+        1,
+        "verify",
+        "IDLE",
+        1,
+        "EagleVerifyInput",
+    )
+    assert c["raised_at"]["file"] == "sglang/srt/layers/attention/triton_backend.py" and c["raised_at"]["line"] == 593
+    for frame in (
+        "managers/scheduler.py",
+        "speculative/eagle_worker_v2.py",
+        "in verify",
+        "runner/eager_runner.py",
+        "layers/attention/triton_backend.py",
+    ):
+        assert frame in c["traceback"], frame
+    assert rec["timings"]["ranks_s"] < 180
+    _no_leftovers(rec)
+
+
+def test_runtime_0_5_14_shims_name_their_lines_in_the_release(runs: dict) -> None:
+    shims = {s["name"]: s for s in runs["dp2"]["shims"]}
+    assert all(s["installed"] and s["upstream"] for s in shims.values()), shims
+    assert shims["tree-verify-triton"]["upstream"] == ["sglang/srt/speculative/eagle_utils.py:221"]
+    assert shims["pin-memory-cpu"]["upstream"] == ["sglang/srt/model_executor/forward_batch_info.py:1248"]
+
+
+def test_runtime_0_5_14_verify_fix_equals_dp1_and_hf(runs: dict) -> None:
+    fixed, dp1 = runs["dp2+verify-input"], runs["dp1"]
+    assert fixed["status"] == dp1["status"] == "ok"
+    assert fixed["fixes"][0]["fix"] == "verify-input" and fixed["fixes"][0]["applied"]
+    assert fixed["reference"]["equal"] and dp1["reference"]["equal"]
+    assert fixed["outputs"] == dp1["outputs"] and len(fixed["outputs"][0]) == TOKENS
+    assert fixed["metrics"]["accept_length_mean"] > 1.5, "the EAGLE3 head must predict the target"
+    _no_leftovers(fixed)
+
+
+def test_runtime_between_prs_reaches_the_seed_crash_and_pr_28221_fixes_it(runs: dict) -> None:
+    rec, fixed = runs["between"], runs["between+fix"]
+    c = rec["crash"]
+    assert rec["status"] == "crashed" and c["message"] == SEED
+    assert (c["rank"], c["phase"], c["forward_mode"], c["spec_info"]) == (
+        1,
+        "draft-extend",
+        "IDLE",
+        "EagleDraftExtendInput",
+    )
+    assert "_draft_extend_for_decode" in c["traceback"] and "triton_backend.py" in c["traceback"]
+    assert fixed["status"] == "ok" and fixed["reference"]["equal"]
+    assert fixed["outputs"] == runs["dp1"]["outputs"]
+    _no_leftovers(fixed)
+
+
+def test_runtime_cli_refuses_before_starting(capsys: pytest.CaptureFixture) -> None:
+    from workbench.upstream.cli import main
+
+    assert main(["run", "--sglang", "0.5.99"]) == 2
+    assert "0.5.99" in capsys.readouterr().err
