@@ -160,8 +160,9 @@ def _add_run(sub) -> None:
 
 
 def _run(args: argparse.Namespace, cache_dir: Path) -> int:
-    """Exit 0: ended ok or crashed (as --expect says, if given); 1: --expect not met, or a timeout;
-    2: bad input, or the release cannot run here (the record's error says why)."""
+    """Exit 0: ended ok (outputs equal to the reference) or crashed, as --expect says if given; 1: --expect
+    not met, outputs that differ from the reference, or a timeout; 2: bad input, or the release cannot run
+    here (the record's error says why)."""
     from .runtime.run import run_runtime
 
     rec = run_runtime(
@@ -192,8 +193,13 @@ def _run(args: argparse.Namespace, cache_dir: Path) -> int:
         f"processes left: {rec['processes'].get('left_running')}"
     )
     _write(args.json_out, rec)
+    for note in rec.get("notes", []):
+        echo(f"note: {note}")
     if rec["status"] == "error":
         return 2
+    if rec["status"] == "ok" and (rec.get("reference") or {}).get("equal") is False:
+        echo("the outputs differ from HF transformers' greedy tokens")
+        return 1
     if args.expect:
         met = rec["status"] == args.expect and (
             args.expect != "ok" or not rec["reference"] or rec["reference"]["equal"]

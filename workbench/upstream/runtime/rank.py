@@ -79,9 +79,26 @@ def _server_args(cfg: dict):
     return args
 
 
+def _fields(cls) -> list:
+    """(name, required, annotation) of a request class: a dataclass, or a msgspec Struct (0.5.2x)."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(cls):
+        return [
+            (
+                f.name,
+                f.init and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+                str(f.type),
+            )
+            for f in dataclasses.fields(cls)
+        ]
+    import msgspec
+
+    return [(f.name, f.required, str(f.type)) for f in msgspec.structs.fields(cls)]
+
+
 def _request(cfg: dict, rid: str, input_ids: list):
     """A TokenizedGenerateReqInput as the tokenizer manager would send it (greedy, ignore_eos)."""
-    import dataclasses
     from array import array
 
     from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
@@ -90,10 +107,14 @@ def _request(cfg: dict, rid: str, input_ids: list):
     sp = SamplingParams(max_new_tokens=cfg["max_new_tokens"], temperature=0.0, ignore_eos=True)
     sp.normalize(None)
     sp.verify(cfg["vocab_size"])
+    fields = _fields(TokenizedGenerateReqInput)
+    wants_array = any(n == "input_ids" and "array" in t for n, _, t in fields)
     known = {
         "input_text": "",
-        "input_ids": array("q", input_ids) if _wants_array(TokenizedGenerateReqInput) else list(input_ids),
+        "input_ids": array("q", input_ids) if wants_array else list(input_ids),
+        "input_embeds": None,
         "mm_inputs": None,
+        "token_type_ids": None,
         "sampling_params": sp,
         "return_logprob": False,
         "logprob_start_len": -1,
@@ -102,22 +123,20 @@ def _request(cfg: dict, rid: str, input_ids: list):
         "stream": False,
         "rid": rid,
     }
-    kwargs = {}
-    for f in dataclasses.fields(TokenizedGenerateReqInput):
-        if f.name in known:
-            kwargs[f.name] = known[f.name]
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.init:
-            raise TypeError(f"TokenizedGenerateReqInput needs {f.name!r}, which the lane does not know how to fill")
-    return TokenizedGenerateReqInput(**kwargs)
+    missing = [n for n, required, _ in fields if required and n not in known]
+    if missing:
+        raise TypeError(f"TokenizedGenerateReqInput needs {missing}, which the lane does not know how to fill")
+    return TokenizedGenerateReqInput(**{n: known[n] for n, _, _ in fields if n in known})
 
 
-def _wants_array(cls) -> bool:
-    import dataclasses
-
-    for f in dataclasses.fields(cls):
-        if f.name == "input_ids":
-            return "array" in str(f.type)
-    return False
+def _ipc():
+    """(send, recv) for the tokenizer-manager side: the release's own codec (sock_send / sock_recv,
+    msgpack, from 0.5.2x) or pickled objects (send_pyobj / recv_pyobj) before it."""
+    try:
+        from sglang.srt.managers.io_struct import sock_recv, sock_send
+    except ImportError:
+        return (lambda sock, obj: sock.send_pyobj(obj)), (lambda sock: sock.recv_pyobj())
+    return sock_send, sock_recv
 
 
 def _port_args(cls, cfg: dict):
@@ -137,12 +156,38 @@ def _port_args(cls, cfg: dict):
     return cls(**kwargs)
 
 
+def _tree_mask_mode(scheduler) -> str | None:
+    """The verify tree-mask mode the release's EAGLE worker chose (FULL_MASK on GPUs)."""
+    worker = getattr(scheduler, "draft_worker", None)
+    for w in (worker, getattr(worker, "_draft_worker", None)):
+        mode = getattr(w, "tree_mask_mode", None)
+        if mode is not None:
+            return getattr(mode, "name", str(mode))
+    return None
+
+
+def _scheduler(cls, server_args, port_args, rank: int, dp: int):
+    """The release's Scheduler for this rank (tp rank = dp rank), built as its run_scheduler_process does.
+
+    Up to 0.5.2x the constructor takes the ranks; later releases publish a runtime context first
+    (``runtime_context.publish`` with the rank's WORLD placement) and take only the two arg sets."""
+    import inspect
+
+    if "tp_rank" in inspect.signature(cls.__init__).parameters:
+        return cls(server_args, port_args, rank, rank, 0, 0, 0, 0, rank if dp > 1 else None)
+    from sglang.srt.runtime_context import SpawnRanks, publish, spawn_world_rank
+
+    world = spawn_world_rank(server_args, tp_rank=rank, pp_rank=0)
+    publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=world, dp_rank=None, gpu_id=rank))
+    return cls(server_args, port_args)
+
+
 class Collector(threading.Thread):
     """Reads the scheduler's token-id outputs; sets ``done`` when every request finished."""
 
-    def __init__(self, sock, rids: list, on_done):
+    def __init__(self, sock, rids: list, on_done, recv):
         super().__init__(daemon=True)
-        self.sock, self.rids, self.on_done = sock, set(rids), on_done
+        self.sock, self.rids, self.on_done, self.recv = sock, set(rids), on_done, recv
         self.outputs: dict = {r: [] for r in rids}
         self.finished: dict = {}
         self.spec: dict = {}
@@ -150,7 +195,7 @@ class Collector(threading.Thread):
 
     def run(self) -> None:
         while len(self.finished) < len(self.rids):
-            msg = self.sock.recv_pyobj()
+            msg = self.recv(self.sock)
             if type(msg).__name__ != "BatchTokenIDOutput":
                 continue
             for i, rid in enumerate(msg.rids):
@@ -201,7 +246,7 @@ def main() -> None:
         recv.bind(port_args.tokenizer_ipc_name)
         timings["import_s"] = round(time.time() - t0, 2)
         state["stage"] = "scheduler"
-        scheduler = Scheduler(server_args, port_args, rank, rank, 0, 0, 0, 0, rank if cfg["dp"] > 1 else None)
+        scheduler = _scheduler(Scheduler, server_args, port_args, rank, cfg["dp"])
         timings["scheduler_init_s"] = round(time.time() - t0 - timings["import_s"], 2)
         state["stage"] = "shim-guard"
         import shim_guard
@@ -209,6 +254,8 @@ def main() -> None:
         guard.update(shim_guard.check())
         if guard["violations"]:
             raise RuntimeError(f"a shim reached protected code: {guard['violations']}")
+        timings["tree_mask_mode"] = _tree_mask_mode(scheduler)
+        state["stage"] = "requests"
         reqs = cfg["requests"]
         started = time.time()
 
@@ -229,11 +276,12 @@ def main() -> None:
                 },
             )
 
-        collector = Collector(recv, [r["rid"] for r in reqs], done)
+        sock_send, sock_recv = _ipc()
+        collector = Collector(recv, [r["rid"] for r in reqs], done, sock_recv)
         if reqs:  # an idle rank writes a result only if it fails
             collector.start()
         for r in reqs:
-            send.send_pyobj(_request(cfg, r["rid"], r["input_ids"]))
+            sock_send(send, _request(cfg, r["rid"], r["input_ids"]))
         _write(
             result_path + ".ready",
             {

@@ -29,6 +29,37 @@ _PHASES = (
 )
 
 
+# Upstream limits a run can end on, recognised by what it raised or recorded: (test, note).
+KNOWN_LIMITS = (
+    (
+        lambda rec: "get_cpu_graph_seq_len_fill_value" in ((rec.get("crash") or {}).get("message") or ""),
+        "SGLang's CPU DP padding (forward_batch_info._pad_inputs_to_size) asks the attention backend for "
+        "get_cpu_graph_seq_len_fill_value, which only the intel_amx (and hybrid linear) backends define: DP "
+        "attention with this backend cannot run on a CPU in this release",
+    ),
+    (
+        lambda rec: (
+            (rec.get("crash") or {}).get("exception_type") == "NotImplementedError"
+            and "get_cuda_graph_seq_len_fill_value" in ((rec.get("crash") or {}).get("traceback") or "")
+        ),
+        "the DP padding asks the backend for get_cuda_graph_seq_len_fill_value, which torch_native does not define",
+    ),
+    (
+        lambda rec: (
+            rec["config"]["backend"] == "triton"
+            and any(
+                isinstance(t, dict) and t.get("tree_mask_mode") == "QLEN_ONLY"
+                for k, t in rec["timings"].items()
+                if k.startswith("rank")
+            )
+        ),
+        "the release's CPU engine chose the QLEN_ONLY verify tree mask (eagle_utils.default_tree_mask_mode, made for "
+        "the intel_amx backend); the triton backend's kernels consume FULL_MASK, so the verify pass attends "
+        "through the wrong mask and the outputs need not equal HF's",
+    ),
+)
+
+
 def new(cfg: dict) -> dict:
     """An empty record (status error until filled) for ``cfg``."""
     return {
@@ -106,13 +137,19 @@ def _crash(res: dict) -> dict:
 
 
 def fill(rec: dict, ranks, prompts: list[list[int]]) -> None:
-    """Status, crash, outputs, metrics and process facts from a ``launch.RankRun``."""
+    """Status, crash, outputs, metrics, process facts and known upstream limits from a ``launch.RankRun``."""
     results = ranks.results
-    failed = sorted((r for r in results.values() if r["status"] != "done"), key=lambda r: r.get("time") or 0)
     rec["processes"] = {"exit_codes": ranks.exit_codes, "left_running": ranks.left_running, "ended_by": ranks.ended_by}
     rec["timings"]["ranks_s"] = ranks.wall_s
     for r in sorted(results):
         rec["timings"][f"rank{r}"] = results[r].get("timings")
+    _fill(rec, ranks, prompts)
+    rec["notes"] += [note for test, note in KNOWN_LIMITS if test(rec)]
+
+
+def _fill(rec: dict, ranks, prompts: list[list[int]]) -> None:
+    results = ranks.results
+    failed = sorted((r for r in results.values() if r["status"] != "done"), key=lambda r: r.get("time") or 0)
     reporting = next((results[r] for r in sorted(results) if results[r].get("shims")), None)
     if reporting:
         rec["shims"], rec["fixes"] = reporting["shims"], reporting.get("fixes", [])

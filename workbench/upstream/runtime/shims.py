@@ -20,6 +20,15 @@ try:  # imported by the workbench (its tests) as a package module, by rank.py as
 except ImportError:
     from shim_support import SglKernelFinder, load_functions
 
+
+def _cpu_ops() -> dict:
+    try:
+        from .cpu_ops import OPS
+    except ImportError:
+        from cpu_ops import OPS
+    return OPS
+
+
 # SGLang's own Triton versions of the tree ops (0.5.23 kernels/ops/speculative/spec_tree.py, its XPU
 # path); the launcher sets WB_SPEC_TREE_SRC to that file of the cached 0.5.23 sources.
 SPEC_TREE_ENV = "WB_SPEC_TREE_SRC"
@@ -216,6 +225,10 @@ def _cpu_collectives() -> None:
     GroupCoordinator.reduce_scatter_tensor = reduce_scatter_tensor
 
 
+def _sgl_kernel_cpu_ops() -> None:
+    SGL_KERNEL_OPS.update(_cpu_ops())
+
+
 def _sgl_kernel_standin() -> None:
     import importlib.util
 
@@ -232,6 +245,31 @@ SHIMS = (
         "(HiCache host transfers). An in-memory import stand-in: each of those names raises StandInError if "
         "called; every other name stays missing, so SGLang's own ImportError fallbacks behave as without it.",
         _sgl_kernel_standin,
+        provides=True,
+    ),
+    Shim(
+        "sgl-kernel-cpu-ops",
+        ("kernels/ops/kvcache/cache_move.py", "from sgl_kernel import copy_all_layer_kv_cache_cpu"),
+        tuple(
+            f"sgl_kernel.{n}"
+            for n in (
+                "copy_all_layer_kv_cache_cpu",
+                "assign_req_to_token_pool_cpu",
+                "fill_bonus_tokens_cpu",
+                "fill_accept_out_cache_loc_cpu",
+                "build_tree_kernel_efficient_cpu",
+                "verify_tree_greedy_cpu",
+                "assign_draft_cache_locs_contiguous_cpu",
+                "assign_extend_cache_locs_cpu",
+                "rotate_input_ids_cpu",
+            )
+        ),
+        "from 0.5.23 the CPU engine imports sgl_kernel's CPU/AMX ops at module import and calls them on CPU; "
+        "that build of sgl_kernel is not installable here. The stand-in provides them (cpu_ops.py).",
+        _sgl_kernel_cpu_ops,
+        uses="each calling function's own other branch: the same module's Triton kernel (allocation, eagle, "
+        "spec_tree, cache_locs); copy_all_layer_kv_cache's byte gather-then-scatter done with ctypes (the "
+        "interpreter cannot follow its raw pointers); rotate_input_ids (multi-layer EAGLE only) raises",
         provides=True,
     ),
     Shim(
