@@ -88,6 +88,12 @@ def validate(
         source_root(Path(sglang_src))  # SourceError names the folder
 
 
+def code_state(version: str, src: Path | None, fixes: list[str], label: str | None = None) -> str:
+    """The run's code state as one label: the release (or checkout) and the fixes applied from the workbench."""
+    base = label or (f"sglang {version}" if src is None else f"checkout {src} on sglang {version}'s environment")
+    return base + "".join(f" + {f}" for f in fixes)
+
+
 def load_prompts(num_prompts: int) -> list[str]:
     """The workbench's held-out prompts (shared with its own engine), the first ``num_prompts``."""
     return json.loads(PROMPTS.read_text())["prompts"][:num_prompts]
@@ -221,6 +227,12 @@ def run_runtime(
         "draft_tokens": draft_tokens,
         "max_new_tokens": max_new_tokens,
         "draft_backend": DRAFT_BACKEND[backend],
+        # the workbench's run-record fields the nightly report groups by (code state, mode, models)
+        "revision": code_state(version, src, fixes),
+        "apply_fix_in_place": False,
+        "mode": "eagle",
+        "model_dir": str(MODELS),
+        "seed": 0,
         "prompts": texts,
         "disable_overlap_schedule": disable_overlap_schedule,
         "timeout_s": timeout_s,

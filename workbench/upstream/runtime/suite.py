@@ -27,7 +27,7 @@ from pathlib import Path
 from workbench.upstream.checkout import make_checkout
 from workbench.upstream.releases import Log, echo
 
-from .run import run_runtime
+from .run import code_state, run_runtime
 
 ROLES: dict[str, dict] = {
     "dp2": {"dp": 2},
@@ -81,9 +81,9 @@ def run_roles(
             rec = run_runtime(release, backend=backend, sglang_src=src, cache_dir=cache_dir, log=log, **spec, **kwargs)
             rec["role"], rec["command"] = role, command(release, backend, ROLES[role])
             if src is not None:
-                rec["config"]["sglang_src"] = (
-                    f"sglang {release} minus {DROPPED[0]}.{DROPPED[1]} (between PR #24860 and #28221)"
-                )
+                state = f"sglang {release} minus {DROPPED[0]}.{DROPPED[1]}"
+                rec["config"]["sglang_src"] = f"{state} (between PR #24860 and #28221)"
+                rec["config"]["revision"] = code_state(release, src, spec.get("fixes", []), label=state)
             out[role] = rec
     finally:
         if between is not None:
