@@ -308,6 +308,13 @@ def test_cli_exit_codes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
     records = {
         "ok": {"status": "ok", "crash": None, "error": None, "reference": {"equal": True}},
         "differs": {"status": "ok", "crash": None, "error": None, "reference": {"equal": False}},
+        "limited": {
+            "status": "crashed",
+            "crash": {"traceback": "T"},
+            "error": None,
+            "reference": None,
+            "limits": ["the release cannot pad DP batches for this backend on a CPU"],
+        },
         "crashed": {"status": "crashed", "crash": {"traceback": "T"}, "error": None, "reference": None},
         "error": {
             "status": "error",

@@ -162,7 +162,7 @@ def _add_run(sub) -> None:
 def _run(args: argparse.Namespace, cache_dir: Path) -> int:
     """Exit 0: ended ok (outputs equal to the reference) or crashed, as --expect says if given; 1: --expect
     not met, outputs that differ from the reference, or a timeout; 2: bad input, or the release cannot run
-    here (the record's error says why)."""
+    this configuration here (the record's error, or its limits: a known upstream limit the run met)."""
     from .runtime.run import run_runtime
 
     rec = run_runtime(
@@ -195,7 +195,7 @@ def _run(args: argparse.Namespace, cache_dir: Path) -> int:
     _write(args.json_out, rec)
     for note in rec.get("notes", []):
         echo(f"note: {note}")
-    if rec["status"] == "error":
+    if rec["status"] == "error" or rec.get("limits"):
         return 2
     if rec["status"] == "ok" and (rec.get("reference") or {}).get("equal") is False:
         echo("the outputs differ from HF transformers' greedy tokens")

@@ -1,7 +1,8 @@
 """One rank of the real SGLang runtime, run inside a release's replay environment as a script.
 
 Never imported by the workbench (it runs on the replay environment's own Python and imports
-nothing of the workbench but its two sibling files, ``shims.py`` and ``fixes.py``). Usage:
+nothing of the workbench but its sibling files: ``shims.py`` and what it builds on, ``fixes.py``,
+``shim_guard.py``, ``rank_io.py``). Usage:
 
     python rank.py CONFIG_JSON
 
@@ -79,83 +80,6 @@ def _server_args(cfg: dict):
     return args
 
 
-def _fields(cls) -> list:
-    """(name, required, annotation) of a request class: a dataclass, or a msgspec Struct (0.5.2x)."""
-    import dataclasses
-
-    if dataclasses.is_dataclass(cls):
-        return [
-            (
-                f.name,
-                f.init and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
-                str(f.type),
-            )
-            for f in dataclasses.fields(cls)
-        ]
-    import msgspec
-
-    return [(f.name, f.required, str(f.type)) for f in msgspec.structs.fields(cls)]
-
-
-def _request(cfg: dict, rid: str, input_ids: list):
-    """A TokenizedGenerateReqInput as the tokenizer manager would send it (greedy, ignore_eos)."""
-    from array import array
-
-    from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
-    from sglang.srt.sampling.sampling_params import SamplingParams
-
-    sp = SamplingParams(max_new_tokens=cfg["max_new_tokens"], temperature=0.0, ignore_eos=True)
-    sp.normalize(None)
-    sp.verify(cfg["vocab_size"])
-    fields = _fields(TokenizedGenerateReqInput)
-    wants_array = any(n == "input_ids" and "array" in t for n, _, t in fields)
-    known = {
-        "input_text": "",
-        "input_ids": array("q", input_ids) if wants_array else list(input_ids),
-        "input_embeds": None,
-        "mm_inputs": None,
-        "token_type_ids": None,
-        "sampling_params": sp,
-        "return_logprob": False,
-        "logprob_start_len": -1,
-        "top_logprobs_num": 0,
-        "token_ids_logprob": None,
-        "stream": False,
-        "rid": rid,
-    }
-    missing = [n for n, required, _ in fields if required and n not in known]
-    if missing:
-        raise TypeError(f"TokenizedGenerateReqInput needs {missing}, which the lane does not know how to fill")
-    return TokenizedGenerateReqInput(**{n: known[n] for n, _, _ in fields if n in known})
-
-
-def _ipc():
-    """(send, recv) for the tokenizer-manager side: the release's own codec (sock_send / sock_recv,
-    msgpack, from 0.5.2x) or pickled objects (send_pyobj / recv_pyobj) before it."""
-    try:
-        from sglang.srt.managers.io_struct import sock_recv, sock_send
-    except ImportError:
-        return (lambda sock, obj: sock.send_pyobj(obj)), (lambda sock: sock.recv_pyobj())
-    return sock_send, sock_recv
-
-
-def _port_args(cls, cfg: dict):
-    """PortArgs with this rank's own ipc sockets in the run folder (the lane owns both ends) and
-    the run's rendezvous port; built directly, since DP attention's ``init_new`` derives TCP ports
-    from the server port and waits for them."""
-    import dataclasses
-
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name.endswith("_ipc_name"):
-            kwargs[f.name] = f"ipc://{cfg['run_dir']}/r{cfg['rank']}-{f.name[:-9]}"
-        elif f.name == "nccl_port":
-            kwargs[f.name] = cfg["nccl_port"]
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            kwargs[f.name] = None
-    return cls(**kwargs)
-
-
 def _tree_mask_mode(scheduler) -> str | None:
     """The verify tree-mask mode the release's EAGLE worker chose (FULL_MASK on GPUs)."""
     worker = getattr(scheduler, "draft_worker", None)
@@ -230,6 +154,7 @@ def main() -> None:
 
         applied = shims.apply(cfg["version"])
         import fixes
+        from rank_io import ipc, make_port_args, request
 
         fixed = fixes.apply(cfg.get("fixes", []))
         state["stage"] = "server_args"
@@ -238,7 +163,7 @@ def main() -> None:
         from sglang.srt.server_args import PortArgs
 
         server_args = _server_args(cfg)
-        port_args = _port_args(PortArgs, cfg)
+        port_args = make_port_args(PortArgs, cfg)
         ctx = zmq.Context(2)
         send = ctx.socket(zmq.PUSH)
         send.bind(port_args.scheduler_input_ipc_name)
@@ -276,12 +201,12 @@ def main() -> None:
                 },
             )
 
-        sock_send, sock_recv = _ipc()
+        sock_send, sock_recv = ipc()
         collector = Collector(recv, [r["rid"] for r in reqs], done, sock_recv)
         if reqs:  # an idle rank writes a result only if it fails
             collector.start()
         for r in reqs:
-            sock_send(send, _request(cfg, r["rid"], r["input_ids"]))
+            sock_send(send, request(cfg, r["rid"], r["input_ids"]))
         _write(
             result_path + ".ready",
             {
