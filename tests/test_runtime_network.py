@@ -65,7 +65,9 @@ def test_runtime_0_5_14_idle_rank_crashes_in_the_verify_pass(runs: dict) -> None
 
 def test_runtime_0_5_14_shims_name_their_lines_in_the_release(runs: dict) -> None:
     shims = {s["name"]: s for s in runs["dp2"]["shims"]}
-    assert all(s["installed"] and s["upstream"] for s in shims.values()), shims
+    later = "sgl-kernel-cpu-ops"  # 0.5.23's CPU ops: its anchor is not in 0.5.14
+    assert all(s["installed"] and s["upstream"] for n, s in shims.items() if n != later), shims
+    assert not shims[later]["installed"] and shims[later]["reason"].startswith("not needed in sglang 0.5.14")
     assert shims["tree-verify-triton"]["upstream"] == ["sglang/srt/speculative/eagle_utils.py:221"]
     assert shims["pin-memory-cpu"]["upstream"] == ["sglang/srt/model_executor/forward_batch_info.py:1248"]
 
