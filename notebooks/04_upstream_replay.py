@@ -40,7 +40,8 @@
 # and ~2.3 GiB per range of releases the first time, cached afterwards).
 
 # %%
-from workbench import contracts, notebook
+from workbench import notebook
+from workbench.experiments import contracts
 from workbench.upstream import fidelity, views
 
 # %% tags=["parameters"]
@@ -70,7 +71,7 @@ from pathlib import Path  # noqa: E402
 
 from IPython.display import Image  # noqa: E402
 
-from workbench.upstream import plot_survey  # noqa: E402
+from workbench.views.plots.survey import plot_survey  # noqa: E402
 
 Image(filename=str(plot_survey(data["survey"], Path(record_path).parent)[0]))
 

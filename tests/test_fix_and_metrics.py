@@ -8,11 +8,11 @@ import typing
 import pytest
 import torch
 
-from workbench.forward_mode import CaptureHiddenMode
-from workbench.metrics import Metrics, loop_period, loop_summary
-from workbench.revisions import REVISIONS, get_revision
+from workbench.engine.forward_mode import CaptureHiddenMode
+from workbench.engine.metrics import Metrics, loop_period, loop_summary
 from workbench.speculative import eagle_draft_extend_pr24860 as regressed
 from workbench.speculative import eagle_draft_extend_pr28221 as fix
+from workbench.speculative.revisions import REVISIONS, get_revision
 
 
 def test_revisions_decide_the_draft_extend_class_and_the_field():
