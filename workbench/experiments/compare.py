@@ -15,7 +15,8 @@ from pathlib import Path
 
 from workbench.experiments.bench import MODES, run_interleaved
 from workbench.experiments.stats import INTERVAL, different, fmt, ratio, summarize
-from workbench.views.plots.common import record_label
+from workbench.run.events import OnEvent
+from workbench.run.labels import record_label
 
 SCHEMA = "workbench.experiments.compare/1"
 NOTE = (
@@ -159,14 +160,16 @@ def compare(
     json_out: str | None = None,
     verbose: bool = True,
     records_out: dict | None = None,
+    on_event: OnEvent | None = None,
 ) -> dict:
     """Run and summarise; returns (and writes to ``json_out``) the comparison document.
-    ``records_out``, given a dict, receives every run record keyed ``<mode>/<backend>/dp<N>#<repeat>``."""
+    ``records_out``, given a dict, receives every run record keyed ``<mode>/<backend>/dp<N>#<repeat>``;
+    ``on_event``: progress (``workbench.run.events``)."""
     if repeats < 2:
         raise ValueError(f"invalid repeats {repeats!r}; valid: an integer >= 2 (an interval needs repeats)")
     rows, speedups, records = [], [], {}
     for dp in dps:
-        runs = run_interleaved({**config, "dp": dp}, list(backends), repeats, modes)
+        runs = run_interleaved({**config, "dp": dp}, list(backends), repeats, modes, on_event)
         for key, rs in runs.items():
             records[f"{key}/dp{dp}"] = [r.record for r in rs]
             if records_out is not None:

@@ -263,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "lint":
             return _lint(args, cache_dir)
         if args.command == "nightly":
+            from workbench.views.upstream import lane_html
+
             from .lane import run_lane
 
             night = run_lane(
@@ -272,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                 _check_versions([args.sglang], cache_dir)[0] if args.sglang else None,
                 cache_dir,
             )
+            (args.out / "upstream_lane.html").write_text(lane_html(night))
             return 1 if night["verdict"] == "fail" else 0
         if args.command == "bisect":
             return _bisect(args, cache_dir)
