@@ -99,7 +99,7 @@ display.class_fields(EagleDraftExtendInput)
 
 # %% [markdown]
 # Inside `with workbench.fix_applied():` the same class object declares
-# `kv_indptr: Optional[torch.Tensor] = None`, and the run started there reaches every DP rank with it.
+# `kv_indptr: torch.Tensor | None = None`, and the run started there reaches every DP rank with it.
 
 # %%
 with workbench.fix_applied():

@@ -158,15 +158,51 @@ def import_cycles(graph: dict[str, set[str]]) -> list[set[str]]:
     return found
 
 
-def reason_of(node: ast.stmt, lines: list[str]) -> str | None:
-    """The one-line reason a function-level import carries: a ``#`` comment ending one of its lines,
-    or a comment line right above it."""
+def _trailing_comment(line: str) -> str | None:
+    code, sep, comment = line.partition("#")
+    comment = comment.strip()
+    return comment if sep and comment and not comment.startswith("noqa") else None
+
+
+def reason_of(node: ast.stmt, lines: list[str], enclosing: ast.AST | None = None) -> str | None:
+    """The one-line reason a function-level import carries: a ``#`` comment ending one of its lines;
+    else a comment line right above it or above the run of imports it belongs to; else a comment
+    ending the ``def`` line of the function that holds it (a function whose job is to load lazily)."""
     for no in range(node.lineno, (node.end_lineno or node.lineno) + 1):
-        code, sep, comment = lines[no - 1].partition("#")
-        if sep and comment.strip() and not comment.strip().startswith("noqa"):
-            return comment.strip()
-    above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
-    return above.lstrip("#").strip() or None if above.startswith("#") else None
+        if (comment := _trailing_comment(lines[no - 1])) is not None:
+            return comment
+    no = node.lineno - 1
+    while no >= 1 and lines[no - 1].strip().startswith(("from ", "import ")):
+        no -= 1  # the imports just above this one share its reason
+    above = lines[no - 1].strip() if no >= 1 else ""
+    if above.startswith("#") and above.lstrip("#").strip():
+        return above.lstrip("#").strip()
+    if isinstance(enclosing, ast.FunctionDef | ast.AsyncFunctionDef):
+        return _trailing_comment(lines[enclosing.lineno - 1])
+    return None
+
+
+def function_level_imports(path: Path, root: Path) -> Iterator[tuple[ast.stmt, str, ast.AST, list[str]]]:
+    """(import node, internal module, the innermost function holding it, the file's lines) of every
+    internal import made inside a function, one per statement."""
+    lines = path.read_text().splitlines()
+    tree = ast.parse("\n".join(lines))
+    holder: dict[int, ast.AST] = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            for n in ast.walk(fn):
+                if n is not fn and (id(n) not in holder or holder[id(n)].lineno < fn.lineno):
+                    holder[id(n)] = fn
+    by_line = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            by_line[node.lineno] = node
+    seen = set()
+    for line, target, inside in runtime_imports(path, root):
+        if inside and target.split(".")[0] in INTERNAL and line not in seen:
+            seen.add(line)
+            node = by_line[line]
+            yield node, target, holder.get(id(node)), lines
 
 
 def upward_imports(root: Path) -> list[str]:
