@@ -38,9 +38,9 @@
 # revision three times: the `pre-24860` reference, inside the block, and after it.
 
 # %%
-import workbench
 from IPython import display as ipython
 
+import workbench
 from workbench import notebook
 from workbench.speculative.eagle_draft_extend_pr24860 import EagleDraftExtendInput
 from workbench.views import display, tables

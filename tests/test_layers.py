@@ -11,6 +11,7 @@ annotations only and do not count). The layers, bottom-up:
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,8 +173,8 @@ def reason_of(node: ast.stmt, lines: list[str], enclosing: ast.AST | None = None
         if (comment := _trailing_comment(lines[no - 1])) is not None:
             return comment
     no = node.lineno - 1
-    while no >= 1 and lines[no - 1].strip().startswith(("from ", "import ")):
-        no -= 1  # the imports just above this one share its reason
+    while no >= 1 and (not lines[no - 1].strip() or lines[no - 1].strip().startswith(("from ", "import "))):
+        no -= 1  # the imports just above this one (isort's sections apart) share its reason
     above = lines[no - 1].strip() if no >= 1 else ""
     if above.startswith("#") and above.lstrip("#").strip():
         return above.lstrip("#").strip()
@@ -236,22 +237,102 @@ def test_every_project_module_has_a_layer():
     assert [m for m in import_graph(ROOT) if layer_of(m) < 0] == []
 
 
-# Upward imports the layout moves left, to be folded away by the views wing (what renders moves into
-# views/, the record stops rendering itself); this list may only shrink.
-KNOWN_UPWARD = {
-    ("workbench/experiments/compare.py", "workbench.views.plots.common"),
-    ("workbench/experiments/sweep.py", "workbench.views.plots.common"),
-    ("workbench/run/record.py", "workbench.views.display"),
-    ("workbench/views/comparison.py", "workbench.notebook"),
-    ("workbench/views/crash_bundle.py", "workbench.notebook"),
-    ("workbench/views/display.py", "workbench.notebook"),
-    ("workbench/views/upstream.py", "workbench.notebook"),
-}
-
-
 def test_nothing_imports_upward():
-    found = {(e.split(":")[0], e.rpartition(" imports ")[2]) for e in upward_imports(ROOT)}
-    assert found - KNOWN_UPWARD == set()
+    assert upward_imports(ROOT) == []
+
+
+def test_no_import_cycle():
+    """On the same graph (function-level imports included): no two modules import each other, however far round."""
+    assert import_cycles(import_graph(ROOT)) == []
+
+
+def test_the_cycle_check_sees_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e"}}
+    assert sorted(map(sorted, import_cycles(graph))) == [["a", "b", "c"], ["e"]]
+
+
+def test_function_level_imports_carry_a_reason():
+    """An internal import inside a function says why it is not at the top of its module."""
+    missing = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in project_files(ROOT)
+        for node, _, holder, lines in function_level_imports(path, ROOT)
+        if reason_of(node, lines, holder) is None
+    ]
+    assert missing == []
+
+
+def test_the_reason_check_reads_comments(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text(
+        "def a():\n    import workbench.run  # the run loads torch\n"
+        "def b():\n    # only when replaying\n    from workbench import debug\n    import workbench.run\n"
+        "def c():  # loads on first use\n    import workbench.run\n"
+        "def d():\n    import workbench.run\n"
+    )
+    lines = src.read_text().splitlines()
+    tree = ast.parse(src.read_text())
+    fns = {f.name: f for f in tree.body}
+    got = {
+        name: [reason_of(n, lines, f) for n in f.body if isinstance(n, ast.Import | ast.ImportFrom)]
+        for name, f in fns.items()
+    }
+    assert got == {
+        "a": ["the run loads torch"],
+        "b": ["only when replaying", "only when replaying"],
+        "c": ["loads on first use"],
+        "d": [None],
+    }
+
+
+# What renders: the libraries that draw or display, and HTML markup in a string (a tag, not a ``<placeholder>``).
+RENDERING_LIBRARIES = ("matplotlib", "pygments", "IPython.display", "IPython.core.display", "tqdm")
+HTML_TAG = re.compile(
+    r"<(table|thead|tbody|tr|td|th|div|span|img|pre|details|summary|html|body|section|h[1-6]|p|b|i|em|strong|"
+    r"code|ul|ol|li|a|br|style|script)(\s[^<>]*)?/?>",
+    re.IGNORECASE,
+)
+# Above the views: ci writes the nightly's own pages (report.html, the notebooks' HTML copies, JUnit).
+RENDERERS_ABOVE_VIEWS = ("ci",)
+
+
+def rendering(path: Path, root: Path) -> list[str]:
+    """What ``path`` does that only ``workbench/views`` may: import a rendering library, or hold HTML."""
+    found = []
+    for line, target, _ in runtime_imports(path, root):
+        if any(target == lib or target.startswith(lib + ".") for lib in RENDERING_LIBRARIES):
+            found.append(f"{path.relative_to(root)}:{line} imports {target}")
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and HTML_TAG.search(node.value):
+            found.append(f"{path.relative_to(root)}:{node.lineno} writes HTML {HTML_TAG.search(node.value).group(0)!r}")
+    return found
+
+
+def test_nothing_outside_views_renders():
+    """Below the views and in the faces (which only call views): no plotting, highlighting, progress
+    bar or notebook display library, and no HTML markup."""
+    views = next(i for i, (name, _) in enumerate(LAYERS) if name == "views")
+    found = [
+        hit
+        for path in project_files(ROOT)
+        if layer_of(module_name(path, ROOT)) != views
+        and module_name(path, ROOT).split(".")[0] not in RENDERERS_ABOVE_VIEWS
+        for hit in rendering(path, ROOT)
+    ]
+    assert found == []
+
+
+def test_the_render_check_sees_markup_and_plots(tmp_path):
+    (tmp_path / "m.py").write_text(
+        "import html\nfrom matplotlib.figure import Figure\n"
+        "def f(x):\n    import tqdm.auto\n    return f'<td style=\"x\">{html.escape(x)}</td>'\n"
+        "PLACEHOLDER = 'rank<R>.log <run id> <p'\n"
+    )
+    assert rendering(tmp_path / "m.py", tmp_path) == [
+        "m.py:2 imports matplotlib.figure",
+        "m.py:4 imports tqdm.auto",
+        "m.py:5 writes HTML '<td style=\"x\">'",
+    ]
 
 
 def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
