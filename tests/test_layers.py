@@ -181,6 +181,21 @@ def upward_imports(root: Path) -> list[str]:
     return found
 
 
+def unresolved_imports(root: Path) -> list[str]:
+    """Internal imports naming a module that does not exist (a relative import left behind by a move)."""
+    found = []
+    for path in project_files(root):
+        for line, target, _ in runtime_imports(path, root):
+            entry = f"{path.relative_to(root)}:{line} imports {target}"
+            if target.split(".")[0] in INTERNAL and not _is_module(target, root) and entry not in found:
+                found.append(entry)
+    return found
+
+
+def test_every_internal_import_resolves():
+    assert unresolved_imports(ROOT) == []
+
+
 def test_every_project_module_has_a_layer():
     assert [m for m in import_graph(ROOT) if layer_of(m) < 0] == []
 
