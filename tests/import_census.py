@@ -1,4 +1,4 @@
-"""Import census of a checkout, read with the layering test's own graph code (``tests/test_layers.py``).
+"""Import census of a checkout, read with the layering test's own graph code (``tests/import_graph.py``).
 
     python tests/import_census.py [ROOT]      # default: this checkout
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_layers import (  # noqa: E402  (the census reads the graph the layering test reads)
+from import_graph import (  # noqa: E402  (the census reads the graph the layering test reads)
     INTERNAL,
     function_level_imports,
     import_cycles,
