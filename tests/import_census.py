@@ -41,7 +41,6 @@ OLD_PATHS = {
     "workbench.debug.view": "workbench.views.crash_bundle",
     "workbench.upstream.views": "workbench.views.upstream",
     "workbench.upstream.plot": "workbench.views.plots.survey",
-    "workbench.models.training": "scripts.training",
 }
 
 
