@@ -1,5 +1,5 @@
 """What a run reports as it goes, through the ``on_event(kind, rank, payload)`` callback the caller
-passes (``reproduce``, ``bench``, ``compare``, ``sweep``); there is no global list of listeners.
+passes (``reproduce``, ``bench``, ``compare``, ``sweep``); nothing is registered globally.
 
 Rank events (``rank`` is the DP rank; streamed by each rank process to the launcher, which hands
 them to ``on_event`` as they arrive; a dp 1 run reports ``done`` only, so nothing runs inside its
