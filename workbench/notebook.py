@@ -2,6 +2,8 @@
 (its I/O), the expectation gate, and the backends run side by side under a progress bar. What a
 notebook shows comes from ``workbench.views`` (tables, the run's HTML, plots, the crash-bundle and
 upstream views); importing this module makes ``RunResult`` render as ``workbench.views.display.run_html``.
+It loads no engine (torch) until a function needs one: the nightly and its fast notebooks read and
+write notebook records through it.
 
 A notebook writes one *notebook record* (``save_bundle``) at its ``record_path``: its parameters
 and every run record it made, by role (e.g. ``run``; ``reference`` / ``fixed`` / ``undo``;
@@ -16,9 +18,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workbench.models.loader import load_prompts
-from workbench.run.api import reproduce
-from workbench.run.config import RunConfig, make_config
 from workbench.run.labels import record_label
 from workbench.run.record import RecordLike, as_record
 from workbench.views.display import run_all, show_runs_as_html
@@ -36,6 +35,8 @@ def select_prompts(prompts: list[str] | None = None, num_prompts: int | None = N
     """``prompts`` if given, else the first ``num_prompts`` of the shipped set (all when None)."""
     if prompts:
         return list(prompts)
+    from workbench.models.loader import load_prompts  # torch: only when prompts are chosen (module docstring)
+
     shipped = load_prompts()
     return shipped[:num_prompts] if num_prompts else shipped
 
@@ -45,6 +46,8 @@ def run_config(params: Mapping[str, Any], **overrides: Any) -> dict:
     ``num_prompts`` resolved to the prompt list (``select_prompts``), then ``overrides``. Other
     keys (``backends``, ``expect``, ``record_path``, ...) are the notebook's own. Validated now:
     a bad value raises ConfigError naming it and the valid ones, before anything runs."""
+    from workbench.run.config import RunConfig, make_config  # the backends load torch (module docstring)
+
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     config = {k: v for k, v in params.items() if k in fields}
     config["prompts"] = select_prompts(params.get("prompts"), params.get("num_prompts"))
@@ -137,6 +140,8 @@ def compare_backends(
 ) -> dict[str, Any]:
     """``reproduce`` once per backend and mode, under a progress bar; RunResults keyed ``"<mode>/<backend>"``.
     Crashes are data."""
+    from workbench.run.api import reproduce  # the engine (module docstring)
+
     return run_all(
         {
             f"{mode}/{b}": (
