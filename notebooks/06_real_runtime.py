@@ -46,7 +46,8 @@
 # %%
 import workbench
 from workbench import notebook
-from workbench.upstream.runtime import views
+from workbench.upstream.runtime import measurements
+from workbench.views import runtime as views
 
 # %% tags=["parameters"]
 release = "0.5.14"
@@ -59,7 +60,7 @@ record_path = "runs/notebooks/06_real_runtime.json"
 expect = "any"
 
 # %%
-data = views.load_runs(release, backend, roles, live=live, cache_dir=cache_dir)
+data = measurements.load_runs(release, backend, roles, live=live, cache_dir=cache_dir)
 print("source:", data["source"])
 runs = data["runs"]
 
@@ -78,7 +79,7 @@ views.runs_table(runs)
 
 # %%
 first = runs.get("dp2") or next(iter(runs.values()))
-for line in views.sglang_frames(first):
+for line in measurements.sglang_frames(first):
     print(line)
 print((first.get("crash") or {}).get("message"))
 
@@ -94,7 +95,7 @@ for role in ("between+verify-input", "between+verify-input+pr-28221"):
     if role in runs:
         rec = runs[role]
         print(f"--- {role}: {rec['status']}")
-        for line in views.sglang_frames(rec)[-6:]:
+        for line in measurements.sglang_frames(rec)[-6:]:
             print(line)
 
 # %% [markdown]
@@ -112,7 +113,7 @@ if workbench_side:
             revision=revision,
             dp=2,
             dp_policy="pack",
-            prompts=views.load_prompts(1),
+            prompts=measurements.load_prompts(1),
             steps=3,
             topk=1,
             draft_tokens=4,
@@ -139,10 +140,11 @@ print("shim guard:", first.get("shim_guard"))
 # tokens and the DP 1 run, the guard found nothing, and no process was left running.
 
 # %%
-found = views.problems(runs, backend)
+found = measurements.problems(runs, backend)
 params = dict(release=release, backend=backend, roles=roles, live=live, expect=expect)
 wb_roles = {k: v for k, v in wb_runs.items() if k in ("pr-24860", "pr-28221")}
-print("record written to", views.save_record(record_path, params, data, wb_roles, found))
+nb_runs = measurements.notebook_runs(data, wb_roles, found)
+print("record written to", notebook.save_bundle(record_path, "06_real_runtime", params, nb_runs, primary="checks"))
 print("problems:", found or "none")
 if expect == "ok" and found:
     raise notebook.ExpectationError("; ".join(found))

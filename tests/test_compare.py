@@ -8,12 +8,12 @@ import statistics
 
 import pytest
 
-from workbench import plots
-from workbench.api import make_config, reproduce
-from workbench.compare import compare
-from workbench.config import ConfigError
-from workbench.stats import different, ratio, summarize
-from workbench.sweep import agreement, findings, groups, load_shipped
+from workbench.experiments.compare import compare
+from workbench.experiments.stats import different, ratio, summarize
+from workbench.experiments.sweep import agreement, findings, groups, load_shipped
+from workbench.run.api import make_config, reproduce
+from workbench.run.config import ConfigError
+from workbench.views import plots
 
 TINY = dict(steps=3, topk=2, draft_tokens=4, prompts=["The capital of France is", "Once upon a time"], max_new_tokens=8)
 
@@ -55,7 +55,12 @@ def test_dp2_generation_comes_from_rank_stamps_and_keeps_idle_ranks_apart():
 
 def test_compare_reports_medians_intervals_speedup_and_verdicts(tmp_path):
     out = tmp_path / "cmp.json"
-    doc = compare(TINY, ["fa3", "torch_native"], repeats=2, json_out=str(out), verbose=False)
+    events = []
+    doc = compare(
+        TINY, ["fa3", "torch_native"], repeats=2, json_out=str(out), verbose=False, on_event=lambda *e: events.append(e)
+    )
+    kinds = [k for k, _, _ in events]  # progress: 8 runs planned, each reports done (dp 1) and is counted
+    assert [p["runs"] for k, _, p in events if k == "plan"] == [8] and kinds.count("run") == kinds.count("done") == 8
     assert json.loads(out.read_text())["schema"] == "workbench.compare/1"
     assert {(r["backend"], r["mode"]) for r in doc["rows"]} == {
         (b, m) for b in ("fa3", "torch_native") for m in ("greedy", "eagle")
@@ -140,7 +145,7 @@ def test_bfloat16_runs_and_the_shipped_sweep_is_labelled():
 
 
 def test_bench_runs_the_cpu_chain_unless_a_spec_setting_is_given():
-    from workbench.bench import BENCH_SPEC, with_bench_spec
+    from workbench.experiments.bench import BENCH_SPEC, with_bench_spec
 
     assert with_bench_spec({"backend": "torch_native"}) == {"backend": "torch_native", **BENCH_SPEC}
     assert BENCH_SPEC == {"steps": 5, "topk": 1, "draft_tokens": 6}

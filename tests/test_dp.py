@@ -12,7 +12,7 @@ import pytest
 
 import workbench
 from workbench import reproduce
-from workbench.record import CRASH_FIELDS
+from workbench.run.record import CRASH_FIELDS
 
 MODEL_DIR = os.environ.get("WB_MODEL_DIR")
 PROMPTS = ["def fib(n):\n    ", "class Stack:\n    def __init__(self):\n"]
@@ -47,7 +47,7 @@ def leftover_rank_processes(res) -> list:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
             except OSError:
                 continue
-            if "workbench.dp.rank" in cmd and tag in cmd:
+            if "workbench.run.dp.rank" in cmd and tag in cmd:
                 found.append(int(pid))
     return found
 
@@ -112,7 +112,7 @@ def test_good_revisions_pass_everywhere_with_identical_outputs(revision, greedy_
 
 
 def test_in_place_fix_turns_the_crash_into_ok_and_undo_brings_it_back(greedy):
-    assert not workbench.fix_applied()
+    assert not workbench.is_fix_applied()
     try:
         assert workbench.apply_fix()
         fixed = one_idle_rank("triton")
@@ -120,6 +120,10 @@ def test_in_place_fix_turns_the_crash_into_ok_and_undo_brings_it_back(greedy):
         assert fixed.record["outputs"] == greedy["outputs"][:1]
     finally:
         workbench.undo_fix()
+    with workbench.fix_applied():  # the same, for the block: the ranks take the fix from the run's config
+        scoped = one_idle_rank("triton")
+    assert not workbench.is_fix_applied()
+    assert scoped.status == "ok" and scoped.record["config"]["apply_fix_in_place"], scoped.summary()
     again = one_idle_rank("triton")
     assert again.status == "crashed" and again.crash["message"] == MESSAGE
     assert (again.crash["rank"], again.crash["phase"], again.crash["forward_mode"]) == (1, "draft-extend", "IDLE")
@@ -146,8 +150,8 @@ def test_the_same_ranks_run_under_torchrun(tmp_path):
     import subprocess
     import sys
 
-    from workbench.dp.launch import free_port
-    from workbench.dp.torchrun import merge
+    from workbench.run.dp.launch import free_port
+    from workbench.run.dp.torchrun import merge
 
     # --log-dir: without it torchrun leaves a torchelastic_* folder in the temp dir
     args = [
@@ -161,7 +165,7 @@ def test_the_same_ranks_run_under_torchrun(tmp_path):
         "--log-dir",
         str(tmp_path / "torchrun-logs"),
         "-m",
-        "workbench.dp.torchrun",
+        "workbench.run.dp.torchrun",
         "--out",
         str(tmp_path),
         "--backend",
@@ -217,7 +221,7 @@ def test_three_ranks_with_two_idle_pass_on_the_fixed_revision(greedy_sha):
 def test_a_taken_rendezvous_port_is_retried_on_a_new_one(monkeypatch):
     import socket
 
-    from workbench.dp import launch
+    from workbench.run.dp import launch
 
     held = socket.socket()
     held.bind(("127.0.0.1", 0))

@@ -13,7 +13,7 @@ from ci.execute import OUTCOMES, execution_result
 from ci.expect import CRASH_FIELDS as CHECKED_FIELDS
 from ci.expect import check_cell, check_run
 from ci.matrix import EXPECT_FIELDS
-from workbench.record import CRASH_FIELDS, STATUSES, crash_from_exception, crash_record
+from workbench.run.record import CRASH_FIELDS, STATUSES, crash_from_exception, crash_record
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGE = "'EagleDraftExtendInput' object has no attribute 'kv_indptr'"
@@ -31,7 +31,7 @@ def _dict_key_sets(tree: ast.AST):
 @pytest.mark.parametrize(
     "keys,owner,dirs",
     [
-        ({"exception_type", "message"}, "workbench/record.py", ("workbench", "ci", "kernels", "benchmarks")),
+        ({"exception_type", "message"}, "workbench/run/record.py", ("workbench", "ci", "kernels", "benchmarks")),
         ({"outcome", "error"}, "ci/execute.py", ("ci",)),
     ],
 )
@@ -47,10 +47,10 @@ def test_no_module_builds_the_record_by_hand(keys, owner, dirs):
 
 
 def test_every_crash_producer_emits_exactly_the_constructors_fields(tmp_path):
-    from workbench.config import RunConfig
-    from workbench.dp.collect import Collector, signal_crash
-    from workbench.dp.rank import rank_main
-    from workbench.runner import run_rank
+    from workbench.run.config import RunConfig
+    from workbench.run.dp.collect import Collector, signal_crash
+    from workbench.run.dp.rank import rank_main
+    from workbench.run.runner import run_rank
     from workbench.upstream.release_replay import _fill_from_result, _record
 
     produced = {}
@@ -134,3 +134,31 @@ def test_every_execution_outcome_is_judged_by_the_nightly():
         ex = execution_result(outcome, cell=3, ename="E", evalue="why")
         assert set(ex["error"]) == {"cell", "ename", "evalue", "traceback"}
         assert check_cell({"primary": {"status": "ok"}}, ex, bundle) == [f"notebook {outcome} in cell 3: E: why"]
+
+
+def test_the_record_renders_only_through_the_view_a_face_sets(monkeypatch):
+    """``RunResult`` holds no HTML of its own: without a registered view Jupyter shows its repr; a face
+    (``workbench.notebook``, ``workbench.reproduce``) registers ``workbench.views.display.run_html``."""
+    from workbench.run.record import RunResult
+    from workbench.views.display import run_html, show_runs_as_html
+
+    record = {
+        "status": "ok",
+        "config": {
+            "backend": "torch_native",
+            "revision": "pr-28221",
+            "dp": 1,
+            "steps": 3,
+            "topk": 2,
+            "draft_tokens": 4,
+        },
+        "crash": None,
+        "metrics": {"accept_length_mean": 2.5, "tokens_per_s": 10.0},
+        "outputs": [],
+        "outputs_sha256": "ab" * 32,
+    }
+    monkeypatch.setattr(RunResult, "html_view", None)
+    assert RunResult(record)._repr_html_() is None and repr(RunResult(record)).startswith("RunResult: [ok]")
+    show_runs_as_html()
+    assert RunResult.html_view is run_html and RunResult(record)._repr_html_() == run_html(record)
+    assert ">ok</span>" in RunResult(record)._repr_html_()

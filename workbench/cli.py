@@ -1,4 +1,9 @@
-"""Command line: ``workbench run``, ``bench``, ``compare``, ``sweep``, ``upstream``, ``contracts``, ``debug``."""
+"""Command line: ``workbench run``, ``bench``, ``compare``, ``sweep``, ``upstream``, ``contracts``, ``debug``.
+
+Each command imports what it runs when it runs (torch, matplotlib and the engine take seconds to
+load), so ``workbench --help`` and a usage error answer at once. ``main`` is this process's entry
+point: it chooses where the Triton kernels run (``kernels.setup``) before any command starts.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,9 @@ import sys
 from pathlib import Path
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from workbench.api import reproduce
-    from workbench.config import config_from_args
+def cmd_run(args: argparse.Namespace) -> int:  # imports on use (module docstring)
+    from workbench.run.api import reproduce
+    from workbench.run.config import config_from_args
 
     res = reproduce(config_from_args(args))
     print(res.summary())
@@ -21,43 +26,58 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from workbench.bench import bench, with_bench_spec
-    from workbench.config import config_from_args, make_config
+def cmd_bench(args: argparse.Namespace) -> int:  # imports on use (module docstring)
+    from workbench.experiments.bench import bench, with_bench_spec
+    from workbench.run.config import config_from_args, make_config
+    from workbench.views.display import progress
 
     config = with_bench_spec(config_from_args(args))
-    bench(config, backends=args.backends or [make_config(config).backend], repeats=args.repeats, json_out=args.json)
+    backends = args.backends or [make_config(config).backend]
+    with progress("bench", disable=None) as on_event:  # a bar on a terminal (stderr), none in a log
+        bench(config, backends=backends, repeats=args.repeats, json_out=args.json, on_event=on_event)
     return 0
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    from workbench.compare import compare
-    from workbench.config import config_from_args
+def cmd_compare(args: argparse.Namespace) -> int:  # imports on use (module docstring)
+    from workbench.experiments.compare import compare, format_text
+    from workbench.run.config import config_from_args
+    from workbench.views.display import progress
 
-    compare(config_from_args(args), backends=args.backends, repeats=args.repeats, dps=args.dps, json_out=args.json)
+    with progress("compare", disable=None) as on_event:
+        doc = compare(
+            config_from_args(args),
+            backends=args.backends,
+            repeats=args.repeats,
+            dps=args.dps,
+            json_out=args.json,
+            verbose=False,
+            on_event=on_event,
+        )
+    print(format_text(doc))  # after the bar has closed
     return 0
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    from workbench.config import config_from_args
-    from workbench.sweep import save, sweep
+def cmd_sweep(args: argparse.Namespace) -> int:  # imports on use (module docstring)
+    from workbench.experiments.sweep import merge, save, sweep
+    from workbench.run.config import config_from_args
+    from workbench.views.display import progress
 
     if args.merge:
-        from workbench.sweep import merge
-
         doc = merge([json.loads(Path(p).read_text()) for p in args.merge])
     else:
         settings = [tuple(int(x) for x in s.split(",")) for s in args.settings]
-        doc = sweep(config_from_args(args), args.backends, settings, args.dtypes, verbose=True)
+        with progress("sweep", disable=None) as on_event:
+            quiet = sys.stderr.isatty()  # on a terminal the bar names each run; in a log, one line per run
+            doc = sweep(config_from_args(args), args.backends, settings, args.dtypes, not quiet, on_event=on_event)
     print("\n".join(doc["findings"]))
     if args.json:
         print(f"sweep written to {save(doc, Path(args.json))}")
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    from workbench.config import ConfigError, add_run_args
+def main(argv: list[str] | None = None) -> int:  # imports on use (module docstring)
     from workbench.models.loader import CheckpointError
+    from workbench.run.config import ConfigError, add_run_args
 
     ap = argparse.ArgumentParser(prog="workbench", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -107,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         "contracts", help="fuzz every backend x spec-input x forward mode through init_forward_metadata"
     )
     ct.add_argument("rest", nargs=argparse.REMAINDER)
-    ct.set_defaults(func=lambda a: _delegate("workbench.contracts", a.rest))
+    ct.set_defaults(func=lambda a: _delegate("workbench.experiments.contracts", a.rest))
     dbg = sub.add_parser("debug", help="replay a crash bundle in this process (see workbench.debug.cli)")
     dbg.add_argument("rest", nargs=argparse.REMAINDER)
     dbg.set_defaults(func=lambda a: _delegate("workbench.debug.cli", a.rest))
@@ -122,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _delegate(module: str, rest: list[str]) -> int:
+def _delegate(module: str, rest: list[str]) -> int:  # imports on use (module docstring)
     import importlib
 
     return importlib.import_module(module).main(rest)

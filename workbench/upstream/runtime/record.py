@@ -1,6 +1,6 @@
 """The real-runtime lane's run record: the workbench's run record shape, filled from the ranks.
 
-``status`` ok / crashed / timeout / error (``workbench.record.STATUSES``); ``crash`` is built by the
+``status`` ok / crashed / timeout / error (``workbench.run.record.STATUSES``); ``crash`` is built by the
 workbench's one constructor (``crash_record``) from the first failing rank's report (rank, phase,
 forward mode, batch size, the traceback through the real scheduler and worker, ``raised_at`` the
 innermost frame inside sglang); ``rank_failures`` holds what the other ranks raised afterwards.
@@ -13,7 +13,7 @@ import platform
 import sys
 import time
 
-from workbench.record import crash_record, outputs_sha256
+from workbench.run.record import crash_record, outputs_sha256
 
 LANE = "real-runtime"
 KERNELS = {

@@ -83,7 +83,7 @@ def validate(
                     "with `python scripts/train_runtime_models.py`"
                 )
     if sglang_src is not None:
-        from workbench.upstream.lint import source_root
+        from workbench.upstream.lint import source_root  # the lint's modules load only for a checkout
 
         source_root(Path(sglang_src))  # SourceError names the folder
 
@@ -280,7 +280,7 @@ def run_runtime(
 
 
 def _src_root(src: Path) -> Path:
-    from workbench.upstream.lint import source_root
+    from workbench.upstream.lint import source_root  # the lint's modules load only for a checkout
 
     return source_root(src)
 

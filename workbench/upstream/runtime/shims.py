@@ -23,7 +23,7 @@ except ImportError:
 
 def _cpu_ops() -> dict:
     try:
-        from .cpu_ops import OPS
+        from .cpu_ops import OPS  # on use: only releases importing sgl_kernel's CPU ops need it
     except ImportError:
         from cpu_ops import OPS
     return OPS

@@ -1,0 +1,247 @@
+"""The run record: one JSON-serialisable dict per run, ``RunResult`` around it, and the one
+constructor of its ``crash`` entry that every producer uses (rank runner, DP collector, torchrun
+merge, upstream replay).
+
+Light on purpose (torch is imported only when a record is built): the nightly imports the status
+names and crash fields from here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import traceback as traceback_mod
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from workbench.engine.metrics import Metrics, loop_summary
+
+if TYPE_CHECKING:
+    from workbench.run.config import RunConfig
+
+STATUSES = ("ok", "crashed", "timeout", "error")  # a run record's ``status``
+RecordLike = dict | Any  # a run record dict or a RunResult
+CRASH_FIELDS = (
+    "rank",
+    "phase",
+    "forward_mode",
+    "batch_size",
+    "exception_type",
+    "message",
+    "traceback",
+    "time",
+    "raised_at",
+    "bundle",
+)
+
+
+def crash_record(
+    *,
+    rank: int | None,
+    phase: str | None,
+    forward_mode: str | None,
+    batch_size: int | None,
+    exception_type: str,
+    message: str,
+    traceback: str | None = None,
+    time: float | None = None,
+    raised_at: dict | None = None,
+    bundle: str | None = None,
+) -> dict:
+    """The ``crash`` entry of a run record, keys ``CRASH_FIELDS``.
+
+    rank: the DP rank (None: no one rank, e.g. a whole-run timeout); phase / forward_mode /
+    batch_size: the forward pass it was in; time: epoch seconds when raised (orders the ranks'
+    failures); raised_at: {file, line, function, code} of the innermost frame; bundle: path of a
+    crash bundle, if one was written.
+    """
+    if not isinstance(exception_type, str) or not exception_type:
+        raise ValueError(f"invalid exception_type {exception_type!r}; valid: an exception class name")
+    return {
+        "rank": rank,
+        "phase": phase,
+        "forward_mode": forward_mode,
+        "batch_size": batch_size,
+        "exception_type": exception_type,
+        "message": str(message),
+        "traceback": traceback,
+        "time": time,
+        "raised_at": raised_at,
+        "bundle": bundle,
+    }
+
+
+def raised_at(exc: BaseException) -> dict | None:
+    """{file, line, function, code} of the innermost frame of ``exc``'s traceback."""
+    frames = traceback_mod.extract_tb(exc.__traceback__)
+    if not frames:
+        return None
+    f = frames[-1]
+    return {
+        "file": os.path.relpath(f.filename) if f.filename.startswith(os.getcwd()) else f.filename,
+        "line": f.lineno,
+        "function": f.name,
+        "code": f.line,
+    }
+
+
+def crash_from_exception(
+    exc: BaseException, *, rank: int | None, where: dict, time: float | None = None, bundle: str | None = None
+) -> dict:
+    """``crash_record`` of a caught exception; ``where`` holds phase, forward_mode, batch_size."""
+    return crash_record(
+        rank=rank,
+        phase=where.get("phase"),
+        forward_mode=where.get("forward_mode"),
+        batch_size=where.get("batch_size"),
+        exception_type=type(exc).__name__,
+        message=str(exc),
+        traceback="".join(traceback_mod.format_exception(exc)),
+        time=time,
+        raised_at=raised_at(exc),
+        bundle=bundle,
+    )
+
+
+def outputs_sha256(outputs: list[list[int] | None]) -> str:
+    """sha256 over the generated token ids of all prompts, in prompt order."""
+    return hashlib.sha256(json.dumps(outputs, separators=(",", ":")).encode()).hexdigest()
+
+
+def environment(backend_kernel: str | None, device: str | None = None) -> dict:
+    """Versions and platform, and how the run's kernels executed; ``device`` is where the run's
+    tensors were (``gpu`` only names a GPU the machine has)."""
+    import torch
+
+    env = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "device": device,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "kernel": backend_kernel,
+    }
+    try:
+        env["triton"] = importlib.metadata.version("triton")  # metadata only: importing triton here would
+    except importlib.metadata.PackageNotFoundError:  # pre-empt kernels' interpreter selection
+        env["triton"] = None
+    # whether this run's Triton kernels ran in the interpreter (only the triton backend runs them)
+    env["triton_interpret"] = bool(backend_kernel) and "interpreter" in backend_kernel
+    return env
+
+
+def build_record(
+    cfg: RunConfig,
+    prompts: list[str],
+    outputs: dict[int, list[int]],
+    metrics: Metrics,
+    wall_s: float,
+    crash: dict | None,
+    kernel: str | None,
+    kernel_stand_in: bool | None,
+    status: str | None = None,
+    extra: dict | None = None,
+    timing: dict | None = None,
+) -> dict:
+    """The run record of ``cfg`` over ``prompts``; ``status`` (one of STATUSES) defaults from ``crash``;
+    ``timing``: generation_s, setup_s, warmup_s, device and torch_threads as ``run_rank`` reports them."""
+    if status is not None and status not in STATUSES:
+        raise ValueError(f"invalid status {status!r}; valid: {', '.join(STATUSES)}")
+    timing = timing or {}
+    ordered = [outputs.get(i) for i in range(len(prompts))]
+    tokens = sum(len(o) for o in ordered if o)
+    config = cfg.to_dict()
+    config.update(prompts=prompts, kernel=kernel, kernel_stand_in=kernel_stand_in)
+    rec = {
+        "status": status or ("ok" if not crash else "error" if crash.get("phase") == "setup" else "crashed"),
+        "config": config,
+        "crash": crash,
+        "metrics": {
+            **metrics.summary(tokens, wall_s, timing.get("generation_s"), timing.get("setup_s")),
+            "warmup_s": timing.get("warmup_s"),
+            "repetition_loops": loop_summary(ordered),
+        },
+        "outputs": ordered,
+        "outputs_sha256": outputs_sha256(ordered) if not crash else None,
+        "env": {**environment(kernel, timing.get("device")), "torch_threads": timing.get("torch_threads")},
+    }
+    rec.update(extra or {})
+    return rec
+
+
+def as_record(run: RecordLike) -> dict:
+    """The run record dict of a RunResult or a record."""
+    return run if isinstance(run, dict) else run.record
+
+
+@dataclass
+class RunResult:
+    """A run record with conveniences for notebooks. It renders nothing itself: Jupyter's HTML comes
+    from ``html_view``, which the faces set to ``workbench.views.display.run_html``."""
+
+    record: dict
+    html_view: ClassVar[Callable[[dict], str] | None] = None
+
+    @property
+    def status(self) -> str:
+        return self.record["status"]
+
+    @property
+    def crash(self) -> dict | None:
+        return self.record.get("crash")
+
+    @property
+    def metrics(self) -> dict:
+        return self.record.get("metrics") or {}
+
+    def __repr__(self) -> str:
+        return f"RunResult: {self.summary()}"
+
+    def _repr_html_(self) -> str | None:
+        """The registered view of the record; None (Jupyter then shows ``repr``) when no face set one."""
+        view = type(self).html_view
+        return None if view is None else view(self.record)
+
+    def replay_crash(self, fix: bool = False, rank: int | None = None):
+        """Replay this run's crash bundle in-process (``workbench.debug.replay.replay_crash``); ``rank``
+        picks another failed rank's bundle. Raises the recorded exception, or returns a ReplayResult."""
+        # torch and the backends load only for a replay: ci and the views import this module for its names
+        from workbench.debug.replay import replay_crash
+
+        crashes = [self.crash] + list((self.record.get("dp") or {}).get("rank_failures") or [])
+        chosen = next((c for c in crashes if c and (rank is None or c.get("rank") == rank) and c.get("bundle")), None)
+        if chosen is None:
+            have = sorted({c.get("rank") for c in crashes if c and c.get("bundle")})
+            raise ValueError(f"no crash bundle for rank {rank} in this run (ranks with bundles: {have})")
+        return replay_crash(chosen["bundle"], fix=fix)
+
+    def save(self, path: str) -> Path:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(self.record, indent=1))
+        return p
+
+    def summary(self) -> str:
+        c, m = self.record["config"], self.metrics
+        head = (
+            f"[{self.status}] backend={c['backend']} ({c.get('kernel')}) revision={c['revision']} dp={c['dp']} "
+            f"steps={c['steps']} topk={c['topk']} draft_tokens={c['draft_tokens']}"
+        )
+        if self.crash:
+            cr = self.crash
+            return (
+                head + f"\n  rank {cr['rank']} phase {cr['phase']} mode {cr['forward_mode']} bs {cr['batch_size']}: "
+                f"{cr['exception_type']}: {cr['message']}"
+            )
+        al = m.get("accept_length_mean")
+        tps = m.get("tokens_per_s")
+        return (
+            head + f"\n  accept length {al if al is None else round(al, 3)}, "
+            f"tokens/s {tps if tps is None else round(tps, 1)}, "
+            f"sha256 {str(self.record.get('outputs_sha256'))[:16]}"
+        )

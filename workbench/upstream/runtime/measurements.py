@@ -1,0 +1,118 @@
+"""What notebook 06 reads: the real runtime's runs (live, or the shipped measurement labelled with its
+date, commit and versions), what each role must end as, the checks, and the notebook record's runs (the
+tables: ``workbench.views.runtime``)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from .run import load_prompts
+
+__all__ = ["EXPECTED", "load_prompts", "load_runs", "notebook_runs", "problems", "sglang_frames"]
+
+SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "runtime_runs.json"
+# What each role must end as. triton reads spec_info.kv_indptr on idle batches. torch_native does not run
+# SGLang's EAGLE: it has no multi-step draft backend (the lane gives the draft triton, as
+# --speculative-draft-attention-backend does), its forward_extend needs extend_prefix_lens, which a
+# TARGET_VERIFY batch does not carry (dp1 stops at the first verify), and it defines no DP padding
+# fill value (dp2 stops at the idle rank's first padded batch, the prefill).
+_AE, _NI = "AttributeError", "NotImplementedError"
+EXPECTED = {
+    "triton": {
+        "dp2": ("crashed", "verify", "EagleVerifyInput", _AE),
+        "dp2+verify-input": ("ok", None, None, None),
+        "dp1": ("ok", None, None, None),
+        "between+verify-input": ("crashed", "draft-extend", "EagleDraftExtendInput", _AE),
+        "between+verify-input+pr-28221": ("ok", None, None, None),
+    },
+    "torch_native": {
+        "dp2": ("crashed", "prefill", None, _NI),
+        "dp1": ("crashed", "verify", "EagleVerifyInput", _AE),
+    },
+}
+
+
+def load_runs(
+    release: str, backend: str, roles: list[str] | None = None, live: bool = False, cache_dir: str | None = None
+) -> dict:
+    """{"runs": role -> record, "source": label, "shipped": provenance or None, "backend"}: measured now
+    (``live``), else the shipped file."""
+    roles = list(roles or EXPECTED[backend])
+    if live:
+        from .suite import run_roles  # live runs build environments and start ranks: only when asked
+
+        return {
+            "runs": run_roles(release, backend, roles, Path(cache_dir) if cache_dir else None),
+            "source": "measured now",
+            "shipped": None,
+            "backend": backend,
+        }
+    doc = json.loads(SHIPPED.read_text())
+    prov = doc["provenance"]
+    runs = {r: doc["runs"][f"{release}/{backend}/{r}"] for r in roles if f"{release}/{backend}/{r}" in doc["runs"]}
+    missing = [r for r in roles if r not in runs]
+    if missing:
+        have = sorted({k.rsplit("/", 1)[0] for k in doc["runs"]})
+        raise KeyError(f"no shipped run for {release}/{backend} roles {missing}; shipped: {have}; use live=True")
+    pk = next(iter(runs.values()))["env"].get("packages", {})
+    versions = ", ".join(f"{k} {pk.get(k)}" for k in ("sglang", "torch", "triton", "transformers"))
+    label = f"shipped measurement ({prov['generated_at']}, commit {prov['commit']}, {versions}; {prov['command']})"
+    return {"runs": runs, "source": label, "shipped": prov, "backend": backend}
+
+
+def sglang_frames(rec: dict) -> list[str]:
+    """The crash's frames in sglang's own files (scheduler, worker, runner, backend), outermost first,
+    as ``sglang/<path>:<line> in <function>``: the code line below each."""
+    out = []
+    lines = (rec.get("crash") or {}).get("traceback", "").splitlines()
+    for i, ln in enumerate(lines):
+        m = re.match(r'\s*File "(?:.*/)?(sglang/[^"]+)", line (\d+), in (\S+)', ln)
+        if m and "/sglang/" in ln:
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            out.append(f"{m.group(1)}:{m.group(2)} in {m.group(3)}: {code}")
+    return out
+
+
+def problems(runs: dict, backend: str) -> list[str]:
+    """Roles that did not end as expected, outputs that differ from HF or DP 1, guard findings, leftovers."""
+    out = []
+    for role, r in runs.items():
+        if role not in EXPECTED[backend]:
+            out.append(f"{role}: no expectation on {backend} (roles there: {', '.join(EXPECTED[backend])})")
+            continue
+        want, phase, cls, exc = EXPECTED[backend][role]
+        c = r.get("crash") or {}
+        got = (c.get("phase"), c.get("spec_info"), c.get("exception_type"))
+        if r["status"] != want:
+            said = c.get("message") or (r.get("error") or {}).get("message", "")
+            out.append(f"{role}: expected {want}, got {r['status']} {said}")
+        elif want == "crashed" and got != (phase, cls, exc):
+            out.append(f"{role}: crashed as {got}, expected {(phase, cls, exc)}")
+        elif want == "ok" and not (r.get("reference") or {}).get("equal"):
+            out.append(f"{role}: outputs differ from HF transformers' greedy tokens")
+        if (r.get("shim_guard") or {}).get("violations"):
+            out.append(f"{role}: a shim reached protected code: {r['shim_guard']['violations']}")
+        if (r.get("processes") or {}).get("left_running"):
+            out.append(f"{role}: processes left running {r['processes']['left_running']}")
+    base = runs.get("dp1", {}).get("outputs")
+    for role, r in runs.items():
+        if r["status"] == "ok" and base is not None and r["outputs"] != base:
+            out.append(f"{role}: outputs differ from the DP 1 run")
+    return out
+
+
+def notebook_runs(data: dict, workbench_runs: dict, found: list[str]) -> dict[str, dict]:
+    """The notebook record's runs: every runtime run (role ``runtime/<role>``), the workbench's runs
+    (``workbench/<revision>``) and a ``checks`` record (the primary: ok, or mismatch with the problems)."""
+    checks = {
+        "status": "ok" if not found else "mismatch",
+        "crash": None,
+        "problems": found,
+        "config": {"backend": data["backend"], "kernel": None, "source": data["source"]},
+    }
+    runs = {f"runtime/{k}": v for k, v in data["runs"].items()}
+    runs.update({f"workbench/{k}": v for k, v in workbench_runs.items()})
+    runs["checks"] = checks
+    return runs
