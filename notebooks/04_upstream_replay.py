@@ -42,7 +42,8 @@
 # %%
 from workbench import notebook
 from workbench.experiments import contracts
-from workbench.upstream import fidelity, views
+from workbench.upstream import fidelity
+from workbench.views import upstream as views
 
 # %% tags=["parameters"]
 releases = ["0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.23"]

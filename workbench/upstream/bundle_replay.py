@@ -18,6 +18,8 @@ from pathlib import Path
 
 from workbench.debug.bundle import JSON_NAME, TENSORS_NAME
 
+from .context import UpstreamContext
+
 REAL_MODULE = "sglang.srt.speculative.eagle_info"
 SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "upstream_bundle_replay.json"
 
@@ -101,18 +103,15 @@ def compare(bundle: dict, case: dict) -> dict:
     }
 
 
-def replay_bundle(
-    path: Path, versions: list[str], cache_dir: Path | None = None, log=print, timeout_s: float = 900
-) -> dict:
+def replay_bundle(ctx: UpstreamContext, path: Path, versions: list[str]) -> dict:
     """Replay the bundle at `path` on each release; JSON-ready."""
-    from .env import ensure_env
-    from .releases import check_version, default_cache_dir, known_releases
+    from .sources.envs import ensure_env
+    from .sources.releases import check_versions
     from .triage import run_driver
 
-    cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+    log = ctx.log
     bundle = load_bundle(path)
-    known = known_releases(cache_dir)
-    versions = [check_version(v, known) for v in versions]
+    versions = check_versions(ctx, versions)
     out = {
         "measured_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "bundle": str(path),
@@ -136,10 +135,10 @@ def replay_bundle(
         "releases": {},
     }
     for v in versions:
-        env = ensure_env(v, cache_dir, log=log)
+        env = ensure_env(ctx, v)
         log(f"[sglang-{v}] replaying bundle {path} on the real TritonAttnBackend ...")
         result, stderr, wall, _ = run_driver(
-            env.python, {**driver_cfg(bundle), "src_root": str(env.src_root)}, timeout_s
+            env.python, {**driver_cfg(bundle), "src_root": str(env.src_root)}, ctx.timeout_s
         )
         case = ((result or {}).get("cases") or [{"status": "error", "message": stderr[-300:]}])[0]
         out["releases"][v] = {**compare(bundle, case), "run_s": round(wall, 1), "env": (result or {}).get("env")}

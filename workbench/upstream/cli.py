@@ -11,8 +11,9 @@ from pathlib import Path
 from workbench.debug.bundle import BundleError
 
 from .bisect import BisectError
-from .lint import SourceError
-from .releases import ReleaseError, check_version, default_cache_dir, echo, known_releases
+from .context import UpstreamContext, default_cache_dir, echo
+from .sources.releases import ReleaseError, check_versions
+from .sources.trees import SourceError
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -127,19 +128,13 @@ def _fidelity(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_versions(versions: list[str], cache_dir: Path) -> list[str]:
-    known = known_releases(cache_dir)
-    return [check_version(v, known) for v in versions]
-
-
-def _survey(args: argparse.Namespace, cache_dir: Path) -> int:
+def _survey(args: argparse.Namespace, ctx: UpstreamContext) -> int:
     from workbench.views.plots.survey import plot_survey
 
-    from .contract_survey import format_details, format_table, survey
+    from .static.survey import format_details, format_table, survey
 
-    versions = _check_versions(args.versions, cache_dir) if args.versions else None
     start = time.perf_counter()
-    result = survey(versions, cache_dir, log=echo)
+    result = survey(ctx, args.versions)
     echo("")
     echo(format_table(result))
     if args.details:
@@ -155,13 +150,13 @@ def _survey(args: argparse.Namespace, cache_dir: Path) -> int:
     return 0
 
 
-def _replay(args: argparse.Namespace, cache_dir: Path) -> int:
+def _replay(args: argparse.Namespace, ctx: UpstreamContext) -> int:
     from .release_replay import replay
 
-    versions = _check_versions(args.sglang, cache_dir)
+    versions = check_versions(ctx, args.sglang)
     records = []
     for version in versions:
-        rec = replay(version, cache_dir, backend=args.backend, log=echo, timeout_s=args.timeout, rebuild=args.rebuild)
+        rec = replay(ctx, version, backend=args.backend)
         records.append(rec)
         t = rec["timings"]
         echo(
@@ -191,39 +186,21 @@ def _write(path: Path | None, data: object) -> None:
         echo(f"wrote {path}")
 
 
-def _lint(args: argparse.Namespace, cache_dir: Path) -> int:
+def _lint(args: argparse.Namespace, ctx: UpstreamContext) -> int:
     from .guard import check
-    from .lint import format_findings
+    from .static.lint import format_findings
 
-    versions = _check_versions(args.sglang, cache_dir) if args.sglang else None
-    result = check(
-        versions,
-        args.sglang_src,
-        args.env_release,
-        replay=args.replay,
-        cache_dir=cache_dir,
-        log=echo,
-        timeout_s=args.timeout,
-    )
+    result = check(ctx, args.sglang, args.sglang_src, replay=args.replay)
     echo("")
     echo(format_findings(result["findings"]))
     _write(args.json_out, result)
     return 0
 
 
-def _bisect(args: argparse.Namespace, cache_dir: Path) -> int:
+def _bisect(args: argparse.Namespace, ctx: UpstreamContext) -> int:
     from .bisect import bisect
 
-    result = bisect(
-        args.sglang_src,
-        args.good,
-        args.bad,
-        args.finding,
-        args.env_release,
-        cache_dir,
-        log=echo,
-        timeout_s=args.timeout,
-    )
+    result = bisect(ctx, args.sglang_src, args.good, args.bad, args.finding)
     first = result["first_bad"]
     echo(f"first bad commit: {first['sha']} {first['subject']}")
     echo(
@@ -234,12 +211,10 @@ def _bisect(args: argparse.Namespace, cache_dir: Path) -> int:
     return 0
 
 
-def _replay_bundle(args: argparse.Namespace, cache_dir: Path) -> int:
+def _replay_bundle(args: argparse.Namespace, ctx: UpstreamContext) -> int:
     from .bundle_replay import replay_bundle
 
-    result = replay_bundle(
-        args.bundle, _check_versions(args.sglang, cache_dir), cache_dir, log=echo, timeout_s=args.timeout
-    )
+    result = replay_bundle(ctx, args.bundle, args.sglang)
     echo(f"reference (from the bundle): {result['reference']}")
     for v, r in result["releases"].items():
         echo(
@@ -254,30 +229,31 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (2 for a bad version string)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    cache_dir = args.cache_dir or default_cache_dir()
+    ctx = UpstreamContext(
+        cache_dir=args.cache_dir or default_cache_dir(),
+        log=echo,
+        timeout_s=getattr(args, "timeout", None) or 900.0,
+        rebuild=getattr(args, "rebuild", False),
+        env_release=getattr(args, "env_release", None),
+    )
     try:
         if args.command == "survey":
-            return _survey(args, cache_dir)
+            return _survey(args, ctx)
         if args.command == "fidelity":
             return _fidelity(args)
         if args.command == "lint":
-            return _lint(args, cache_dir)
+            return _lint(args, ctx)
         if args.command == "nightly":
             from .lane import run_lane
 
-            night = run_lane(
-                args.out,
-                args.history,
-                args.triage,
-                _check_versions([args.sglang], cache_dir)[0] if args.sglang else None,
-                cache_dir,
-            )
+            version = check_versions(ctx, [args.sglang])[0] if args.sglang else None
+            night = run_lane(ctx, args.out, args.history, args.triage, version)
             return 1 if night["verdict"] == "fail" else 0
         if args.command == "bisect":
-            return _bisect(args, cache_dir)
+            return _bisect(args, ctx)
         if args.bundle is not None:
-            return _replay_bundle(args, cache_dir)
-        return _replay(args, cache_dir)
+            return _replay_bundle(args, ctx)
+        return _replay(args, ctx)
     except (ReleaseError, SourceError, BisectError, BundleError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2

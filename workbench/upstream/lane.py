@@ -14,9 +14,10 @@ import html
 import json
 from pathlib import Path
 
+from .context import UpstreamContext
 from .guard import check
-from .lint import finding_key
-from .releases import Log, default_cache_dir, echo, known_releases, latest_release
+from .sources.releases import latest_release
+from .static.lint import finding_key
 
 TRIAGE_FILE = Path(__file__).resolve().parent.parent / "assets" / "upstream_triage.json"
 
@@ -31,7 +32,7 @@ def gate(findings: list[dict], triaged: dict[str, dict]) -> list[dict]:
     bad = []
     for f in findings:
         known = triaged.get(finding_key(f))
-        live = f.get("triage", {}).get("status")
+        live = f.get("verdict")
         if known is None:
             bad.append({**f, "gate": "not in the triage file"})
         elif live == "confirmed" and known["status"] != "confirmed":
@@ -40,19 +41,17 @@ def gate(findings: list[dict], triaged: dict[str, dict]) -> list[dict]:
 
 
 def run_lane(
+    ctx: UpstreamContext,
     out: Path,
     history: Path | None = None,
     triage_path: Path | None = None,
     version: str | None = None,
-    cache_dir: Path | None = None,
-    log: Log = echo,
 ) -> dict:
     """One night of the lane; writes `out/upstream_lane.json` and appends to `history`."""
-    cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
-    newest = version or latest_release(cache_dir)
-    known_releases(cache_dir, refresh=version is None)
+    log = ctx.log
+    newest = version or latest_release(ctx, refresh=True)
     log(f"[upstream lane] newest sglang release: {newest}")
-    result = check([newest], replay=True, cache_dir=cache_dir, log=log)
+    result = check(ctx, [newest], replay=True)
     triaged = load_triage(triage_path)
     failing = gate(result["findings"], triaged)
     night = {
@@ -74,7 +73,7 @@ def run_lane(
             fh.write(
                 json.dumps(
                     {k: night[k] for k in ("finished_at", "release", "verdict")}
-                    | {"findings": [finding_key(f) + "|" + f["triage"]["status"] for f in result["findings"]]}
+                    | {"findings": [finding_key(f) + "|" + f["verdict"] for f in result["findings"]]}
                 )
                 + "\n"
             )
@@ -90,11 +89,11 @@ def format_text(night: dict) -> str:
     ]
     for f in night["findings"]:
         lines.append(
-            f"  {f['backend']:<15} {f['forward_mode']:<14} {f['class']:<24} {f['attribute']:<26} "
-            f"{f['read'].split('/')[-1]:<34} {f['triage']['status']}"
+            f"  {f['backend']:<15} {f['mode']:<14} {f['spec_class']:<24} {f['attr']:<26} "
+            f"{f['read_file'].split('/')[-1]}:{f['read_line']:<10} {f['verdict']}"
         )
     for f in night["failing"]:
-        lines.append(f"  FAIL {finding_key(f)} at {f['read']}: {f['gate']}")
+        lines.append(f"  FAIL {finding_key(f)} at {f['read_file']}:{f['read_line']}: {f['gate']}")
     return "\n".join(lines)
 
 
@@ -102,9 +101,9 @@ def render_html(night: dict) -> str:
     """An HTML section for the nightly report."""
     esc = html.escape
     rows = "".join(
-        f"<tr><td>{esc(f['backend'])}</td><td>{esc(f['forward_mode'])}</td><td>{esc(f['class'])}</td>"
-        f"<td><code>{esc(f['attribute'])}</code></td><td><code>{esc(f['read'].split('/')[-1])}</code></td>"
-        f"<td>{esc(f['triage']['status'])}</td><td>{esc(f['triage']['reason'])}</td></tr>"
+        f"<tr><td>{esc(f['backend'])}</td><td>{esc(f['mode'])}</td><td>{esc(f['spec_class'])}</td>"
+        f"<td><code>{esc(f['attr'])}</code></td><td><code>{esc(f['read_file'].split('/')[-1])}:{f['read_line']}</code></td>"
+        f"<td>{esc(f['verdict'])}</td><td>{esc(f['verdict_reason'])}</td></tr>"
         for f in night["findings"]
     )
     fails = "".join(f"<li><code>{esc(finding_key(f))}</code>: {esc(f['gate'])}</li>" for f in night["failing"])
@@ -127,5 +126,10 @@ def build_triage(result: dict, how: str) -> dict:
         key = finding_key(f)
         entry = out.setdefault(key, {"releases": []})
         entry["releases"].append(f["source"].replace("sglang ", ""))
-        entry.update(status=f["triage"]["status"], reason=f["triage"]["reason"], read=f["read"], install=f["install"])
+        entry.update(
+            status=f["verdict"],
+            reason=f["verdict_reason"],
+            read=f"{f['read_file']}:{f['read_line']}",
+            install=f"{f['install_file']}:{f['install_line']}",
+        )
     return {"how": how, "generated_at": result["generated_at"], "findings": out}

@@ -12,8 +12,9 @@ from packaging.version import Version
 
 from workbench.run.record import crash_record
 
-from .env import EnvBuildError, ensure_env
-from .releases import Log, ReleaseError, check_version, default_cache_dir, echo, known_releases
+from .context import Log, UpstreamContext
+from .sources.envs import EnvBuildError, ensure_env
+from .sources.releases import ReleaseError, check_versions
 from .triage import run_driver as _run_driver
 
 SUPPORTED_BACKENDS = ("triton",)
@@ -66,7 +67,7 @@ def _raised_at(frames: list[dict]) -> dict | None:
 
 
 def run_driver(
-    python: Path, timeout_s: float = 900, src_root: Path | None = None, extra: dict | None = None
+    python: Path, timeout_s: float, src_root: Path | None = None, extra: dict | None = None
 ) -> tuple[dict | None, str, float, bool]:
     """Run driver.py under `python` (TRITON_INTERPRET=1) with `src_root` first on the path.
 
@@ -125,11 +126,11 @@ def _fill_from_result(rec: dict, result: dict, tag: str, log: Log) -> None:
         log(f"{tag} error at stage {result.get('stage')}: {result.get('exception_type')}: {result.get('message')}")
 
 
-def _replay_into(rec: dict, version: str, cache_dir: Path, log: Log, timeout_s: float, rebuild: bool) -> None:
-    tag = f"[sglang-{version}]"
+def _replay_into(ctx: UpstreamContext, rec: dict, version: str) -> None:
+    tag, log = f"[sglang-{version}]", ctx.log
     start = time.perf_counter()
     try:
-        env = ensure_env(version, cache_dir, log=log, rebuild=rebuild)
+        env = ensure_env(ctx, version)
     except EnvBuildError as exc:
         rec["timings"]["install_s"] = round(time.perf_counter() - start, 1)
         log(f"{tag} install failed at step {exc.step}: {exc.missing}")
@@ -140,7 +141,7 @@ def _replay_into(rec: dict, version: str, cache_dir: Path, log: Log, timeout_s: 
     rec["env"].update(venv=str(env.root), packages=env.packages)
     rec["notes"].extend(env.notes)
     log(f"{tag} running the real TritonAttnBackend.init_forward_metadata (TRITON_INTERPRET=1) ...")
-    result, stderr, wall, timed_out = run_driver(env.python, timeout_s=timeout_s, src_root=env.src_root)
+    result, stderr, wall, timed_out = run_driver(env.python, timeout_s=ctx.timeout_s, src_root=env.src_root)
     rec["timings"]["run_s"] = round(wall, 2)
     if result is None:
         _fail(rec, "driver", f"replay subprocess gave no result; stderr tail: {stderr[-600:]}")
@@ -155,21 +156,13 @@ def _replay_into(rec: dict, version: str, cache_dir: Path, log: Log, timeout_s: 
         )
 
 
-def replay(
-    version: str,
-    cache_dir: Path | None = None,
-    backend: str = "triton",
-    log: Log = echo,
-    timeout_s: float = 900,
-    rebuild: bool = False,
-) -> dict:
+def replay(ctx: UpstreamContext, version: str, backend: str = "triton") -> dict:
     """Replay the padded-IDLE draft-extend pass on the real sglang `version`; return a run record.
 
     status: "crashed" (init_forward_metadata raised), "ok", "timeout" or "error". Never
     raises: a bad version, a failed install or a failed import become "error" records that
     name the missing piece.
     """
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     rec = _record(str(version), backend)
     if backend not in SUPPORTED_BACKENDS:
         return _fail(
@@ -180,11 +173,11 @@ def replay(
             "their GPU libraries, fa3 needs sgl_kernel)",
         )
     try:
-        check_version(str(version), known_releases(cache_dir))
-        _replay_into(rec, str(version), cache_dir, log, timeout_s, rebuild)
+        check_versions(ctx, [str(version)])
+        _replay_into(ctx, rec, str(version))
     except ReleaseError as exc:
         _fail(rec, "version", str(exc))
     except Exception as exc:  # noqa: BLE001 - the caller gets a record, never an exception
         _fail(rec, "internal", f"{type(exc).__name__}: {exc}")
-        log(f"[sglang-{version}] error: {type(exc).__name__}: {exc}")
+        ctx.log(f"[sglang-{version}] error: {type(exc).__name__}: {exc}")
     return rec

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .env import ReplayEnv
+from .sources.envs import ReplayEnv
 
 DRIVER = Path(__file__).with_name("driver.py")
 MARK = "WB_RESULT "
@@ -58,7 +58,7 @@ def replay_cases(analysis: dict) -> list[dict]:
     return cases
 
 
-def run_driver(python: Path, cfg: dict, timeout_s: float = 900) -> tuple[dict | None, str, float, bool]:
+def run_driver(python: Path, cfg: dict, timeout_s: float) -> tuple[dict | None, str, float, bool]:
     """Run driver.py under `python` with TRITON_INTERPRET=1: (result or None, stderr tail, s, timed out)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(TRITON_INTERPRET="1", PYTHONWARNINGS="ignore", TOKENIZERS_PARALLELISM="false")
@@ -85,7 +85,7 @@ def run_driver(python: Path, cfg: dict, timeout_s: float = 900) -> tuple[dict | 
     return result, proc.stderr[-2000:], time.perf_counter() - start, False
 
 
-def replay_matrix(env: ReplayEnv, cases: list[dict], timeout_s: float = 900) -> dict:
+def replay_matrix(env: ReplayEnv, cases: list[dict], timeout_s: float) -> dict:
     """All `cases` in one driver process on `env` (its sources first on the path)."""
     cfg = {"cases": cases, "src_root": str(env.src_root) if env.src_root else None}
     result, stderr, wall, timed_out = run_driver(env.python, cfg, timeout_s)
@@ -115,7 +115,7 @@ def _raised_at(frames: list[dict]) -> str | None:
 
 def triage_one(finding: dict, by_case: dict, matrix: dict) -> dict:
     """The triage of one finding from the replay results (see the module docstring)."""
-    be, mode, cls, attr = finding["backend"], finding["forward_mode"], finding["class"], finding["attribute"]
+    be, mode, cls, attr = finding["backend"], finding["mode"], finding["spec_class"], finding["attr"]
     if be not in CPU_BACKENDS:
         why = f"{be} needs {GPU_NEEDS.get(be, 'a GPU library')}; not replayable on CPU"
         twin = by_case.get((cls, mode, "triton"))
@@ -149,7 +149,7 @@ def triage_one(finding: dict, by_case: dict, matrix: dict) -> dict:
             "status": "refuted",
             "reason": f"real init_forward_metadata completed on {cls}'s "
             f"{case.get('spec_info_built_by', 'input')} in {mode}: the read at "
-            f"{finding['read'].split('/')[-1]} is not reached ({why})",
+            f"{finding['read_file'].split('/')[-1]}:{finding['read_line']} is not reached ({why})",
         }
     if case["status"] == "crashed":
         return {
@@ -170,7 +170,14 @@ def _outcome(case: dict) -> str:
     return f"{case['status']} ({case.get('exception_type')}: {case.get('message')})"
 
 
+VERDICT = {"confirmed": "confirmed", "refuted": "refuted", "not replayable": "unverified"}
+
+
 def triage(analysis: dict, matrix: dict) -> list[dict]:
-    """The analysis's findings, each with a `triage` entry."""
+    """The analysis's findings, each with `verdict`, `verdict_reason`, `verdict_by` from the replays."""
     by_case = {(c["case"]["class"], c["case"]["mode"], c["case"]["backend"]): c for c in matrix.get("cases", [])}
-    return [{**f, "triage": triage_one(f, by_case, matrix)} for f in analysis["findings"]]
+    out = []
+    for f in analysis["findings"]:
+        t = triage_one(f, by_case, matrix)
+        out.append({**f, "verdict": VERDICT[t["status"]], "verdict_reason": t["reason"], "verdict_by": "replay"})
+    return out

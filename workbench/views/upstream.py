@@ -34,12 +34,14 @@ def load_measurements(
         survey = {**survey, "versions": kept, "releases": {v: survey["releases"][v] for v in kept}}
         prov = json.loads((ASSETS / "upstream_snapshot.json").read_text())["provenance"]
         return {"survey": survey, "replays": replays, "source": f"shipped measurements ({prov['generated_at']})"}
-    from workbench.upstream import default_cache_dir, replay, survey
+    from workbench.upstream.context import UpstreamContext
+    from workbench.upstream.release_replay import replay
+    from workbench.upstream.static.survey import survey
 
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    result = survey(releases, cache, log=log)
-    recs = [replay(v, cache, log=log) for v in replay_releases]
-    return {"survey": result, "replays": recs, "source": f"measured now (cache {cache})"}
+    ctx = UpstreamContext(log=log) if cache_dir is None else UpstreamContext(cache_dir=Path(cache_dir), log=log)
+    result = survey(ctx, releases)
+    recs = [replay(ctx, v) for v in replay_releases]
+    return {"survey": result, "replays": recs, "source": f"measured now (cache {ctx.cache_dir})"}
 
 
 def survey_table(survey: dict) -> Table:
@@ -144,31 +146,33 @@ def load_findings(
         data = json.loads((ASSETS / "upstream_findings.json").read_text())
         data["source"] = f"shipped measurement ({data['generated_at']}, {data['measured_on']})"
         return data
+    from workbench.upstream.context import UpstreamContext
     from workbench.upstream.guard import check
 
-    data = check(releases, replay=True, cache_dir=Path(cache_dir) if cache_dir else None, log=log)
+    ctx = UpstreamContext(log=log) if cache_dir is None else UpstreamContext(cache_dir=Path(cache_dir), log=log)
+    data = check(ctx, releases, replay=True)
     data["source"] = "measured now"
     return data
 
 
 def findings_table(findings: list[dict]) -> Table:
-    """One row per (finding, releases it appears in): backend, mode, class, attribute, triage."""
+    """One row per (finding, releases it appears in): backend, mode, class, attribute, verdict."""
     merged: dict = {}
     for f in findings:
-        key = (f["backend"], f["forward_mode"], f["class"], f["attribute"], f["triage"]["status"])
+        key = (f["backend"], f["mode"], f["spec_class"], f["attr"], f["verdict"])
         row = merged.setdefault(
             key,
             {
                 "backend": f["backend"],
-                "mode": f["forward_mode"],
-                "class": f["class"],
-                "attribute": f["attribute"],
+                "mode": f["mode"],
+                "class": f["spec_class"],
+                "attribute": f["attr"],
                 "releases": [],
-                "read": f["read"].split("/")[-1],
-                "triage": f["triage"]["status"],
-                "why": f["triage"]["reason"],
+                "read": f"{f['read_file'].split('/')[-1]}:{f['read_line']}",
+                "verdict": f["verdict"],
+                "why": f["verdict_reason"],
             },
         )
         row["releases"].append(f["source"].replace("sglang ", ""))
     rows = [{**r, "releases": ", ".join(dict.fromkeys(r["releases"]))} for r in merged.values()]
-    return Table(rows, ["backend", "mode", "class", "attribute", "releases", "read", "triage", "why"])
+    return Table(rows, ["backend", "mode", "class", "attribute", "releases", "read", "verdict", "why"])

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import ast
 
-from .astscan import _construction
-from .lint_modes import mode_names
+from .modes import mode_names
 
 _NAME_MODES = (
     ("prefill", ("EXTEND", "IDLE")),
@@ -28,20 +27,37 @@ _NAME_MODES = (
 SKIP_FILE = "cuda_graph"
 
 
+def construction(node: ast.AST, class_names: set[str]) -> tuple[str, str] | None:
+    """(class, how) when `node` is `Cls(...)` or `Cls.create_*(...)` for a listed class."""
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    if isinstance(func, ast.Name) and func.id in class_names:
+        return func.id, "constructor"
+    if (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id in class_names
+        and func.attr.startswith("create")
+    ):
+        return func.value.id, func.attr
+    return None
+
+
 def _functions(tree: ast.AST) -> list[ast.FunctionDef]:
     return [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
-def _installs_in(func: ast.FunctionDef) -> list[tuple[ast.expr, int]]:
-    """(value, line) of every `<x>.spec_info = value` and `spec_info=value` in `func`."""
+def _installs_in(func: ast.FunctionDef) -> list[tuple[ast.expr, int, str]]:
+    """(value, line, kind) of every `<x>.spec_info = value` (assign) and `spec_info=value` (keyword)."""
     out = []
     for node in ast.walk(func):
         if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Attribute) and t.attr == "spec_info" for t in node.targets
         ):
-            out.append((node.value, node.lineno))
+            out.append((node.value, node.lineno, "assign"))
         elif isinstance(node, ast.Call):
-            out += [(k.value, node.lineno) for k in node.keywords if k.arg == "spec_info"]
+            out += [(k.value, node.lineno, "keyword") for k in node.keywords if k.arg == "spec_info"]
     return out
 
 
@@ -87,7 +103,9 @@ def scan_installs(sources: dict[str, str], classes: set[str], members: list[str]
             funcs.setdefault(f.name, []).append((fname, f))
     out: list[dict] = []
 
-    def record(cls: str, how: str, built: tuple[str, int], fname: str, func: ast.FunctionDef, line: int) -> None:
+    def record(
+        cls: str, how: str, built: tuple[str, int], fname: str, func: ast.FunctionDef, line: int, kind: str
+    ) -> None:
         modes, source = _modes_at(func, line, mset)
         if how.startswith("create_idle"):
             modes, source = {"IDLE"}, "idle input"
@@ -95,6 +113,7 @@ def scan_installs(sources: dict[str, str], classes: set[str], members: list[str]
             {
                 "class": cls,
                 "how": how,
+                "kind": "idle_input" if how.startswith("create_idle") else kind,
                 "modes": sorted(modes),
                 "mode_from": source,
                 "built_at": f"{built[0]}:{built[1]}",
@@ -107,7 +126,7 @@ def scan_installs(sources: dict[str, str], classes: set[str], members: list[str]
     for fname, tree in trees.items():
         for func in _functions(tree):
             for node in ast.walk(func):
-                made = _construction(node, classes)
+                made = construction(node, classes)
                 if not made:
                     continue
                 cls, how = made
@@ -123,9 +142,9 @@ def scan_installs(sources: dict[str, str], classes: set[str], members: list[str]
                     None,
                 )
                 found = False
-                for value, line in _installs_in(func):
+                for value, line, kind in _installs_in(func):
                     if _refers(value, local, node):
-                        record(cls, how, built, fname, func, line)
+                        record(cls, how, built, fname, func, line, kind)
                         found = True
                 for call in ast.walk(func):
                     if not isinstance(call, ast.Call):
@@ -139,9 +158,9 @@ def scan_installs(sources: dict[str, str], classes: set[str], members: list[str]
                             if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
                                 params = params[1:]
                             pname = params[pos] if isinstance(pos, int) and pos < len(params) else pos
-                            for value, line in _installs_in(cfunc):
+                            for value, line, _ in _installs_in(cfunc):
                                 if isinstance(value, ast.Name) and value.id == pname:
-                                    record(cls, how, built, cfile, cfunc, line)
+                                    record(cls, how, built, cfile, cfunc, line, "helper")
                                     found = True
                 returned = any(
                     isinstance(r, ast.Return) and r.value is not None and _refers(r.value, local, node)
@@ -150,11 +169,11 @@ def scan_installs(sources: dict[str, str], classes: set[str], members: list[str]
                 if returned and not found:
                     for cfile, ctree in trees.items():
                         for cfunc in _functions(ctree):
-                            for value, line in _installs_in(cfunc):
+                            for value, line, _ in _installs_in(cfunc):
                                 if (
                                     isinstance(value, ast.Call)
                                     and getattr(value.func, "attr", getattr(value.func, "id", None)) == func.name
                                 ):
-                                    record(cls, how, built, cfile, cfunc, line)
+                                    record(cls, how, built, cfile, cfunc, line, "return")
     unique = {(r["class"], r["how"], r["built_at"], r["install_file"], r["install_line"]): r for r in out}
     return sorted(unique.values(), key=lambda r: (r["class"], r["install_file"], r["install_line"]))

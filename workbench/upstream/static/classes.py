@@ -10,9 +10,20 @@ from __future__ import annotations
 
 import ast
 
-from .astscan import _base_name as _name
-
 SPEC_BASE = "SpecInput"
+
+
+def _name(node: ast.expr) -> str:
+    """The bare name of a base class or decorator expression (`a.B` -> `B`, `B[T]` -> `B`)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Subscript):
+        return _name(node.value)
+    return ast.unparse(node)
+
+
 _CTOR = ("__init__", "__post_init__")
 
 
