@@ -12,6 +12,7 @@ from workbench.debug.bundle import BundleError
 
 from .bisect import BisectError
 from .context import UpstreamContext, default_cache_dir, echo
+from .gate import GateError
 from .sources.releases import ReleaseError, check_versions
 from .sources.trees import SourceError
 
@@ -58,9 +59,25 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         default=None,
         help="release whose environment replays a checkout (default: nearest to its version)",
     )
-    ln.add_argument("--replay", action="store_true", help="replay every installed spec input and triage")
+    ln.add_argument("--replay", action="store_true", help="replay every installed spec input: a verdict per finding")
     ln.add_argument("--json", type=Path, default=None, dest="json_out", help="write findings here")
     ln.add_argument("--timeout", type=float, default=900, help="seconds for each replay process")
+    ln.add_argument(
+        "--fail-on",
+        choices=["new", "confirmed", "any"],
+        default=None,
+        help="exit 1 when such findings exist: new (not covered by the triage file), confirmed, any; "
+        "exit 2 on a usage or environment error (see docs/upstream-guard.md)",
+    )
+    ln.add_argument("--triage", type=Path, default=None, help="triage file (default: the shipped one)")
+    ln.add_argument("--sarif", type=Path, default=None, metavar="OUT", help="write SARIF 2.1.0 here")
+    ln.add_argument(
+        "--update-triage",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write a triage file from these releases' findings (link/live/note kept from --triage)",
+    )
     bs = sub.add_parser("bisect", help="first bad commit of an sglang git checkout (replay or lint)")
     bs.add_argument("--sglang-src", type=Path, required=True, metavar="REPO")
     bs.add_argument("--good", required=True, metavar="REV")
@@ -76,13 +93,14 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     bs.add_argument("--timeout", type=float, default=900)
     nl = sub.add_parser(
         "nightly",
-        help="the network lane: lint + replays on the newest release, "
-        "failing on findings the triage file does not list",
+        help="the network lane: lint + replays on the newest release, judged with --fail-on new; "
+        "exit 0 pass, 1 findings fail the gate, 2 the lane could not run",
     )
     nl.add_argument("--out", type=Path, required=True, help="writes upstream_lane.json/.html here")
     nl.add_argument("--history", type=Path, default=None, help="JSON-lines history to append to")
     nl.add_argument("--triage", type=Path, default=None, help="triage file (default: the shipped one)")
     nl.add_argument("--sglang", default=None, metavar="X", help="release (default: the newest on PyPI)")
+    nl.add_argument("--timeout", type=float, default=900, help="seconds for each replay process")
     rp = sub.add_parser("replay", help="replay the padded-IDLE draft-extend (or a crash bundle) on real sglang")
     rp.add_argument("--sglang", required=True, nargs="+", metavar="X", help="release(s) to replay")
     rp.add_argument(
@@ -187,14 +205,36 @@ def _write(path: Path | None, data: object) -> None:
 
 
 def _lint(args: argparse.Namespace, ctx: UpstreamContext) -> int:
+    from .context import workbench_commit
+    from .gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, build_triage, judge, load_triage, ran_problems
     from .guard import check
+    from .sarif import to_sarif
+    from .sources.releases import latest_release
     from .static.lint import format_findings
 
+    triage = load_triage(args.triage) if (args.fail_on or args.update_triage) else {}
     result = check(ctx, args.sglang, args.sglang_src, replay=args.replay)
+    problems = ran_problems(result, args.replay)
+    failing = judge(result["findings"], triage, args.fail_on, latest_release(ctx)) if args.fail_on else []
+    result.update(
+        problems=problems, fail_on=args.fail_on, failing=[{"key": f["key"], "gate": f["gate"]} for f in failing]
+    )
     echo("")
     echo(format_findings(result["findings"]))
+    for f in failing:
+        echo(f"FAIL {f['key']} at {f['read_file']}:{f['read_line']}: {f['gate']}")
+    for p in problems:
+        echo(f"ERROR {p}")
     _write(args.json_out, result)
-    return 0
+    if args.sarif:
+        roots = {r["source"]: (r["base"], r["prefix"]) for r in result["results"]}
+        _write(args.sarif, to_sarif(result, roots, failing, workbench_commit() or "unknown"))
+    if args.update_triage:
+        command = "workbench upstream " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else [])
+        _write(args.update_triage, build_triage(result, triage, command, workbench_commit()))
+    if problems:
+        return EXIT_ERROR
+    return EXIT_FAIL if failing else EXIT_PASS
 
 
 def _bisect(args: argparse.Namespace, ctx: UpstreamContext) -> int:
@@ -226,7 +266,8 @@ def _replay_bundle(args: argparse.Namespace, ctx: UpstreamContext) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code (2 for a bad version string)."""
+    """Entry point; returns the exit code: 0 pass, 1 findings fail the gate (or a replay failed), 2 a usage
+    or environment error (a bad version, source folder or triage file; a lint or lane that could not run)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     ctx = UpstreamContext(
@@ -244,17 +285,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "lint":
             return _lint(args, ctx)
         if args.command == "nightly":
-            from .lane import run_lane
+            from .lane import EXIT, run_lane
 
             version = check_versions(ctx, [args.sglang])[0] if args.sglang else None
             night = run_lane(ctx, args.out, args.history, args.triage, version)
-            return 1 if night["verdict"] == "fail" else 0
+            return EXIT[night["verdict"]]
         if args.command == "bisect":
             return _bisect(args, ctx)
         if args.bundle is not None:
             return _replay_bundle(args, ctx)
         return _replay(args, ctx)
-    except (ReleaseError, SourceError, BisectError, BundleError) as exc:
+    except (ReleaseError, SourceError, BisectError, BundleError, GateError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
 

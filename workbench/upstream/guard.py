@@ -35,7 +35,15 @@ def summary(analysis: dict) -> dict:
 def check_tree(ctx: UpstreamContext, tree: SourceTree, env_release: str | None, replay: bool) -> dict:
     """Lint one source tree; with `replay`, run its replay matrix and give every finding a verdict."""
     analysis = analyse(tree)
-    out = {"source": tree.label, "lint": summary(analysis), "findings": analysis["findings"], "replay": None}
+    out = {
+        "source": tree.label,
+        "release": tree.release,
+        "base": str(tree.base) if tree.base else None,
+        "prefix": tree.prefix,
+        "lint": summary(analysis),
+        "findings": analysis["findings"],
+        "replay": None,
+    }
     ctx.log(
         f"[{tree.label}] lint: {len(analysis['findings'])} finding(s), "
         f"{len(analysis['installs'])} installs, {len(analysis['backends'])} backend classes"

@@ -61,8 +61,12 @@ def _query_pypi() -> list[str]:
     raise RuntimeError(f"pip index versions {PACKAGE} failed: {proc.stderr.strip()[-300:]}")
 
 
-def known_releases(ctx: UpstreamContext, refresh: bool = False) -> list[str]:
-    """All sglang releases, oldest first, from PyPI (cached a day), else the cache, else a fallback."""
+def known_releases(ctx: UpstreamContext, refresh: bool = False, strict: bool = False) -> list[str]:
+    """All sglang releases, oldest first, from PyPI (cached a day), else the cache, else a fallback.
+
+    `strict` (with `refresh`): PyPI must answer; a failed query raises ReleaseError instead of
+    falling back (the lane must know the newest release, not guess it).
+    """
     cache_file = ctx.cache_dir / "releases.json"
     cached: dict = {}
     if cache_file.exists():
@@ -75,7 +79,9 @@ def known_releases(ctx: UpstreamContext, refresh: bool = False) -> list[str]:
         return sorted(cached["versions"], key=version_key)
     try:
         versions = _query_pypi()
-    except (RuntimeError, OSError, subprocess.SubprocessError):
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        if strict:
+            raise ReleaseError(f"could not ask PyPI for the sglang releases: {exc}") from None
         versions = cached.get("versions") or list(FALLBACK_RELEASES)
     else:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
@@ -83,9 +89,9 @@ def known_releases(ctx: UpstreamContext, refresh: bool = False) -> list[str]:
     return sorted(versions, key=version_key)
 
 
-def latest_release(ctx: UpstreamContext, refresh: bool = False) -> str:
-    """The newest sglang release (ignoring pre-releases)."""
-    finals = [v for v in known_releases(ctx, refresh) if not Version(v).is_prerelease]
+def latest_release(ctx: UpstreamContext, refresh: bool = False, strict: bool = False) -> str:
+    """The newest sglang release (ignoring pre-releases); see `known_releases` for `strict`."""
+    finals = [v for v in known_releases(ctx, refresh, strict) if not Version(v).is_prerelease]
     return finals[-1]
 
 

@@ -78,6 +78,8 @@ class SourceTree:
     release: str | None = None  # the release it is (or, for a checkout, the version it declares)
     root: Path | None = None  # the folder holding `sglang/`; None for text in memory
     changes: dict[str, str | None] = field(default_factory=dict)
+    base: Path | None = None  # what the user named (a checkout's root); file paths in reports are relative to it
+    prefix: str = ""  # `root` relative to `base` ("python/" for a checkout root), "" otherwise
 
     def under(self, prefix: str) -> dict[str, str]:
         """{path: text} of the files whose path starts with `prefix`."""
@@ -90,7 +92,8 @@ class SourceTree:
     def with_changes(self, changes: dict[str, str | None], label: str | None = None) -> SourceTree:
         """This tree with `changes` ({path: new text, or None to remove}) overlaid."""
         merged = {**self.changes, **changes}
-        return SourceTree(label or self.label, _Overlay(self.files, changes), self.release, self.root, merged)
+        files = _Overlay(self.files, changes)
+        return SourceTree(label or self.label, files, self.release, self.root, merged, self.base, self.prefix)
 
     def write(self, dest: Path) -> Path:
         """Write the tree as a checkout (`dest/python/sglang/...`: the whole package when the tree
@@ -141,7 +144,9 @@ def checkout_version(path: Path) -> str | None:
 def checkout_tree(path: Path) -> SourceTree:
     """The tree of a checkout (see `source_root`); its declared version as `release`."""
     root = source_root(path)
-    return SourceTree(f"checkout {root}", _LazyFiles(root), checkout_version(root), root)
+    given = Path(path).expanduser().resolve()
+    prefix = "" if root == given else root.relative_to(given).as_posix() + "/"
+    return SourceTree(f"checkout {root}", _LazyFiles(root), checkout_version(root), root, base=given, prefix=prefix)
 
 
 def release_tree(ctx: UpstreamContext, version: str) -> SourceTree:
@@ -149,7 +154,7 @@ def release_tree(ctx: UpstreamContext, version: str) -> SourceTree:
     from .envs import ensure_sources
 
     root = ensure_sources(ctx, version)
-    return SourceTree(f"sglang {version}", _LazyFiles(root), version, root)
+    return SourceTree(f"sglang {version}", _LazyFiles(root), version, root, base=root)
 
 
 def nearest_release(version: str | None, known: list[str]) -> str:
