@@ -23,6 +23,7 @@ GPU_LIBRARIES = {
     "flashattention": ("sgl_kernel",),
     "flashmla": ("sgl_kernel",),
     "cutlass_mla": ("sgl_kernel",),
+    "intel_amx": ("sgl_kernel", "torch.ops.sgl_kernel"),
 }
 SEED_CASE = {
     "backend_module": "sglang.srt.layers.attention.triton_backend",
@@ -67,6 +68,7 @@ def plan(findings: list[dict]) -> list[dict]:
                     "key": key,
                     "backend_module": module_of(f["backend_file"]),
                     "backend_class": f["backend_class"],
+                    "backend": f["backend"],
                     "mode": f["mode"],
                     "batch": kind,
                     "spec_module": module_of(f["spec_class_file"]),

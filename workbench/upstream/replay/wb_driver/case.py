@@ -124,6 +124,8 @@ def run_case(ctx, case: dict, bundle: dict | None = None) -> dict:
     cls = None
     try:
         ctx.runner = ctx.runner_for(case.get("model", "mha"))
+        for key in ("prefill_attention_backend_str", "decode_attention_backend_str"):
+            setattr(ctx.runner, key, case.get("backend", "triton"))  # what the runner resolved --attention-backend to
         backend_cls = import_backend(case, out["stand_ins"])
         cls = spec_class(case["spec_module"], case["spec_class"])
         while True:
@@ -151,7 +153,7 @@ def run_case(ctx, case: dict, bundle: dict | None = None) -> dict:
 
 def _run_once(ctx, case: dict, backend_cls: type, bundle: dict | None, out: dict) -> dict:
     kind, mode = case["batch"], case["mode"]
-    shape = shape_of(kind, bundle)
+    shape = {**shape_of(kind, bundle), "mode": mode, "spec_class": case["spec_class"]}
     fill_rows(ctx, bundle)
     redirect = CudaToCpu()
     out["stage"] = "backend"

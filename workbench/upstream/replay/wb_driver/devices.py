@@ -1,4 +1,5 @@
-"""``device="cuda"`` redirected to the CPU, so that the release's own constructors run here.
+"""``device="cuda"`` redirected to the CPU (and ``pin_memory`` dropped), so that the release's own
+constructors run here.
 
 Some idle-input constructors hard-code the device (0.5.14's ``EagleVerifyInput.create_idle_input``
 builds its empty tensors with ``device="cuda"``). Inside ``cuda_to_cpu()`` every torch call that
@@ -33,6 +34,12 @@ class CudaToCpu(TorchFunctionMode):
         if _is_cuda(kwargs.get("device")):
             kwargs["device"] = "cpu"
             self.redirected.append(name)
+        if kwargs.get("pin_memory"):  # pinned host memory needs an accelerator's allocator
+            kwargs["pin_memory"] = False
+            self.redirected.append(f"{name}(pin_memory)")
+        if name == "pin_memory" and args and isinstance(args[0], torch.Tensor):
+            self.redirected.append("Tensor.pin_memory")
+            return args[0]
         if name == "cuda" and args and isinstance(args[0], torch.Tensor):
             self.redirected.append("Tensor.cuda")
             return args[0]

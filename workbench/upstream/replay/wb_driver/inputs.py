@@ -11,8 +11,11 @@ on the GPU inside its workers, so ``built_by`` says "fields filled by the replay
 from __future__ import annotations
 
 import dataclasses
+import enum
 import importlib
 import inspect
+import re
+import sys
 import typing
 
 from .setup import NUM_DRAFT, NUM_STEPS, TOPK
@@ -65,10 +68,17 @@ def build(ctx, module: str, name: str, idle: bool, shape: dict) -> tuple[object,
 
 
 def _hints(cls) -> dict:
+    """Field types; a string annotation is looked up by name in the class's module (never evaluated)."""
     try:
         return typing.get_type_hints(cls)
     except Exception:  # noqa: BLE001 - forward references the release never resolves
-        return {}
+        pass
+    scope = vars(sys.modules[cls.__module__])
+    out = {}
+    for klass in reversed(cls.__mro__):
+        for name, ann in vars(klass).get("__annotations__", {}).items():
+            out[name] = scope.get(ann, ann) if isinstance(ann, str) else ann
+    return out
 
 
 def filled(ctx, cls: type, known: dict, shape: dict):
@@ -110,6 +120,8 @@ def value_for(ctx, name: str, hint, known: dict, shape: dict):
         return torch.tensor(seq, **i64)
     if name == "seq_lens_sum":
         return int(sum(seq))
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return _member(hint, shape.get("mode", ""), shape.get("spec_class", ""))
     text = str(hint).lower() if hint is not None else ""
     if "tensor" in text or name.endswith(("_mask", "_index", "_indices", "_ids", "_lens", "_token", "_tokens")):
         return _tensor(torch, name, bs)
@@ -122,6 +134,18 @@ def value_for(ctx, name: str, hint, known: dict, shape: dict):
     if "list" in text:
         return []
     return None
+
+
+def _member(enum_cls, mode: str, cls_name: str):
+    """The member of an enum field (a spec-input type) that fits the class and the forward mode:
+    `UnoForwardInput` in TARGET_VERIFY -> `UNO_VERIFY` (the class's prefix, VERIFY or DRAFT)."""
+    members = list(enum_cls)
+    found = re.match(r"[A-Z]+[a-z]*", cls_name)
+    prefix = found.group().upper() if found else ""
+    want = "VERIFY" if mode == "TARGET_VERIFY" else "DRAFT"
+    ranked = [m for m in members if m.name.startswith(prefix) and want in m.name]
+    ranked += [m for m in members if m.name.startswith(prefix)] + [m for m in members if want in m.name]
+    return (ranked or members)[0]
 
 
 def _tensor(torch, name: str, bs: int):

@@ -116,18 +116,30 @@ def _profile(ctx, cfg: dict, state: dict, profile: str, publish: bool = False):
     ):
         _set(server_args, key, value)
     if publish:
-        try:
-            from sglang.srt.server_args import set_global_server_args_for_scheduler
-
-            set_global_server_args_for_scheduler(server_args)
-        except ImportError:  # older releases have no global server args
-            pass
+        _publish(server_args)
     state["stage"] = f"model_config ({profile})"
     model_config = ModelConfig.from_server_args(server_args)
     state["stage"] = f"pools ({profile})"
     runner = _runner(cfg, server_args, model_config, profile)
     ctx.runners[profile] = runner
     return runner
+
+
+def _publish(server_args) -> None:
+    """The process-wide server args as the release's scheduler process publishes them: 0.5.2x's
+    runtime context (`publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=0))`),
+    older releases' global server args."""
+    try:
+        from sglang.srt.runtime_context import SpawnRanks, publish
+    except ImportError:
+        pass
+    else:
+        publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0))
+    try:
+        from sglang.srt.server_args import set_global_server_args_for_scheduler
+    except ImportError:  # older releases have no global server args
+        return
+    set_global_server_args_for_scheduler(server_args)
 
 
 def _pools(cfg: dict, model_config, profile: str):
@@ -170,6 +182,9 @@ def _runner(cfg: dict, server_args, model_config, profile: str) -> SimpleNamespa
         page_size=1,
         server_args=server_args,
         is_draft_worker=False,
+        use_mla_backend=profile == "mla",
+        prefill_attention_backend_str="triton",
+        decode_attention_backend_str="triton",
         model_config=model_config,
         kv_cache_dtype=model_config.dtype,
         dtype=model_config.dtype,

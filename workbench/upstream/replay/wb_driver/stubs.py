@@ -138,7 +138,14 @@ _FINDER = _Finder()
 
 
 def install(tops: set[str]) -> None:
-    """Serve the top-level packages `tops` (and their submodules) from stubs from now on."""
+    """Serve the top-level packages `tops` (and their submodules) from stubs from now on;
+    ``torch.ops.<ns>`` names a torch op namespace (``torch.ops.sgl_kernel``), stubbed in place."""
+    import torch
+
+    for name in [t for t in tops if t.startswith("torch.ops.")]:
+        setattr(torch.ops, name.split(".")[2], LibraryStub(name))
+        STATE.stubbed.add(name)
+    tops = {t for t in tops if not t.startswith("torch.ops.")}
     STATE.stubbed |= set(tops)
     for name in list(sys.modules):
         if name.split(".")[0] in tops and not isinstance(sys.modules[name], StubModule):
