@@ -170,18 +170,18 @@ def test_every_verdict_from_driver_records() -> None:
     f593 = finding("triton", "IDLE", "EagleVerifyInput", "kv_indptr", 593)
     f631 = finding("triton", "IDLE", "EagleVerifyInput", "kv_indices", 631)
     crash = _missing("EagleVerifyInput", "kv_indptr", f"{TRITON}:593")
-    after = {"outcome": "completed", "ran": [f"{TRITON}:593"], "answered": ["kv_indptr"]}
+    after = {"outcome": "completed", "ran": [f"{TRITON}:593"], "answered": ["kv_indptr=None"]}
     case = _case(f593, [crash, after])
     verdict, reason, run = judge(f593, case)
     assert verdict == "confirmed" and "has no attribute 'kv_indptr' at triton_backend.py:593" in reason
     verdict, reason, _ = judge(f631, case)  # behind the first crash: decided once it is answered
-    assert verdict == "refuted" and "never ran once kv_indptr is answered None" in reason
+    assert verdict == "refuted" and "never ran once the earlier crash is answered (kv_indptr=None" in reason
     ran = {"outcome": "completed", "ran": [f"{TRITON}:631"], "answered": []}
     assert judge(f631, _case(f631, [ran]))[0] == "refuted"
-    behind = _missing("EagleVerifyInput", "kv_indices", f"{TRITON}:631", ["kv_indptr"])
+    behind = _missing("EagleVerifyInput", "kv_indices", f"{TRITON}:631", ["kv_indptr=None"])
     verdict, reason, _ = judge(f631, _case(f631, [crash, behind]))
     assert verdict == "confirmed" and reason.endswith(
-        "once kv_indptr is answered None (the earlier crash's smallest fix)"
+        "once the earlier crash is answered (kv_indptr=None: its smallest fix)"
     )
     other = {"outcome": "raised", "exception": "ZeroDivisionError", "message": "x", "raised_at": f"{TRITON}:40"}
     verdict, reason, _ = judge(f593, _case(f593, [{**other, "ran": [], "answered": []}]))

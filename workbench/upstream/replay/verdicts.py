@@ -59,6 +59,7 @@ def _details(case: dict, run: dict | None, unpadded: dict | None) -> dict:
         "batch": case.get("batch", {}).get("kind", case["case"].get("batch")),
         "batch_size": case.get("batch", {}).get("batch_size"),
         "spec_info_built_by": case.get("built_by"),
+        "idle_input_args": case.get("idle_input_args"),
         "outcome": run.get("outcome", "error"),
         "exception": f"{run['exception']}: {run.get('message')}" if run.get("exception") else None,
         "raised_at": run.get("raised_at"),
@@ -119,18 +120,19 @@ def judge(f: dict, case: dict) -> tuple[str, str, dict | None]:
     loc, attr = f"{f['read_file']}:{f['read_line']}", f["attr"]
     traced = bool(case["case"].get("trace"))
     what = _what(f, case)
-    for run in case.get("runs") or []:
+    runs = case.get("runs") or []
+    for i, run in enumerate(runs):
         behind = ""
         if run.get("answered"):
-            behind = f" once {', '.join(run['answered'])} is answered None (the earlier crash's smallest fix)"
+            behind = f" once the earlier crash is answered ({', '.join(run['answered'])}: its smallest fix)"
         if run.get("missing_attr") == attr and run.get("raised_at") == loc:
             verdict = "traced: raised" if traced else "confirmed"
             return verdict, f"{what}: raised AttributeError: {run['message']} at {_short(loc)}{behind}", run
         if loc in (run.get("ran") or []) and run.get("raised_at") != loc:
             # the read ran on the real instance and did not raise (a traced run: before any library call)
             return "refuted", f"{what}: line {_short(loc)} ran without raising{behind}", run
-        if run.get("missing_attr"):
-            continue  # an earlier read raised first: the next run answers it
+        if run.get("missing_attr") or (run["outcome"] == "raised" and i + 1 < len(runs)):
+            continue  # an earlier read raised first (or used its None answer): the next run answers it
         if run["outcome"] == "completed":
             verdict = "traced: not read" if traced else "refuted"
             tail = ", without calling the stubbed library" if traced else ""
@@ -150,5 +152,4 @@ def judge(f: dict, case: dict) -> tuple[str, str, dict | None]:
             f"before deciding the read at {_short(loc)}{behind}",
             run,
         )
-    runs = case.get("runs") or []
     return "unverified", f"{what}: {len(runs)} run(s) each raised an earlier AttributeError", runs[-1] if runs else None

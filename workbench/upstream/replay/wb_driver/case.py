@@ -3,8 +3,10 @@
 
 A case runs up to ``MAX_ANSWERS + 1`` times. When a run raises ``AttributeError`` for an attribute
 the spec class lacks, the next run gives the class that attribute as a class-level default
-``None`` (the smallest fix) and goes on, so a read behind the first crash is decided too; each
-run lists what it answered. Lines of the watched files (the findings' reads) that ran are recorded
+``None`` (the smallest fix) and goes on, so a read behind the first crash is decided too; when the
+code then uses such a None (a ``'NoneType'`` error: calls or indexes it), the next run answers the
+batch's own values instead (``inputs.value_for``: ``kv_indptr`` = ``[0, cumsum(seq_lens)]``, ...). Each run
+lists what it answered. Lines of the watched files (the findings' reads) that ran are recorded
 by a trace function scoped to those files. A traced case (a backend whose metadata needs a GPU
 library) stubs the library (``stubs``) and wraps the spec input in the recording proxy (``proxy``).
 """
@@ -120,7 +122,7 @@ def construct(backend_cls: type, runner, case: dict, stand_ins: list):
 def run_case(ctx, case: dict, bundle: dict | None = None) -> dict:
     """All runs of one case; never raises (failures become records)."""
     out: dict = {"case": case, "runs": [], "stand_ins": [], "stage": "backend"}
-    answered: list[str] = []
+    answers: dict[str, str] = {}  # attribute -> "None" | "the batch's value"
     cls = None
     try:
         ctx.runner = ctx.runner_for(case.get("model", "mha"))
@@ -128,20 +130,32 @@ def run_case(ctx, case: dict, bundle: dict | None = None) -> dict:
             setattr(ctx.runner, key, case.get("backend", "triton"))  # what the runner resolved --attention-backend to
         backend_cls = import_backend(case, out["stand_ins"])
         cls = spec_class(case["spec_module"], case["spec_class"])
+        limit = MAX_ANSWERS if case.get("answer_missing", True) else 0
         while True:
             run = _run_once(ctx, case, backend_cls, bundle, out)
-            run["answered"] = list(answered)
+            run["answered"] = [f"{k}={v}" for k, v in answers.items()]
             out["runs"].append(run)
-            missing = run.get("missing_attr")
-            limit = MAX_ANSWERS if case.get("answer_missing", True) else 0
-            if missing is None or len(answered) >= limit or missing in answered:
+            if len(out["runs"]) > limit:
                 break
-            setattr(cls, missing, None)  # the smallest fix: a class-level default None
-            answered.append(missing)
+            missing = run.get("missing_attr")
+            if missing is not None and missing not in answers:
+                setattr(cls, missing, None)  # the smallest fix: a class-level default None
+                answers[missing] = "None"
+                continue
+            # the code used a None it was answered (dereferenced or called it): answer the batch's own values
+            if run["outcome"] != "raised" or "NoneType" not in run.get("message", ""):
+                break
+            values = {a: _value(ctx, case, a, bundle) for a, v in answers.items() if v == "None"}
+            values = {a: v for a, v in values.items() if v is not None}
+            if not values:
+                break
+            for attr, value in values.items():
+                setattr(cls, attr, value)
+                answers[attr] = "the batch's value"
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a record
         out.update(error=f"{type(exc).__name__}: {exc}", frames=sglang_frames(exc.__traceback__))
     finally:
-        for name in answered:
+        for name in answers:
             delattr(cls, name)
     if case.get("trace"):
         out["stand_ins"] += [
@@ -161,7 +175,7 @@ def _run_once(ctx, case: dict, backend_cls: type, bundle: dict | None, out: dict
         backend = construct(backend_cls, ctx.runner, case, out["stand_ins"])
         ctx.runner.attn_backend = backend
         out["stage"] = "spec_info"
-        spec, out["built_by"] = build(ctx, case["spec_module"], case["spec_class"], mode == "IDLE", shape)
+        spec, out["built_by"] = build(ctx, case["spec_module"], case["spec_class"], mode == "IDLE", shape, out)
         out["stage"] = "batch"
         batch, out["notes"] = make_batch(ctx, mode, kind, spec, shape, bundle)
     if case.get("trace"):
@@ -213,6 +227,17 @@ def _run_once(ctx, case: dict, backend_cls: type, bundle: dict | None, out: dict
     return run
 
 
+def _value(ctx, case: dict, attr: str, bundle: dict | None):
+    """A value of `attr` consistent with the case's batch (`inputs.value_for`), or None."""
+    from .inputs import value_for
+
+    shape = {**shape_of(case["batch"], bundle), "mode": case["mode"], "spec_class": case["spec_class"]}
+    if not shape["seq_lens"] and case["batch"] == "IDLE padded":
+        shape.update(seq_lens=[1, 1], req_pool_indices=[0, 0])  # the padding's rows
+    value = value_for(ctx, attr, None, {}, shape)
+    return None if callable(value) and not hasattr(value, "shape") else value
+
+
 def _execute(ctx, backend, batch, kind: str, run: dict) -> None:
     """The metadata call: idle batches through the release's idle runner path (``idle``)."""
     if not kind.startswith("IDLE"):
@@ -223,8 +248,10 @@ def _execute(ctx, backend, batch, kind: str, run: dict) -> None:
         run["idle_path"] = run_idle(ctx.runner, backend, batch)
     except IdlePathError as exc:
         run["idle_path"] = {"path": None, "error": str(exc)}
-        if kind == "IDLE padded":  # the padded batch still goes to the backend, as the runner would send it
-            backend.init_forward_metadata(batch)
+        if kind != "IDLE padded":
+            run.update(outcome="error", exception="IdlePathError", message=str(exc))
+            return
+        backend.init_forward_metadata(batch)  # the padded batch still goes to the backend, as the runner sends it
         return
     if not run["idle_path"]["metadata_called"]:
         run["outcome"] = "not called"

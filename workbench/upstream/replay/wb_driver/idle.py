@@ -5,11 +5,13 @@
 was padded (``batch_size > 0``, DP attention) and drop the metadata otherwise. Here that function
 runs on the replay's runner object with ``SGLANG_EAGER_INPUT_NO_COPY=1`` (the release's own switch
 that makes ``load_batch`` hand the batch through instead of copying it into eager static buffers)
-and a model stand-in whose ``forward`` returns None (nothing after the metadata is replayed).
+and a model stand-in whose ``forward`` returns None (nothing after the metadata is replayed),
+inside the forward context later releases' model runner opens around it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from types import SimpleNamespace
 
@@ -65,7 +67,8 @@ def run_idle(runner, backend, batch) -> dict:
     runner.attn_backend = backend
     out = SimpleNamespace(path=name, after=None)
     try:
-        call(runner, batch)
+        with _forward_context(backend):
+            call(runner, batch)
     except Exception as exc:  # noqa: BLE001
         if _from_metadata(exc):
             raise
@@ -75,6 +78,16 @@ def run_idle(runner, backend, batch) -> dict:
     finally:
         del backend.init_forward_metadata
     return {"path": name, "metadata_called": bool(calls), "after_metadata": out.after}
+
+
+def _forward_context(backend):
+    """The per-forward context later releases' model runner opens around the runner (0.5.2x's
+    ``forward_context(ForwardContext(attn_backend=...))``); nothing where the release has none."""
+    try:
+        from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+    except ImportError:
+        return contextlib.nullcontext()
+    return forward_context(ForwardContext(attn_backend=backend))
 
 
 def _from_metadata(exc: BaseException) -> bool:

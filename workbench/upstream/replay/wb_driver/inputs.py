@@ -45,8 +45,9 @@ def spec_class(module: str, name: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
-def build(ctx, module: str, name: str, idle: bool, shape: dict) -> tuple[object, str]:
-    """(instance, built_by). `shape`: the batch's ``seq_lens`` / ``req_pool_indices`` / ``num_tokens``."""
+def build(ctx, module: str, name: str, idle: bool, shape: dict, record: dict | None = None) -> tuple[object, str]:
+    """(instance, built_by). `shape`: the batch's ``seq_lens`` / ``req_pool_indices`` / ``num_tokens``;
+    `record` receives the idle constructor's arguments (JSON-ready) when it was used."""
     cls = spec_class(module, name)
     known = _known(ctx)
     why = f"{name} has no create_idle_input"
@@ -60,11 +61,23 @@ def build(ctx, module: str, name: str, idle: bool, shape: dict) -> tuple[object,
             and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD)
         ]
         if not missing:
-            return cls.create_idle_input(**{p: known[p] for p in params if p in known}), f"{name}.create_idle_input"
+            args = {p: known[p] for p in params if p in known}
+            if record is not None:
+                record["idle_input_args"] = {k: _plain(v) for k, v in args.items()}
+            return cls.create_idle_input(**args), f"{name}.create_idle_input"
         why = f"{name}.create_idle_input needs {missing}, which the replay cannot answer"
     elif not idle:
         why = f"{name} for a non-idle batch is built on the GPU by its worker"
     return filled(ctx, cls, known, shape), f"fields filled by the replay ({why})"
+
+
+def _plain(value):
+    """A constructor argument as JSON: a device or dtype by name, an enum member by name."""
+    if isinstance(value, enum.Enum):
+        return value.name
+    if hasattr(value, "is_floating_point") or type(value).__name__ in ("device", "dtype"):
+        return str(value).replace("torch.", "")
+    return value
 
 
 def _hints(cls) -> dict:
