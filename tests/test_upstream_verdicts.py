@@ -230,3 +230,28 @@ def test_real_verdicts_on_0_5_14() -> None:
     unverified = [f for f in verdicts.values() if f["verdict"] == "unverified"]
     assert len(unverified) <= 0.1 * len(verdicts), [f["verdict_reason"] for f in unverified]
     assert os.environ.get("WB_NETWORK_TESTS") == "1"
+
+
+def test_a_read_in_the_other_branch_of_the_if_that_raised_is_not_made() -> None:
+    from workbench.upstream.replay.branches import other_branch
+
+    src = textwrap.dedent("""
+        def update(spec, loop):
+            if spec.kind == "dflash":
+                a = spec.generate_attn_arg_prefill(1)
+            else:
+                a = spec.generate_attn_arg_prefill(2)
+            for x in loop:
+                if x:
+                    b = spec.kv_indices
+                else:
+                    b = spec.kv_indptr
+            return a, b
+        """)
+    assert other_branch(src, 4, 6) == 3 and other_branch(src, 6, 4) == 3
+    assert other_branch(src, 9, 11) is None  # inside a loop, the next pass may take the other branch
+    assert other_branch(src, 4, 12) is None and other_branch("def (:", 1, 2) is None
+    f = finding("flashinfer", "TARGET_VERIFY", "UnoForwardInput", "generate_attn_arg_prefill", 4, FLASHINFER)
+    run = _missing("UnoForwardInput", "generate_attn_arg_prefill", f"{FLASHINFER}:6")
+    verdict, reason, _ = judge(f, _case(f, [run], trace=True, kind="TARGET_VERIFY"), lambda path: src)
+    assert verdict == "traced: not read" and "took the other branch of the `if` at line 3" in reason

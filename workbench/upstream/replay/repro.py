@@ -214,3 +214,45 @@ Raises on: {span}. Per release: {", ".join(f"{v} {x['outcome']}" for v, x in r["
 
 Measured {r["measured_at"]} by eagle-workbench {r["workbench_commit"]} (`workbench upstream repro`).
 """
+
+
+def reproducers(ctx: UpstreamContext, version: str, out: Path, range_versions: list[str] | None = None) -> dict:
+    """Lint and replay `version`, then write a reproducer folder for each confirmed idle finding,
+    each run on every release of `range_versions` (default: the final releases 0.5.10 to `version`).
+    Writes `out/index.json`; returns it."""
+    from packaging.version import Version
+
+    from ..guard import check_tree
+    from ..sources.releases import check_versions, known_releases
+    from ..sources.trees import release_tree
+
+    version = check_versions(ctx, [version])[0]
+    if range_versions is None:
+        low, high = Version("0.5.10"), Version(version)
+        range_versions = sorted(
+            (v for v in known_releases(ctx) if low <= Version(v) <= high and not Version(v).is_prerelease), key=_vkey
+        )
+    tree = release_tree(ctx, version)
+    result = check_tree(ctx, tree, version, replay=True)
+    confirmed = [f for f in result["findings"] if f["verdict"] == "confirmed"]
+    index = {
+        "release": version,
+        "workbench_commit": workbench_commit(),
+        "measured_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "command": f"workbench upstream repro --sglang {version} --out {out}",
+        "replay": result["replay"],
+        "reproducers": {},
+        "skipped": {},
+    }
+    for f in confirmed:
+        if f["mode"] != "IDLE" or not (f.get("replay") or {}).get("idle_input_args"):
+            index["skipped"][f["key"]] = "not an idle input built by create_idle_input: no standalone reproducer yet"
+            continue
+        r = make_reproducer(ctx, tree, f, out, range_versions)
+        index["reproducers"][f["key"]] = {
+            "folder": slug(f),
+            **{k: r[k] for k in ("reproduced", "fixed", "raises", "reachability")},
+        }
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "index.json").write_text(json.dumps(index, indent=1))
+    return index
