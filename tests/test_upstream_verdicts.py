@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import os
 import sys
 import textwrap
 from pathlib import Path
@@ -218,18 +217,33 @@ def test_decide_keeps_the_static_verdict_and_names_what_stopped_a_replay() -> No
 
 @pytest.mark.network
 @pytest.mark.timeout(1800)
-def test_real_verdicts_on_0_5_14() -> None:
-    """Every finding of 0.5.14 gets a verdict; the DFlash idle input crashes the real triton backend."""
+@pytest.mark.parametrize("version", ["0.5.14"])
+def test_real_verdicts(version: str) -> None:
+    """Every finding gets a verdict; the DFlash idle input crashes the real triton backend."""
     from workbench.upstream.guard import check
 
-    result = check(UpstreamContext(log=quiet), ["0.5.14"], replay=True)
+    result = check(UpstreamContext(log=quiet), [version], replay=True)
     verdicts = {f["key"]: f for f in result["findings"]}
     assert all(f["verdict"] and f["verdict_reason"] for f in verdicts.values())
     seed = verdicts["triton|IDLE|DFlashDraftInputV2|kv_indptr|TritonAttnBackend.init_forward_metadata"]
     assert seed["verdict"] == "confirmed" and seed["replay"]["raised_at"].endswith("triton_backend.py:593")
     unverified = [f for f in verdicts.values() if f["verdict"] == "unverified"]
     assert len(unverified) <= 0.1 * len(verdicts), [f["verdict_reason"] for f in unverified]
-    assert os.environ.get("WB_NETWORK_TESTS") == "1"
+    assert result["results"][0]["replay"]["status"] == "ok"
+
+
+@pytest.mark.network
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("version", ["0.5.14"])
+def test_real_reproducer_raises_and_its_fix_stops_it(version: str, tmp_path) -> None:
+    """The reproducer of the newest confirmed idle finding raises on the release, not with the fix."""
+    from workbench.upstream.replay.repro import reproducers
+
+    index = reproducers(UpstreamContext(log=quiet), version, tmp_path, [version])
+    done = index["reproducers"]["triton|IDLE|DFlashDraftInputV2|kv_indptr|TritonAttnBackend.init_forward_metadata"]
+    assert done["reproduced"] and done["fixed"] and done["raises"] == [version]
+    script = (tmp_path / done["folder"] / "repro.py").read_text()
+    assert "import workbench" not in script and "from workbench" not in script
 
 
 def test_a_read_in_the_other_branch_of_the_if_that_raised_is_not_made() -> None:

@@ -10,7 +10,6 @@ on the GPU inside its workers, so ``built_by`` says "fields filled by the replay
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import importlib
 import inspect
@@ -97,19 +96,12 @@ def _hints(cls) -> dict:
 def filled(ctx, cls: type, known: dict, shape: dict):
     """An instance of `cls` with every required field or parameter given a value for this batch."""
     hints = _hints(cls)
-    if dataclasses.is_dataclass(cls):
-        names = [
-            f.name
-            for f in dataclasses.fields(cls)
-            if f.init and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        ]
-    else:
-        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
-        names = [
-            p.name
-            for p in params
-            if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        ]
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # a dataclass's generated one too
+    names = [
+        p.name
+        for p in params
+        if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
     return cls(**{n: value_for(ctx, n, hints.get(n), known, shape) for n in names})
 
 

@@ -275,6 +275,12 @@ def _newer_runner_fields(runner, model_config, req_pool, kv_pool) -> None:
     except ImportError:
         return
     runner.spec_algorithm = SpeculativeAlgorithm.from_string("EAGLE")
+    try:  # 0.5.16+: the runner carries its parallel ranks as one object
+        from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+    except ImportError:
+        pass
+    else:
+        runner.ps = ParallelState.trivial()
     if hasattr(ModelRunner, "decode_num_tokens_per_req"):
         runner.decode_num_tokens_per_req = lambda **kw: ModelRunner.decode_num_tokens_per_req(runner, **kw)
     try:  # from 0.5.2x backends read KV ids through the runner's translator
