@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 
+from .flow import parse
+
 SPEC_BASE = "SpecInput"
 
 
@@ -103,9 +105,8 @@ def collect(sources: dict[str, str]) -> dict[str, dict]:
     """Every top-level class of `sources` ({relpath: text}), first definition wins."""
     classes: dict[str, dict] = {}
     for fname, text in sorted(sources.items()):
-        try:
-            tree = ast.parse(text, filename=fname)
-        except SyntaxError:
+        tree = parse(fname, text)
+        if tree is None:
             continue
         for node in tree.body:
             if isinstance(node, ast.ClassDef):

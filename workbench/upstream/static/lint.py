@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..sources.trees import SourceTree
 from .classes import spec_input_classes
+from .flow import Program
 from .installs import scan_installs
 from .modes import parse_forward_modes
 from .reads import backend_reads
@@ -18,6 +19,17 @@ from .reads import backend_reads
 SPEC_DIR = "sglang/srt/speculative/"
 ATTN_DIR = "sglang/srt/layers/attention/"
 MODES_FILE = "sglang/srt/model_executor/forward_batch_info.py"
+# Where installs are looked for besides SPEC_DIR: the files of these folders that mention spec_info.
+FLOW_DIRS = ("sglang/srt/managers/", "sglang/srt/model_executor/", "sglang/srt/disaggregation/")
+
+
+def flow_files(tree: SourceTree) -> dict[str, str]:
+    """The files whose functions the install analysis follows: speculative/, and the runner, manager
+    and disaggregation files that mention `spec_info`."""
+    out = tree.under(SPEC_DIR)
+    for d in FLOW_DIRS:
+        out.update({p: t for p, t in tree.under(d).items() if "spec_info" in t})
+    return out
 
 
 def backend_name(fname: str) -> str:
@@ -94,7 +106,7 @@ def analyse(tree: SourceTree) -> dict:
     members = fm.members if fm else []
     spec = tree.under(SPEC_DIR)
     classes = spec_input_classes(spec)
-    installs = scan_installs(spec, set(classes), members)
+    installs = scan_installs(Program(flow_files(tree), classes), members)
     backends: dict[str, dict] = {}
     for fname, text in sorted(tree.under(ATTN_DIR).items()):
         try:

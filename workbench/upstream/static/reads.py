@@ -10,6 +10,7 @@ same attribute) and which spec-input classes can reach it (`isinstance`, `is_*_i
 from __future__ import annotations
 
 import ast
+import hashlib
 from dataclasses import dataclass, field, replace
 
 from .modes import ForwardModes, predicate_call
@@ -295,10 +296,22 @@ def _only_raises(func: ast.FunctionDef) -> bool:
     return len(body) == 1 and isinstance(body[0], ast.Raise)
 
 
+_CACHE: dict[tuple, dict[str, list[dict]]] = {}
+
+
 def backend_reads(fname: str, source: str, modes: ForwardModes | None) -> dict[str, list[dict]]:
-    """{backend class: reads} for every class in `source` that defines init_forward_metadata."""
-    scanner = FileScanner(fname, source, modes)
-    return {cname: _dedup(scanner.scan(cname)) for cname in scanner.entries()}
+    """{backend class: reads} for every class in `source` that defines init_forward_metadata.
+
+    Cached by file and content (and the ForwardMode members), so mutants re-read only the
+    backends they change; callers must not modify the returned reads.
+    """
+    key = (fname, hashlib.sha1(source.encode("utf-8", "replace")).hexdigest(), tuple(modes.members) if modes else ())
+    if key not in _CACHE:
+        scanner = FileScanner(fname, source, modes)
+        _CACHE[key] = {cname: _dedup(scanner.scan(cname)) for cname in scanner.entries()}
+        if len(_CACHE) > 2000:
+            _CACHE.pop(next(iter(_CACHE)))
+    return _CACHE[key]
 
 
 def _dedup(reads: list[dict]) -> list[dict]:
