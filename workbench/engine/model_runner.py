@@ -6,6 +6,7 @@ KV buffers and its own backend instance.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -96,10 +97,20 @@ class ModelRunner:
     def forward_idle(
         self, fb: ForwardBatch, hidden: torch.Tensor | None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """As upstream: metadata only for a non-empty (padded) idle batch; the layers still run so
-        the MLP collectives line up across DP ranks."""
-        init_metadata_for(self.attn_backend, fb)
+        """As upstream: metadata only for a non-empty (padded) idle batch, unless a graph replay
+        already built it (``graph_idle_metadata``); the layers still run so the MLP collectives line
+        up across DP ranks."""
+        if fb.attn_metadata is None:
+            init_metadata_for(self.attn_backend, fb)
         return self._run(fb, hidden)
+
+    def graph_idle_metadata(self, fb: ForwardBatch) -> None:
+        """An idle batch's metadata as a CUDA-graph replay builds it: from ``seq_lens`` and the
+        request table, never from ``spec_info`` (upstream's ``init_forward_metadata_replay_cuda_graph``
+        path); the engine has no graphs, so the seq_lens path of ``init_forward_metadata`` stands in."""
+        view = dataclasses.replace(fb, spec_info=None)
+        if init_metadata_for(self.attn_backend, view):
+            fb.attn_metadata = view.attn_metadata
 
     def _run(self, fb: ForwardBatch, hidden: torch.Tensor | None):
         if self.is_draft:

@@ -32,7 +32,9 @@ def build_worker(cfg: RunConfig, dp_comm: object | None = None, metrics: Metrics
     target, draft = load_models(cfg.model_dir)
     if cfg.mode == "greedy":
         return GreedyWorker(target, cfg.backend, cfg.max_running, MAX_CONTEXT, dp_comm=dp_comm, metrics=metrics)
-    spec = SpecConfig(get_revision(cfg.revision), cfg.steps, cfg.topk, cfg.draft_tokens)
+    spec = SpecConfig(
+        get_revision(cfg.revision), cfg.steps, cfg.topk, cfg.draft_tokens, cfg.verify_idle_input, cfg.idle_verify
+    )
     return EagleWorker(target, draft, cfg.backend, spec, cfg.max_running, MAX_CONTEXT, dp_comm=dp_comm, metrics=metrics)
 
 

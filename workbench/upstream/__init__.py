@@ -5,6 +5,8 @@
   replay environments (`envs`).
 - `static/`: the one static analyser: the contract lint (`lint`, over `modes`, `classes`, `reads`,
   `installs`) and the kv_indptr survey as a query over it (`survey`).
-- the replays (`driver`, `triage`, `release_replay`, `bundle_replay`), the pipeline (`guard`), the
-  nightly lane (`lane`), `bisect`, and the engine-vs-upstream `fidelity` check.
+- `replay/`: the one replay module: the driver that runs inside a release's environment
+  (`wb_driver`), its one front end for releases, checkouts and crash bundles (`front`), a verdict
+  for every finding (`verdicts`), the seed crash's run record (`records`), bundle replays (`bundles`).
+- the pipeline (`guard`), the nightly lane (`lane`), `bisect`, and the engine-vs-upstream `fidelity` check.
 """

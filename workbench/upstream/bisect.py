@@ -16,15 +16,8 @@ from pathlib import Path
 
 from .context import UpstreamContext
 from .sources.releases import check_version, known_releases
-from .sources.trees import checkout_tree, nearest_release, source_root
+from .sources.trees import checkout_tree, nearest_release
 from .static.lint import analyse, finding_key
-
-DEFAULT_CASE = {
-    "module": "sglang.srt.speculative.eagle_info",
-    "class": "EagleDraftExtendInput",
-    "mode": "IDLE",
-    "backend": "triton",
-}
 
 
 class BisectError(ValueError):
@@ -83,19 +76,19 @@ def is_bad(ctx: UpstreamContext, tree: Path, finding: str | None, env_release: s
         hits = [f for f in analyse(checkout_tree(tree))["findings"] if _matches(f, finding)]
         where = f"{hits[0]['read_file'].split('/')[-1]}:{hits[0]['read_line']}" if hits else ""
         return bool(hits), (f"lint finding at {where}" if hits else "no such finding")
-    from .sources.envs import ensure_env
-    from .triage import replay_matrix
+    from .replay.cases import SEED_CASE
+    from .replay.front import replay
 
-    env = ensure_env(ctx, env_release, src_root=source_root(tree))
-    matrix = replay_matrix(env, [DEFAULT_CASE], ctx.timeout_s)
-    case = (matrix["cases"] or [{}])[0]
-    if case.get("status") == "crashed":
-        return True, f"{case['exception_type']}: {case['message']}"
-    if case.get("status") == "ok":
-        return False, f"ok: kv_indptr={case.get('metrics', {}).get('kv_indptr')}"
+    result = replay(ctx.replace(env_release=env_release), checkout_tree(tree), [{**SEED_CASE, "answer_missing": False}])
+    case = (result["cases"] or [{}])[0]
+    run = (case.get("runs") or [{}])[0]
+    if run.get("outcome") == "raised":
+        return True, f"{run['exception']}: {run['message']}"
+    if run.get("outcome") == "completed":
+        return False, f"ok: kv_indptr={run.get('metrics', {}).get('kv_indptr')}"
     raise BisectError(
-        f"replay could not decide: {case.get('status') or matrix['status']}: "
-        f"{case.get('message') or matrix.get('message')}"
+        f"replay could not decide: {run.get('outcome') or result['status']}: "
+        f"{case.get('error') or run.get('message') or result.get('message')}"
     )
 
 

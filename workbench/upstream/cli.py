@@ -178,12 +178,12 @@ def _survey(args: argparse.Namespace, ctx: UpstreamContext) -> int:
 
 
 def _replay(args: argparse.Namespace, ctx: UpstreamContext) -> int:
-    from .release_replay import replay
+    from .replay.records import seed_record
 
     versions = check_versions(ctx, args.sglang)
     records = []
     for version in versions:
-        rec = replay(ctx, version, backend=args.backend)
+        rec = seed_record(ctx, version, backend=args.backend)
         records.append(rec)
         t = rec["timings"]
         echo(
@@ -289,7 +289,7 @@ def _bisect(args: argparse.Namespace, ctx: UpstreamContext) -> int:
 
 
 def _replay_bundle(args: argparse.Namespace, ctx: UpstreamContext) -> int:
-    from .bundle_replay import replay_bundle
+    from .replay.bundles import replay_bundle
 
     result = replay_bundle(ctx, args.bundle, args.sglang)
     echo(f"reference (from the bundle): {result['reference']}")

@@ -10,11 +10,10 @@ import datetime as _dt
 from pathlib import Path
 
 from .context import UpstreamContext
-from .sources.envs import EnvBuildError, ensure_env
+from .replay.verdicts import replay_verdicts
 from .sources.releases import check_version, check_versions, known_releases
 from .sources.trees import SourceTree, checkout_tree, nearest_release, release_tree
 from .static.lint import analyse
-from .triage import replay_cases, replay_matrix, triage
 
 
 def summary(analysis: dict) -> dict:
@@ -51,22 +50,9 @@ def check_tree(ctx: UpstreamContext, tree: SourceTree, env_release: str | None, 
     )
     if not replay:
         return out
-    cases = replay_cases(analysis)
-    src_root = tree.root if tree.label.startswith("checkout") else None
-    try:
-        env = ensure_env(ctx, env_release, src_root=src_root)
-    except EnvBuildError as exc:
-        matrix = {"status": "error", "cases": [], "message": f"environment: {exc}"}
-    else:
-        ctx.log(f"[{tree.label}] replaying {len(cases)} case(s) on {env.group} (sources: {env.src_root}) ...")
-        matrix = replay_matrix(env, cases, ctx.timeout_s)
-        matrix.update(env_release=env_release, env_group=env.group, env_cached=env.cached, env_build_s=env.built_in_s)
-    out["replay"] = matrix
-    out["findings"] = triage(analysis, matrix)
-    counts: dict[str, int] = {}
-    for f in out["findings"]:
-        counts[f["verdict"]] = counts.get(f["verdict"], 0) + 1
-    ctx.log(f"[{tree.label}] replays: {len(matrix['cases'])} case(s) in {matrix.get('run_s')} s; verdicts {counts}")
+    if env_release:
+        ctx = ctx.replace(env_release=env_release)
+    out["findings"], out["replay"] = replay_verdicts(ctx, tree, analysis)
     return out
 
 

@@ -169,7 +169,7 @@ def upstream_comparison(bundle_path: str) -> HTML:
     measures this bundle live. Says whether the shipped bundle is this one (same sha256)."""
     import hashlib
 
-    from workbench.upstream.bundle_replay import SHIPPED, load_shipped
+    from workbench.upstream.replay.bundles import SHIPPED, load_shipped
 
     cmd = f"workbench upstream replay --bundle {bundle_path} --sglang 0.5.13 0.5.14"
     if not SHIPPED.exists():

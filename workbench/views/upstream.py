@@ -35,12 +35,12 @@ def load_measurements(
         prov = json.loads((ASSETS / "upstream_snapshot.json").read_text())["provenance"]
         return {"survey": survey, "replays": replays, "source": f"shipped measurements ({prov['generated_at']})"}
     from workbench.upstream.context import UpstreamContext
-    from workbench.upstream.release_replay import replay
+    from workbench.upstream.replay.records import seed_record
     from workbench.upstream.static.survey import survey
 
     ctx = UpstreamContext(log=log) if cache_dir is None else UpstreamContext(cache_dir=Path(cache_dir), log=log)
     result = survey(ctx, releases)
-    recs = [replay(ctx, v) for v in replay_releases]
+    recs = [seed_record(ctx, v) for v in replay_releases]
     return {"survey": result, "replays": recs, "source": f"measured now (cache {ctx.cache_dir})"}
 
 
