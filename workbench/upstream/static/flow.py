@@ -30,7 +30,7 @@ def _key(path: str, text: str) -> tuple[str, str]:
 
 _COPIES = {"replace", "copy", "deepcopy", "_replace"}
 _MAX_DEPTH = 8
-_MAX_CANDIDATES = 12
+_MAX_CANDIDATES = 6
 
 
 def parse(path: str, text: str) -> ast.Module | None:
@@ -170,6 +170,65 @@ class Program:
                 self.bases.setdefault(cls, b)
         self._returns: dict[tuple[int, str | None], frozenset] = {}
         self._busy: set[tuple[int, str | None]] = set()
+        self.attr_types = self._attr_types()
+
+    def _name_type(self, name: str, where: Func) -> set[str]:
+        """Classes a local name holds: its parameter annotation, the class it is built from
+        (`x = Cls(...)`), or its CamelCase (`model_runner` -> `ModelRunner`)."""
+        a = where.node.args
+        for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
+            if x.arg == name and x.annotation is not None:
+                ann = x.annotation
+                if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+                    cls = ann.value.split("[")[0].split(".")[-1]
+                else:
+                    cls = getattr(ann, "id", getattr(ann, "attr", None))
+                if cls in self.methods:
+                    return {cls}
+        built = {_callee_name(v) for v in where.locals.get(name, []) if isinstance(v, ast.Call)}
+        built = {c for c in built if c in self.methods}
+        if built:
+            return built
+        camel = "".join(w.capitalize() for w in name.strip("_").split("_"))
+        return {camel} if camel in self.methods else set()
+
+    def _attr_types(self) -> dict[str, set[str]]:
+        """{attribute name: classes of the program it holds}, from `x.a = Cls(...)`, `x.a: Cls` and
+        `self.a = param` with the parameter annotated `Cls` (string annotations included)."""
+
+        def named(ann: ast.expr | None) -> str | None:
+            if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+                return ann.value.split("[")[0].split(".")[-1].strip("'\" ")
+            if isinstance(ann, ast.Subscript):  # Optional[Cls]
+                return named(ann.slice)
+            return getattr(ann, "id", getattr(ann, "attr", None))
+
+        out: dict[str, set[str]] = {}
+        for fn in self.funcs:
+            a = fn.node.args
+            anns = {x.arg: named(x.annotation) for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
+            for node in fn.nodes:
+                if isinstance(node, ast.Assign):
+                    pairs = [(t, node.value, None) for t in node.targets]
+                elif isinstance(node, ast.AnnAssign):
+                    pairs = [(node.target, node.value, named(node.annotation))]
+                else:
+                    continue
+                for t, v, ann in pairs:
+                    if not isinstance(t, ast.Attribute):
+                        continue
+                    cls = ann
+                    if isinstance(v, ast.Call):
+                        cls = cls or _callee_name(v)
+                    elif isinstance(v, ast.Name):
+                        cls = cls or anns.get(v.id)
+                    if cls and cls in self.methods:
+                        out.setdefault(t.attr, set()).add(cls)
+        for attr in {t.attr for fn in self.funcs for t in fn.nodes if isinstance(t, ast.Attribute)} - set(out):
+            camel = "".join(w.capitalize() for w in attr.strip("_").split("_"))  # eager_runner -> EagerRunner
+            if camel in self.methods:
+                out[attr] = {camel}
+        return out
 
     def method(self, cls: str, name: str) -> Func | None:
         """`cls.name` looked up along the bases (by name, first definition wins)."""
@@ -196,6 +255,15 @@ class Program:
             elif recv in self.methods or recv in self.spec:
                 m = self.method(recv, f.attr)
                 return [(m, recv)] if m is not None else []
+        if isinstance(f, ast.Attribute) and isinstance(f.value, (ast.Attribute, ast.Name)):
+            recv = f.value
+            if isinstance(recv, ast.Attribute):
+                classes = self.attr_types.get(recv.attr, set())
+            else:
+                classes = self._name_type(recv.id, where)
+            typed = [(m, None) for c in sorted(classes) if (m := self.method(c, f.attr))]
+            if typed:
+                return typed
         name = _callee_name(call)
         cands = self.by_name.get(name or "", [])
         if isinstance(f, ast.Name):

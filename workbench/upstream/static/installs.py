@@ -223,6 +223,7 @@ class InstallScanner:
                 "install_file": fn.file,
                 "install_line": line,
                 "install_function": fn.qualname,
+                "batch": batch,
             },
         )
         rec["modes"] = sorted(set(rec["modes"]) | modes)

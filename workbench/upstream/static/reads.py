@@ -31,7 +31,7 @@ class Ctx:
 
     modes: frozenset | None = None  # None: any forward mode
     has: frozenset = frozenset()  # attributes known to exist (guards)
-    only: tuple = ()  # class constraints: ("isinstance", C, bool) | ("pred", name, bool)
+    only: tuple = ()  # class constraints: ("isinstance", C, bool) | ("pred", name, bool) | ("type", X, bool)
     aliases: frozenset = frozenset()
 
 
@@ -189,6 +189,11 @@ class FileScanner:
                 facts.true_modes, facts.false_modes = accepted, set(self.fm.members) - accepted
         if isinstance(node, ast.Call):
             self._call(node, ctx, cname, where, facts)
+        typed = _type_test(node, ctx)
+        if typed is not None:
+            names, truth = typed
+            facts.true_only.append(("type", names, truth))
+            facts.false_only.append(("type", names, not truth))
         if (
             isinstance(node, ast.Compare)
             and all(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops)
@@ -289,6 +294,26 @@ class FileScanner:
                 "only": [list(o) for o in ctx.only],
             }
         )
+
+
+def _type_test(node: ast.expr, ctx: Ctx) -> tuple[tuple[str, ...], bool] | None:
+    """(SpecInputType members, truth) of `<spec>.spec_input_type == / != / in / not in SpecInputType.X`."""
+    if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
+        return None
+    left, op, right = node.left, node.ops[0], node.comparators[0]
+    if not (isinstance(left, ast.Attribute) and left.attr == "spec_input_type" and is_spec(left.value, ctx.aliases)):
+        return None
+    elts = right.elts if isinstance(right, (ast.Tuple, ast.List, ast.Set)) else [right]
+    names = tuple(
+        e.attr for e in elts if isinstance(e, ast.Attribute) and getattr(e.value, "id", None) == "SpecInputType"
+    )
+    if len(names) != len(elts) or not names:
+        return None
+    if isinstance(op, (ast.Eq, ast.Is, ast.In)):
+        return names, True
+    if isinstance(op, (ast.NotEq, ast.IsNot, ast.NotIn)):
+        return names, False
+    return None
 
 
 def _only_raises(func: ast.FunctionDef) -> bool:

@@ -220,16 +220,16 @@ def _hit(e: dict, findings: list[dict]) -> bool:
 
 def run_mutant(tree: SourceTree, base: dict, m: Mutant) -> dict:
     """Lint the mutant and its control; {detected, control_clean, missed}."""
-    found = analyse(tree.with_changes(m.changes, f"{tree.label} [{m.name}]"))["findings"]
+    found = analyse(tree.with_changes(m.changes, f"{tree.label} [{m.name}]"), paths=False)["findings"]
     missed = [e for e in m.expect if not _hit(e, found)]
-    ctrl = base["findings"] if m.control is None else analyse(tree.with_changes(m.control))["findings"]
+    ctrl = base["findings"] if m.control is None else analyse(tree.with_changes(m.control), paths=False)["findings"]
     dirty = [e for e in m.expect if _hit({**e, "install": None}, ctrl)]
     return {"kind": m.kind, "name": m.name, "detected": not missed, "control_clean": not dirty, "missed": missed}
 
 
 def release_recall(ctx: UpstreamContext, tree: SourceTree) -> dict:
     """Every mutant of one release tree, run; per-kind recall and control results."""
-    base = analyse(tree)
+    base = analyse(tree, paths=False)
     mutants: list[Mutant] = []
     skipped: dict[str, list[str]] = {}
     for kind, make in zip(KINDS, (field_mutants, guard_mutants, move_mutants), strict=True):
