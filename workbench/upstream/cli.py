@@ -239,7 +239,7 @@ def _lint(args: argparse.Namespace, ctx: UpstreamContext) -> int:
         roots = {r["source"]: (r["base"], r["prefix"]) for r in result["results"]}
         _write(args.sarif, to_sarif(result, roots, failing, workbench_commit() or "unknown"))
     if args.update_triage:
-        command = "workbench upstream " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else [])
+        command = "workbench upstream " + " ".join(args.argv)
         _write(args.update_triage, build_triage(result, triage, command, workbench_commit()))
     if problems:
         return EXIT_ERROR
@@ -250,7 +250,7 @@ def _recall(args: argparse.Namespace, ctx: UpstreamContext) -> int:
     from .static.recall import format_recall, recall
 
     start = time.perf_counter()
-    result = recall(ctx, args.sglang, "workbench upstream " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else []))
+    result = recall(ctx, args.sglang, "workbench upstream " + " ".join(args.argv))
     result["run_s"] = round(time.perf_counter() - start, 1)
     echo("")
     echo(format_recall(result))
@@ -307,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     or environment error (a bad version, source folder or triage file; a lint or lane that could not run)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded in what the command writes
     ctx = UpstreamContext(
         cache_dir=args.cache_dir or default_cache_dir(),
         log=echo,
