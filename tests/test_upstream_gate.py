@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,33 @@ def test_lane_passes_fails_and_fails_closed(tmp_path: Path, monkeypatch: pytest.
     assert json.loads((tmp_path / "n2" / lane.LANE_JSON).read_text())["failing"][0]["gate"].startswith(
         "a replay now confirms"
     )
+
+
+requires_network = pytest.mark.skipif(
+    os.environ.get("WB_NETWORK_TESTS") != "1", reason="network test: needs the release's wheel; WB_NETWORK_TESTS=1"
+)
+NEWEST = "0.5.23"  # the newest release the shipped triage file was built on
+
+
+@pytest.mark.network
+@requires_network
+@pytest.mark.timeout(900)
+def test_the_gate_fails_a_newest_release_checkout_that_drops_the_fix(tmp_path: Path) -> None:
+    from upstream_checkouts import make_checkout
+
+    between = make_checkout(NEWEST, tmp_path / "between", ("EagleDraftExtendInput", "kv_indptr"))
+    clean = make_checkout(NEWEST, tmp_path / "clean")
+    sarif = tmp_path / "between.sarif"
+    assert cli.main(["lint", "--sglang-src", str(between), "--fail-on", "new", "--sarif", str(sarif)]) == 1
+    results = json.loads(sarif.read_text())["runs"][0]["results"]
+    failing = [r for r in results if r["properties"]["gate"]]
+    seed = [
+        r
+        for r in failing
+        if r["properties"]["spec_class"] == "EagleDraftExtendInput" and r["properties"]["attr"] == "kv_indptr"
+    ]
+    uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in seed}
+    assert "python/sglang/srt/layers/attention/triton_backend.py" in uris
+    assert all(r["properties"]["gate"].startswith("reappeared: fixed in") for r in seed)
+    assert any("0.5.14" in r["properties"]["gate"] and "28221" in r["properties"]["gate"] for r in seed)
+    assert cli.main(["lint", "--sglang-src", str(clean), "--fail-on", "new"]) == 0

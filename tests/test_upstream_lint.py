@@ -111,3 +111,40 @@ def test_real_checkout_between_prs(version: str, tmp_path: Path) -> None:
     assert clean_result == 0
     clean_findings = json.loads((tmp_path / "clean.json").read_text())
     assert query(clean_findings, attr="kv_indptr", spec_class="EagleDraftExtendInput") == []
+
+
+def test_a_spec_input_type_test_constrains_classes() -> None:
+    import textwrap
+
+    from upstream_fixtures import MODES_FILE
+
+    spec = textwrap.dedent("""
+        class SpecInput:
+            def __init__(self, spec_input_type):
+                self.spec_input_type = spec_input_type
+        class VerifyInput(SpecInput):
+            def __init__(self):
+                super().__init__(SpecInputType.VERIFY)
+        class OtherInput(SpecInput):
+            def __post_init__(self):
+                assert self.spec_input_type in (SpecInputType.OTHER, SpecInputType.OTHER_VERIFY)
+                super().__init__(self.spec_input_type)
+        class Worker:
+            def verify(self, batch):
+                batch.spec_info = VerifyInput() if batch.x else OtherInput()
+                batch.forward_mode = ForwardMode.TARGET_VERIFY
+    """)
+    backend = textwrap.dedent("""
+        class B:
+            def init_forward_metadata(self, fb):
+                spec_info = fb.spec_info
+                if spec_info.spec_input_type == SpecInputType.VERIFY:
+                    a = spec_info.verify_only
+                else:
+                    b = spec_info.other_only
+    """)
+    from workbench.upstream.sources.trees import memory_tree
+
+    tree = memory_tree({MODES_FILE: MODES, f"{SPEC_DIR}info.py": spec, f"{ATTN_DIR}b_backend.py": backend})
+    got = {(f["spec_class"], f["attr"]) for f in analyse(tree)["findings"]}
+    assert got == {("VerifyInput", "verify_only"), ("OtherInput", "other_only")}

@@ -78,6 +78,15 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         metavar="FILE",
         help="write a triage file from these releases' findings (link/live/note kept from --triage)",
     )
+    rc = sub.add_parser(
+        "recall",
+        help="recall of the lint measured by mutation of real release sources (field removed, guard removed, "
+        "install moved), with negative controls",
+    )
+    rc.add_argument("--sglang", nargs="+", required=True, metavar="X", help="release(s) whose sources are mutated")
+    rc.add_argument("--json", type=Path, default=None, dest="json_out", help="write the per-kind figures here")
+    rc.add_argument("--min-recall", type=float, default=0.95, help="exit 1 when a kind's recall is below this")
+    rc.add_argument("--min-mutants", type=int, default=50, help="exit 1 when a release yields fewer mutants")
     bs = sub.add_parser("bisect", help="first bad commit of an sglang git checkout (replay or lint)")
     bs.add_argument("--sglang-src", type=Path, required=True, metavar="REPO")
     bs.add_argument("--good", required=True, metavar="REV")
@@ -238,11 +247,39 @@ def _lint(args: argparse.Namespace, ctx: UpstreamContext) -> int:
         roots = {r["source"]: (r["base"], r["prefix"]) for r in result["results"]}
         _write(args.sarif, to_sarif(result, roots, failing, workbench_commit() or "unknown"))
     if args.update_triage:
-        command = "workbench upstream " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else [])
+        command = "workbench upstream " + " ".join(args.argv)
         _write(args.update_triage, build_triage(result, triage, command, workbench_commit()))
     if problems:
         return EXIT_ERROR
     return EXIT_FAIL if failing else EXIT_PASS
+
+
+def _recall(args: argparse.Namespace, ctx: UpstreamContext) -> int:
+    from .static.recall import format_recall, recall
+
+    start = time.perf_counter()
+    result = recall(ctx, args.sglang, "workbench upstream " + " ".join(args.argv))
+    result["run_s"] = round(time.perf_counter() - start, 1)
+    echo("")
+    echo(format_recall(result))
+    for v, r in result["releases"].items():
+        for m in r["misses"]:
+            echo(f"MISSED {v} {m['kind']}: {m['name']}")
+        for name in r["dirty_controls"]:
+            echo(f"DIRTY CONTROL {v}: {name}")
+    _write(args.json_out, result)
+    echo(f"recall over {len(result['releases'])} release(s) took {result['run_s']} s")
+    low = [
+        f"{v} {kind}: recall {k['recall']}"
+        for v, r in result["releases"].items()
+        for kind, k in r["kinds"].items()
+        if k["recall"] is not None and k["recall"] < args.min_recall
+    ]
+    low += [f"{v}: a dirty control" for v, r in result["releases"].items() if r["dirty_controls"]]
+    low += [f"{v}: {r['mutants']} mutants" for v, r in result["releases"].items() if r["mutants"] < args.min_mutants]
+    for line in low:
+        echo(f"FAIL {line}")
+    return 1 if low else 0
 
 
 def _bisect(args: argparse.Namespace, ctx: UpstreamContext) -> int:
@@ -278,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     or environment error (a bad version, source folder or triage file; a lint or lane that could not run)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded in what the command writes
     ctx = UpstreamContext(
         cache_dir=args.cache_dir or default_cache_dir(),
         log=echo,
@@ -300,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT[night["verdict"]]
         if args.command == "bisect":
             return _bisect(args, ctx)
+        if args.command == "recall":
+            return _recall(args, ctx)
         if args.command == "repro":
             from .replay.repro import reproducers
 

@@ -9,15 +9,33 @@ The finding's JSON shape is documented in docs/upstream-guard.md.
 
 from __future__ import annotations
 
+import ast
+
 from ..sources.trees import SourceTree
 from .classes import spec_input_classes
+from .flow import Program
 from .installs import scan_installs
 from .modes import parse_forward_modes
+from .reach import ReleaseFacts, reachability
 from .reads import backend_reads
+from .runners import Runners
 
 SPEC_DIR = "sglang/srt/speculative/"
 ATTN_DIR = "sglang/srt/layers/attention/"
 MODES_FILE = "sglang/srt/model_executor/forward_batch_info.py"
+# Where installs and runner paths are looked for besides SPEC_DIR and RUNNER_DIR: the files of
+# these folders that mention spec_info or a worker's forward.
+FLOW_DIRS = ("sglang/srt/managers/", "sglang/srt/disaggregation/")
+RUNNER_DIR = "sglang/srt/model_executor/"
+
+
+def flow_files(tree: SourceTree) -> dict[str, str]:
+    """The files the install and runner-path analysis reads: speculative/, model_executor/, and the
+    manager and disaggregation files that mention `spec_info` or `forward_batch_generation`."""
+    out = {**tree.under(SPEC_DIR), **tree.under(RUNNER_DIR)}
+    for d in FLOW_DIRS:
+        out.update({p: t for p, t in tree.under(d).items() if "spec_info" in t or "forward_batch_generation" in t})
+    return out
 
 
 def backend_name(fname: str) -> str:
@@ -33,6 +51,9 @@ def _reaches(read: dict, cls: dict) -> bool:
                 return False
         elif kind == "pred" and what in cls["type_predicates"]:
             if cls["type_predicates"][what] != truth:
+                return False
+        elif kind == "type" and cls.get("input_type"):
+            if not any((t in what) == truth for t in cls["input_type"]):
                 return False
     return True
 
@@ -70,6 +91,7 @@ def _finding(tree: SourceTree, be: dict, read: dict, mode: str, cname: str, cls:
                 "function": i["install_function"],
                 "kind": i["kind"],
                 "mode_from": i["mode_from"],
+                "batch": i.get("batch"),
             }
             for i in at
         ],
@@ -87,14 +109,67 @@ def _finding(tree: SourceTree, be: dict, read: dict, mode: str, cname: str, cls:
     return f
 
 
-def analyse(tree: SourceTree) -> dict:
-    """Backends, spec-input classes, installs and findings of one source tree."""
+def runner_paths(tree: SourceTree, program: Program, fm, findings: list[dict]) -> None:
+    """Fill each finding's `runner_paths` (where each of its installs' batches goes in its mode),
+    its `reachability` (reach.py) when one reaches a metadata site, and its `unreachable` verdict
+    when none does (static; see runners.py)."""
+    runners = Runners(program, fm)
+    funcs = {(f.file, f.qualname): f for f in program.funcs}
+    facts = ReleaseFacts(tree)
+
+    def conds_of(step: dict) -> list[str]:
+        fn = funcs.get((step["file"], step.get("function")))
+        node = next((n for n in fn.nodes if isinstance(n, ast.Call) and n.lineno == step["line"]), None) if fn else None
+        return list(runners.br(fn).conds.get(id(node), ())) if node is not None else []
+
+    memo: dict[tuple, dict] = {}
+    for f in findings:
+        paths = []
+        for i in f["installs"]:
+            fn = funcs.get((i["file"], i["function"]))
+            key = (i["file"], i["line"], f["mode"])
+            if key not in memo:
+                memo[key] = (
+                    runners.install_paths(fn, i["line"], i.get("batch"), f["mode"])
+                    if fn is not None
+                    else {"outcome": "escapes", "at": {"file": i["file"], "line": i["line"]}}
+                )
+            paths.append({"install": f"{i['file']}:{i['line']}", **memo[key]})
+        f["runner_paths"] = paths
+        f["reachability"] = reachability(f, facts, conds_of)
+        if paths and all(p["outcome"] in ("killed", "graph", "dropped") for p in paths):
+            f["verdict"], f["verdict_by"] = "unreachable", "runner paths"
+            idle = " (an IDLE batch exists only under DP attention: its DP-attention branches are taken)"
+            f["verdict_reason"] = (
+                f"no runner path hands it to init_forward_metadata in {f['mode']}: "
+                + "; ".join(_why_not(p) for p in paths)
+                + (idle if f["mode"] == "IDLE" else "")
+            )
+
+
+def _why_not(p: dict) -> str:
+    at = p["at"]
+    where = f"{at.get('function', '?')} ({at['file'].rsplit('/', 1)[-1]}:{at['line']})"
+    return {
+        "killed": f"the batch installed at {p['install'].rsplit('/', 1)[-1]} gets another spec_info in {where} first",
+        "graph": f"the batch installed at {p['install'].rsplit('/', 1)[-1]} goes only to CUDA-graph metadata "
+        f"({at.get('call', 'a graph runner')}) in {where}",
+        "dropped": f"the batch installed at {p['install'].rsplit('/', 1)[-1]} is not forwarded by {where}",
+    }[p["outcome"]]
+
+
+def analyse(tree: SourceTree, paths: bool = True) -> dict:
+    """Backends, spec-input classes, installs and findings of one source tree.
+
+    `paths`: also the runner paths, reachability and `unreachable` verdicts (the recall run, which
+    only counts findings, leaves them out)."""
     modes_src = tree.get(MODES_FILE)
     fm = parse_forward_modes(modes_src) if modes_src else None
     members = fm.members if fm else []
     spec = tree.under(SPEC_DIR)
     classes = spec_input_classes(spec)
-    installs = scan_installs(spec, set(classes), members)
+    program = Program(flow_files(tree), classes)
+    installs = scan_installs(program, members)
     backends: dict[str, dict] = {}
     for fname, text in sorted(tree.under(ATTN_DIR).items()):
         try:
@@ -117,6 +192,8 @@ def analyse(tree: SourceTree) -> dict:
                         continue
                     at = [i for i in mine if mode in i["modes"]]
                     findings.append(_finding(tree, be, read, mode, cname, cls, at))
+    if paths:
+        runner_paths(tree, program, fm, findings)
     unique = {
         (f["backend_class"], f["mode"], f["spec_class"], f["attr"], f["read_file"], f["read_line"]): f for f in findings
     }

@@ -10,6 +10,7 @@ same attribute) and which spec-input classes can reach it (`isinstance`, `is_*_i
 from __future__ import annotations
 
 import ast
+import hashlib
 from dataclasses import dataclass, field, replace
 
 from .modes import ForwardModes, predicate_call
@@ -30,7 +31,7 @@ class Ctx:
 
     modes: frozenset | None = None  # None: any forward mode
     has: frozenset = frozenset()  # attributes known to exist (guards)
-    only: tuple = ()  # class constraints: ("isinstance", C, bool) | ("pred", name, bool)
+    only: tuple = ()  # class constraints: ("isinstance", C, bool) | ("pred", name, bool) | ("type", X, bool)
     aliases: frozenset = frozenset()
 
 
@@ -188,6 +189,11 @@ class FileScanner:
                 facts.true_modes, facts.false_modes = accepted, set(self.fm.members) - accepted
         if isinstance(node, ast.Call):
             self._call(node, ctx, cname, where, facts)
+        typed = _type_test(node, ctx)
+        if typed is not None:
+            names, truth = typed
+            facts.true_only.append(("type", names, truth))
+            facts.false_only.append(("type", names, not truth))
         if (
             isinstance(node, ast.Compare)
             and all(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops)
@@ -290,15 +296,47 @@ class FileScanner:
         )
 
 
+def _type_test(node: ast.expr, ctx: Ctx) -> tuple[tuple[str, ...], bool] | None:
+    """(SpecInputType members, truth) of `<spec>.spec_input_type == / != / in / not in SpecInputType.X`."""
+    if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
+        return None
+    left, op, right = node.left, node.ops[0], node.comparators[0]
+    if not (isinstance(left, ast.Attribute) and left.attr == "spec_input_type" and is_spec(left.value, ctx.aliases)):
+        return None
+    elts = right.elts if isinstance(right, (ast.Tuple, ast.List, ast.Set)) else [right]
+    names = tuple(
+        e.attr for e in elts if isinstance(e, ast.Attribute) and getattr(e.value, "id", None) == "SpecInputType"
+    )
+    if len(names) != len(elts) or not names:
+        return None
+    if isinstance(op, (ast.Eq, ast.Is, ast.In)):
+        return names, True
+    if isinstance(op, (ast.NotEq, ast.IsNot, ast.NotIn)):
+        return names, False
+    return None
+
+
 def _only_raises(func: ast.FunctionDef) -> bool:
     body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
     return len(body) == 1 and isinstance(body[0], ast.Raise)
 
 
+_CACHE: dict[tuple, dict[str, list[dict]]] = {}
+
+
 def backend_reads(fname: str, source: str, modes: ForwardModes | None) -> dict[str, list[dict]]:
-    """{backend class: reads} for every class in `source` that defines init_forward_metadata."""
-    scanner = FileScanner(fname, source, modes)
-    return {cname: _dedup(scanner.scan(cname)) for cname in scanner.entries()}
+    """{backend class: reads} for every class in `source` that defines init_forward_metadata.
+
+    Cached by file and content (and the ForwardMode members), so mutants re-read only the
+    backends they change; callers must not modify the returned reads.
+    """
+    key = (fname, hashlib.sha1(source.encode("utf-8", "replace")).hexdigest(), tuple(modes.members) if modes else ())
+    if key not in _CACHE:
+        scanner = FileScanner(fname, source, modes)
+        _CACHE[key] = {cname: _dedup(scanner.scan(cname)) for cname in scanner.entries()}
+        if len(_CACHE) > 2000:
+            _CACHE.pop(next(iter(_CACHE)))
+    return _CACHE[key]
 
 
 def _dedup(reads: list[dict]) -> list[dict]:

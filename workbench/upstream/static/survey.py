@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 
-from ..context import UpstreamContext
+from ..context import UpstreamContext, workbench_commit
 from ..sources.releases import check_versions, default_versions
 from ..sources.trees import SourceTree, release_tree
 from .lint import ATTN_DIR, SPEC_DIR, analyse
@@ -134,6 +134,7 @@ def survey(ctx: UpstreamContext, versions: list[str] | None = None) -> dict:
         "field": FIELD,
         "versions": versions,
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "workbench_commit": workbench_commit(),
         "fact_names": fact_names,
         "releases": releases,
     }
