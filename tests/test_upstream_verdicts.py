@@ -132,7 +132,8 @@ def test_the_plan_groups_findings_into_cases() -> None:
     padded = cases[case_key(fs[0])]
     assert padded["batch"] == "IDLE padded" and padded["watch"] == [f"{TRITON}:593", f"{TRITON}:631"]
     assert cases[case_key(fs[0], "IDLE unpadded")]["batch"] == "IDLE unpadded"
-    assert not padded["trace"] and cases[case_key(fs[2])]["trace"] and cases[case_key(fs[2])]["stub"] == ["flashinfer"]
+    assert not padded["trace"] and cases[case_key(fs[2])]["trace"] and "flashinfer" in cases[case_key(fs[2])]["stub"]
+    assert padded["stub"] == []
     assert cases[case_key(fs[3])]["batch"] == "TARGET_VERIFY"
     assert len(cases) == 5 and [c["trace"] for c in plan(fs)][-2:] == [True, True]  # real cases run first
     assert (batch_kind("DECODE"), batch_kind("DRAFT_EXTEND_V2"), batch_kind("EXTEND")) == (

@@ -3,9 +3,10 @@
 A case replays the backend class's real ``init_forward_metadata`` on a batch of the finding's mode
 whose ``spec_info`` is the spec class, watching every read line of the findings it decides.
 Backends whose metadata runs on CPU (``REAL``: triton under the Triton interpreter, torch_native)
-are replayed on real objects; every other backend is *traced*: its GPU library is stubbed
-(``GPU_LIBRARIES``; a library found missing at import is stubbed too) and ``spec_info`` is
-wrapped in the recording proxy. MLA backends get a tiny DeepSeek-V3 model config and the real
+are replayed on real objects; every other backend is *traced*: the GPU libraries are stubbed
+(every library of ``GPU_LIBRARIES``, so that a backend importing another backend's module sees the
+same stubs; a library found missing at import is stubbed too) and ``spec_info`` is wrapped in the
+recording proxy. MLA backends get a tiny DeepSeek-V3 model config and the real
 ``MLATokenToKVPool``, hybrid linear-attention backends a tiny NemotronH (one Mamba layer) and the
 real ``HybridReqToTokenPool``, the others a tiny Llama and ``MHATokenToKVPool``. An IDLE finding gets a
 second case, the unpadded idle batch, through the release's own idle runner path.
@@ -82,7 +83,9 @@ def plan(findings: list[dict]) -> list[dict]:
                     "spec_module": module_of(f["spec_class_file"]),
                     "spec_class": f["spec_class"],
                     "trace": f["backend"] not in REAL,
-                    "stub": list(GPU_LIBRARIES.get(f["backend"], ())),
+                    "stub": sorted({lib for libs in GPU_LIBRARIES.values() for lib in libs})
+                    if f["backend"] not in REAL
+                    else [],
                     "model": profile_of(f["backend"]),
                     "watch": [],
                 },

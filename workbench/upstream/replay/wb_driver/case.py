@@ -161,7 +161,7 @@ def run_case(ctx, case: dict, bundle: dict | None = None) -> dict:
         out["stand_ins"] += [
             f"{lib} stubbed (GpuLibraryReached on first use during the metadata)" for lib in sorted(stubs.STATE.stubbed)
         ]
-        out["stand_ins"] += [f"{a} answered True" for a in sorted(stubs.STATE.answered)]
+        out["stand_ins"] += [a if " = " in a else f"{a} answered True" for a in sorted(stubs.STATE.answered)]
     return out
 
 
