@@ -270,3 +270,46 @@ def test_a_read_in_the_other_branch_of_the_if_that_raised_is_not_made() -> None:
     run = _missing("UnoForwardInput", "generate_attn_arg_prefill", f"{FLASHINFER}:6")
     verdict, reason, _ = judge(f, _case(f, [run], trace=True, kind="TARGET_VERIFY"), lambda path: src)
     assert verdict == "traced: not read" and "took the other branch of the `if` at line 3" in reason
+
+
+def test_the_smallest_fix_is_a_class_level_default_after_the_fields_or_the_docstring() -> None:
+    from workbench.upstream.replay.repro import slug, smallest_fix
+    from workbench.upstream.sources.trees import memory_tree
+
+    path = "sglang/srt/speculative/x_info.py"
+    src = textwrap.dedent('''
+        from dataclasses import dataclass
+        from typing import Optional
+
+        import torch
+
+
+        @dataclass
+        class VerifyIn:
+            draft_token: torch.Tensor
+            topk: int = 1
+
+            def method(self):
+                return self.topk
+
+
+        class Relay:
+            """A relay."""
+
+            def __init__(self):
+                self.rids = []
+        ''')
+    tree = memory_tree({path: src}, release="0.5.23")
+    for cls, after in (("VerifyIn", "topk: int = 1"), ("Relay", '"""A relay."""')):
+        f = {"spec_class_file": path, "spec_class": cls, "attr": "kv_indptr"}
+        fix = smallest_fix(tree, f)
+        ns: dict = {}
+        exec(compile(fix["text"], path, "exec"), ns)  # the fixed synthetic source
+        assert ns[cls].kv_indptr is None
+        lines = fix["text"].splitlines()
+        assert lines[fix["line"] - 2].strip() == after and lines[fix["line"]].strip().startswith("kv_indptr: Optional")
+        changed = [ln for ln in fix["diff"].splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+        assert [ln[0] for ln in changed] == ["+", "+"]
+    assert slug({"backend": "triton", "mode": "IDLE", "spec_class": "EagleVerifyInput", "attr": "kv_indptr"}) == (
+        "triton-idle-eagleverifyinput-kv-indptr"
+    )

@@ -137,7 +137,10 @@ def main() -> int:
         print("REPRO " + json.dumps({"outcome": "absent", "error": f"{type(exc).__name__}: {exc}"}))
         return 2
     with cuda_to_cpu():  # the spec input an idle rank installs: the release's own idle constructor
-        spec = cls.create_idle_input(**{k: _arg(k, v, torch) for k, v in CASE["idle_input_args"].items()})
+        if CASE.get("idle_input_args") is not None:
+            spec = cls.create_idle_input(**{k: _arg(k, v, torch) for k, v in CASE["idle_input_args"].items()})
+        else:  # a class without one: its constructor on the (empty) idle batch's values
+            spec = cls(**{k: _arg(k, v, torch) for k, v in CASE["init_args"].items()})
     empty = torch.empty(0, dtype=torch.int64)
     batch = ForwardBatch(
         forward_mode=ForwardMode.IDLE,
@@ -174,6 +177,13 @@ def main() -> int:
 
 
 def _arg(name: str, value, torch):
+    if isinstance(value, dict) and "tensor" in value:
+        return torch.tensor(value["values"], dtype=getattr(torch, value["dtype"])).reshape(value["tensor"])
+    if isinstance(value, dict) and "enum" in value:
+        import importlib
+
+        module, cls, member = value["enum"]
+        return getattr(getattr(importlib.import_module(module), cls), member)
     if name == "device":
         return torch.device(value)
     if name == "dtype":

@@ -95,6 +95,7 @@ def _details(case: dict, run: dict | None, unpadded: dict | None) -> dict:
         "batch_size": case.get("batch", {}).get("batch_size"),
         "spec_info_built_by": case.get("built_by"),
         "idle_input_args": case.get("idle_input_args"),
+        "init_args": case.get("init_args"),
         "outcome": run.get("outcome", "error"),
         "exception": f"{run['exception']}: {run.get('message')}" if run.get("exception") else None,
         "raised_at": run.get("raised_at"),
@@ -181,6 +182,13 @@ def judge(f: dict, case: dict, source: Callable[[str], str | None] | None = None
             verdict = "traced: not read" if traced else "refuted"
             tail = ", without calling the stubbed library" if traced else ""
             return verdict, f"{what}: completed{tail} and line {_short(loc)} never ran{behind}", run
+        if run["outcome"] == "library reached" and not traced:
+            return (
+                "unverified",
+                f"{what}: reached a library stubbed at import ({run.get('library_call')} at "
+                f"{_short(run.get('raised_at'))}) before deciding the read at {_short(loc)}{behind}",
+                run,
+            )
         if run["outcome"] == "library reached":
             return (
                 "traced: not read",

@@ -235,6 +235,13 @@ def _runner(cfg: dict, server_args, model_config, profile: str) -> SimpleNamespa
         tp_rank=0,
         tp_size=1,
         dp_size=1,
+        attn_tp_rank=0,
+        attn_tp_size=1,
+        attn_dp_rank=0,
+        attn_dp_size=1,
+        attn_cp_rank=0,
+        attn_cp_size=1,
+        is_hybrid_swa=False,
         page_size=1,
         server_args=server_args,
         is_draft_worker=False,
@@ -280,7 +287,8 @@ def _newer_runner_fields(runner, model_config, req_pool, kv_pool) -> None:
     except ImportError:
         pass
     else:
-        runner.ps = ParallelState.trivial()
+        if hasattr(ParallelState, "trivial"):
+            runner.ps = ParallelState.trivial()
     if hasattr(ModelRunner, "decode_num_tokens_per_req"):
         runner.decode_num_tokens_per_req = lambda **kw: ModelRunner.decode_num_tokens_per_req(runner, **kw)
     try:  # from 0.5.2x backends read KV ids through the runner's translator
