@@ -1,6 +1,6 @@
 """The idle rank's verify pass as upstream runs it (upstream finding triton|IDLE|EagleVerifyInput|kv_indptr):
 upstream's ``EagleVerifyInput`` idle input on a padded IDLE batch; eager, the kv_indptr-reading backends
-raise on it exactly as the real 0.5.13-0.5.23 triton backend does; replayed from a graph, or with the
+raise on it exactly as the real 0.5.10-0.5.23 triton backend does; replayed from a graph, or with the
 proposed fix (``kv_indptr`` None), they build the seq_lens metadata."""
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ idle rank's verify batch, and ``EagleVerifyInput`` has no ``kv_indptr``. Under D
 batch is padded; run eagerly (``ModelRunner.forward_idle`` / ``EagerRunner._execute_idle``) it reaches
 the triton backend's ``spec_info.kv_indptr`` read and raises ``AttributeError``; replayed from a CUDA
 graph its metadata is built from ``seq_lens`` by the graph path and nothing is read. The upstream
-guard confirms the read on the real 0.5.13 to 0.5.23 backends (``workbench upstream repro``).
+guard confirms the read on the real triton backend of every release 0.5.10 to 0.5.23
+(``workbench/assets/upstream_findings.json``; reproducer: ``workbench upstream repro``).
 
 - ``verify_idle_input``: ``eagle-verify`` (upstream's class) or ``eagle-verify-fixed`` (the proposed
   smallest fix: ``kv_indptr: Optional[Tensor] = None``, the shape of PR #28221's draft-extend fix);

@@ -9,6 +9,7 @@ the release has no such class; the last line is `REPRO {json}`.
 """
 
 import contextlib
+import inspect
 import json
 import os
 import socket
@@ -51,7 +52,6 @@ def cuda_to_cpu():
 def runner_like(model_dir: str):
     """What a ModelRunner hands an attention backend: server args, model config, the real pools."""
     import importlib
-    import inspect
     from types import SimpleNamespace
 
     import torch
@@ -137,8 +137,10 @@ def main() -> int:
         print("REPRO " + json.dumps({"outcome": "absent", "error": f"{type(exc).__name__}: {exc}"}))
         return 2
     with cuda_to_cpu():  # the spec input an idle rank installs: the release's own idle constructor
-        if CASE.get("idle_input_args") is not None:
-            spec = cls.create_idle_input(**{k: _arg(k, v, torch) for k, v in CASE["idle_input_args"].items()})
+        if CASE.get("idle_input_args") is not None:  # the arguments this release's signature takes
+            takes = inspect.signature(cls.create_idle_input).parameters
+            args = {k: _arg(k, v, torch) for k, v in CASE["idle_input_args"].items() if k in takes}
+            spec = cls.create_idle_input(**args)
         else:  # a class without one: its constructor on the (empty) idle batch's values
             spec = cls(**{k: _arg(k, v, torch) for k, v in CASE["init_args"].items()})
     empty = torch.empty(0, dtype=torch.int64)
@@ -178,7 +180,10 @@ def main() -> int:
 
 def _arg(name: str, value, torch):
     if isinstance(value, dict) and "tensor" in value:
-        return torch.tensor(value["values"], dtype=getattr(torch, value["dtype"])).reshape(value["tensor"])
+        dtype = getattr(torch, value["dtype"])
+        if "fill" in value:
+            return torch.full(value["tensor"], value["fill"], dtype=dtype)
+        return torch.tensor(value["values"], dtype=dtype).reshape(value["tensor"])
     if isinstance(value, dict) and "enum" in value:
         import importlib
 

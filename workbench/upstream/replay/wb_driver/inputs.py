@@ -111,9 +111,14 @@ def filled(ctx, cls: type, known: dict, shape: dict, record: dict | None = None)
 
 def encode(value):
     """A constructor argument as JSON a reproducer decodes: a tensor as {"tensor": shape, "dtype",
-    "values"}, an enum member as {"enum": [module, class, member]}, a device or dtype by name."""
+    "values"} (a large constant one: "fill"), an enum member as {"enum": [module, class, member]},
+    a device or dtype by name."""
     if hasattr(value, "tolist") and hasattr(value, "dtype") and hasattr(value, "shape"):
-        return {"tensor": list(value.shape), "dtype": str(value.dtype).replace("torch.", ""), "values": value.tolist()}
+        out = {"tensor": list(value.shape), "dtype": str(value.dtype).replace("torch.", "")}
+        flat = value.flatten()
+        if flat.numel() > 64 and bool((flat == flat[0]).all()):  # a large constant tensor: its fill value
+            return {**out, "fill": flat[0].item()}
+        return {**out, "values": value.tolist()}
     if isinstance(value, enum.Enum):
         return {"enum": [type(value).__module__, type(value).__name__, value.name]}
     return _plain(value)
