@@ -130,7 +130,7 @@ def run_script(ctx: UpstreamContext, script: Path, version: str, src_root: Path 
 
 def make_reproducer(ctx: UpstreamContext, tree: SourceTree, f: dict, out: Path, range_versions: list[str] = ()) -> dict:
     """Write `out/<slug>/` for confirmed idle finding `f` of release `tree`; return its result."""
-    folder = Path(out) / slug(f)
+    folder = (Path(out) / slug(f)).resolve()  # the script runs from a temporary working folder
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "repro.py"
     script.write_text(script_text(f))
