@@ -46,6 +46,7 @@ OWNED = (
     "summary.md",
 )
 COPIED = ("notebooks", "records", "logs")
+LANE_DIR = "lane"  # `workbench upstream nightly --out OUT/lane` (the guard's lane) writes here
 
 
 def _now() -> str:
@@ -150,6 +151,19 @@ def _merge(args: argparse.Namespace) -> int:
     return finalize(out, docs, args.history or out / "history.sqlite", args.night, t0, missing)
 
 
+def lane_problems(out: Path) -> list[str]:
+    """The upstream guard's lane, when `workbench upstream nightly --out OUT/lane` ran first: a night
+    that did not pass is a problem of this night too (the report shows the lane's section)."""
+    path = out / LANE_DIR / "upstream_lane.json"
+    if not path.is_file():
+        return []
+    night = json.loads(path.read_text())
+    if night.get("verdict") == "pass":
+        return []
+    reasons = night.get("problems") or [f"{f['key']}: {f['gate']}" for f in night.get("failing", [])]
+    return [f"upstream lane on sglang {night.get('release')}: {night.get('verdict')}: {'; '.join(reasons)}"]
+
+
 def _missing_shards(docs: list[dict]) -> list[str]:
     shards = [d["shard"] for d in docs if d.get("shard")]
     if not shards:
@@ -192,6 +206,7 @@ def finalize(
             c["verdict"] = "unexpected" if c["reasons"] else "expected"
         problems = [f"shard {s} reported no results" for s in _missing_shards(docs)]
         problems += [f"no {RESULTS} in {d}" for d in missing_dirs or []]
+        problems += lane_problems(out)
         bad = [c for c in cells if c["verdict"] != "expected"]
         verdict = "fail" if bad or problems else "pass"
         env = docs[0].get("environment", {})

@@ -179,6 +179,12 @@ def _banner(summary: dict) -> str:
     )
 
 
+def _lane_section(out: Path) -> str:
+    """The upstream guard's lane (night and history), when it ran into ``out/lane``."""
+    page = out / "lane" / "upstream_lane.html"
+    return page.read_text() if page.is_file() else ""
+
+
 def write_report(out: Path, summary: dict, cells: list[dict], trend_rows: list[dict]) -> Path:
     """Write summary.json, plots/, report.html, junit.xml and summary.md into ``out``; returns the report path."""
     figures = make_plots(cells, trend_rows, out / "plots")
@@ -214,7 +220,7 @@ def write_report(out: Path, summary: dict, cells: list[dict], trend_rows: list[d
         f"{html.escape(str(summary['night']))}"
         f"</title><style>{CSS}</style></head><body><h1>EAGLE3 + DP attention nightly</h1>{_banner(summary)}{matrix}"
         f"{meta}<h2>Results</h2>{table}<h2>Output parity</h2>{_parity_table(cells)}<h2>Plots</h2>{imgs}"
-        f"{comparison_section(cells, out / 'plots' / 'comparison')}</body></html>"
+        f"{comparison_section(cells, out / 'plots' / 'comparison')}{_lane_section(out)}</body></html>"
     )
     path = out / "report.html"
     path.write_text(page)

@@ -58,6 +58,8 @@ prompts = None
 max_new_tokens = 16
 model_dir = None
 timeout_s = 300.0
+verify_idle_input = "eagle-verify"  # or "eagle-verify-fixed": the idle verify input with kv_indptr = None
+idle_verify = "graph"  # or "eager": the idle rank's verify batch runs init_forward_metadata on its spec_info
 compare_backends = ["flashinfer", "fa3", "torch_native"]
 record_path = "runs/notebooks/01_reproduce_crash.json"
 expect = "any"
@@ -76,6 +78,8 @@ params = dict(
     max_new_tokens=max_new_tokens,
     model_dir=model_dir,
     timeout_s=timeout_s,
+    verify_idle_input=verify_idle_input,
+    idle_verify=idle_verify,
     compare_backends=compare_backends,
     expect=expect,
 )

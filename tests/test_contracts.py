@@ -1,6 +1,6 @@
-"""Contract fuzzer: the only failing cells are the pr-24860 hole, each predicted by the declared
-contracts (and required to fail), and a new spec-input type that lacks a field some backend reads
-is flagged."""
+"""Contract fuzzer: the only failing cells are the pr-24860 draft-extend hole and the idle verify
+input (upstream's live finding, every revision), each predicted by the declared contracts (and
+required to fail), and a new spec-input type that lacks a field some backend reads is flagged."""
 
 from __future__ import annotations
 
@@ -12,17 +12,23 @@ from workbench.experiments.contracts import SpecCase, run_matrix, unexpected
 from workbench.speculative.spec_info import SpecInput, SpecInputType
 
 
-def test_only_the_pr24860_hole_fails():
+def test_only_the_pr24860_hole_and_the_idle_verify_input_fail():
     rows = run_matrix()
     bad = {
         (r["revision"], r["backend"], r["spec_input"], r["mode"], r["outcome"]) for r in rows if r["outcome"] != "pass"
     }
-    assert bad == {
+    hole = {
         ("pr-24860", be, "EagleDraftExtendInput (draft-extend)", "IDLE (padded)", "AttributeError")
         for be in ("triton", "flashinfer")
     }
+    verify = {
+        (rev, be, "EagleVerifyInput", "IDLE (padded)", "AttributeError")
+        for rev in ("pre-24860", "pr-24860", "pr-28221")
+        for be in ("triton", "flashinfer")
+    }
+    assert bad == hole | verify
     msgs = {r["message"] for r in rows if r["outcome"] != "pass"}
-    assert msgs == {"'EagleDraftExtendInput' object has no attribute 'kv_indptr'"}
+    assert msgs == {f"'{c}' object has no attribute 'kv_indptr'" for c in ("EagleDraftExtendInput", "EagleVerifyInput")}
     # every (revision, backend) pair was probed in every mode
     assert {r["mode"] for r in rows} == {
         "DECODE",
@@ -43,17 +49,24 @@ def test_only_the_pr24860_hole_fails():
 
 
 def test_a_backend_whose_contract_and_code_disagree_is_unexpected(monkeypatch):
-    """flashinfer declaring it never reads spec_info.kv_indptr (while it does): its hole cell is
-    unexpected; and if it stopped reading it while declaring it does, the passing cell is unexpected."""
+    """flashinfer declaring it never reads spec_info.kv_indptr (while it does): its hole cells (the
+    draft-extend and the verify idle input) are unexpected; and if it stopped reading it while
+    declaring it does, the passing cells are unexpected."""
     from workbench.backends.flashinfer import FlashInferBackend
 
     monkeypatch.setattr(FlashInferBackend, "reads_spec_kv_indptr", False)
     odd = unexpected(run_matrix(backends=["flashinfer"], revisions=["pr-24860"]))
-    assert [(r["mode"], r["outcome"], r["expected"]) for r in odd] == [("IDLE (padded)", "AttributeError", "pass")]
+    assert [(r["spec_input"], r["mode"], r["outcome"], r["expected"]) for r in odd] == [
+        ("EagleVerifyInput", "IDLE (padded)", "AttributeError", "pass"),
+        ("EagleDraftExtendInput (draft-extend)", "IDLE (padded)", "AttributeError", "pass"),
+    ]
     monkeypatch.setattr(FlashInferBackend, "reads_spec_kv_indptr", True)
     monkeypatch.setattr(FlashInferBackend, "init_forward_metadata", lambda self, fb: None)
     odd = unexpected(run_matrix(backends=["flashinfer"], revisions=["pr-24860"]))
-    assert [(r["mode"], r["outcome"], r["expected"]) for r in odd] == [("IDLE (padded)", "pass", "AttributeError")]
+    assert [(r["spec_input"], r["mode"], r["outcome"], r["expected"]) for r in odd] == [
+        ("EagleVerifyInput", "IDLE (padded)", "pass", "AttributeError"),
+        ("EagleDraftExtendInput (draft-extend)", "IDLE (padded)", "pass", "AttributeError"),
+    ]
 
 
 @dataclass

@@ -1,36 +1,46 @@
-"""End-to-end verdicts for lint findings on the real 0.5.14 runtime (network: WB_NETWORK_TESTS=1; three
-runs, about 2 min, left out of .ci/run's budget, which already runs the same paths in
-tests/test_runtime_network.py)."""
+"""The guard's end-to-end step on the real 0.5.14 (network: WB_NETWORK_TESTS=1): `workbench upstream lint
+--sglang 0.5.14 --replay --end-to-end` confirms the verify input's finding end to end, and on the
+between-PRs checkout the draft-extend input's (after the verify pass is fixed). Lint, replays and three
+runtime runs, about 5 min on 2 cores: left out of .ci/run's budget, which runs the same runtime paths in
+tests/test_runtime_network.py."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from workbench.upstream.checkout import make_checkout
-from workbench.upstream.runtime.e2e import confirm_end_to_end
+from workbench.upstream import cli
+from workbench.upstream.context import UpstreamContext
+from workbench.upstream.guard import check
+from workbench.upstream.runtime.suite import between_prs_checkout
 
 pytestmark = pytest.mark.network
-READ = "sglang/srt/layers/attention/triton_backend.py:593"
-FINDING = {
-    "backend": "triton",
-    "forward_mode": "IDLE",
-    "class": "EagleVerifyInput",
-    "attribute": "kv_indptr",
-    "read": READ,
-}
+READ = ("sglang/srt/layers/attention/triton_backend.py", 593)
+KEY = "triton|IDLE|{}|kv_indptr|TritonAttnBackend.init_forward_metadata"
 
 
-def test_verify_input_finding_is_confirmed_end_to_end_on_0_5_14() -> None:
-    v = confirm_end_to_end(FINDING, "0.5.14")
-    assert v["verdict"] == "confirmed end to end" and len(v["runs"]) == 1 and "verify pass" in v["reason"]
+def test_lint_end_to_end_confirms_the_verify_input_on_0_5_14(tmp_path: Path) -> None:
+    out = tmp_path / "lint.json"
+    assert cli.main(["lint", "--sglang", "0.5.14", "--replay", "--end-to-end", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    f = next(f for f in result["findings"] if f["key"] == KEY.format("EagleVerifyInput"))
+    assert (f["read_file"], f["read_line"]) == READ
+    assert f["verdict"] == "confirmed end to end" and f["verdict_by"] == "real runtime"
+    assert "verify pass" in f["verdict_reason"] and f["reachability"]["end_to_end"]["reached"] is True
+    (run,) = f["end_to_end"]["runs"]
+    assert run["fixes"] == [] and run["crash"]["spec_info"] == "EagleVerifyInput"
+    e2e = result["results"][0]["end_to_end"]
+    assert e2e["status"] == "ok" and e2e["records"][run["record"]]["processes"]["left_running"] == []
 
 
-def test_draft_extend_finding_is_confirmed_between_the_prs_after_fixing_verify() -> None:
+def test_the_draft_extend_finding_is_confirmed_between_the_prs() -> None:
     with tempfile.TemporaryDirectory(prefix="wb-between-") as tmp:
-        make_checkout("0.5.14", Path(tmp), drop_field=("EagleDraftExtendInput", "kv_indptr"))
-        v = confirm_end_to_end({**FINDING, "class": "EagleDraftExtendInput"}, "0.5.14", sglang_src=Path(tmp))
-    assert v["verdict"] == "confirmed end to end" and [r["fixes"] for r in v["runs"]] == [[], ["verify-input"]]
-    assert "draft-extend pass" in v["reason"]
+        between_prs_checkout(UpstreamContext(), "0.5.14", Path(tmp))
+        result = check(UpstreamContext(env_release="0.5.14"), src=Path(tmp), replay=True, end_to_end=True)
+    f = next(f for f in result["findings"] if f["key"] == KEY.format("EagleDraftExtendInput"))
+    assert f["verdict"] == "confirmed end to end" and "draft-extend pass" in f["verdict_reason"]
+    assert [r["fixes"] for r in f["end_to_end"]["runs"]] == [[], ["verify-input"]]
+    assert result["results"][0]["end_to_end"]["status"] == "ok"

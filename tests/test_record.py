@@ -51,7 +51,7 @@ def test_every_crash_producer_emits_exactly_the_constructors_fields(tmp_path):
     from workbench.run.dp.collect import Collector, signal_crash
     from workbench.run.dp.rank import rank_main
     from workbench.run.runner import run_rank
-    from workbench.upstream.release_replay import _fill_from_result, _record
+    from workbench.upstream.replay.records import _fill_from_case, _record
 
     produced = {}
     res = run_rank(RunConfig(model_dir=str(tmp_path / "missing")), ["x"], [0])  # fails while building the worker
@@ -67,15 +67,9 @@ def test_every_crash_producer_emits_exactly_the_constructors_fields(tmp_path):
     col = Collector(RunConfig(dp=2))
     produced["timeout"] = col.record(["x"], 1.0, "timeout", {})["crash"]
     rec = _record("0.5.13", "triton")
-    _fill_from_result(
+    _fill_from_case(
         rec,
-        {
-            "status": "crashed",
-            "exception_type": "AttributeError",
-            "message": MESSAGE,
-            "traceback": "Traceback ...",
-            "frames": [],
-        },
+        {"runs": [{"outcome": "raised", "exception": "AttributeError", "message": MESSAGE, "traceback": "Traceback"}]},
         "[t]",
         lambda s: None,
     )

@@ -203,7 +203,7 @@ def test_record_from_rank_reports() -> None:
     crashed = {
         "status": "crashed",
         "rank": 1,
-        "exception_type": "AttributeError",
+        "exception": "AttributeError",
         "time": 2.0,
         "message": "'EagleVerifyInput' object has no attribute 'kv_indptr'",
         "traceback": "Traceback ...",
@@ -219,7 +219,7 @@ def test_record_from_rank_reports() -> None:
         **crashed,
         "rank": 0,
         "time": 3.0,
-        "exception_type": "RuntimeError",
+        "exception": "RuntimeError",
         "message": "Connection closed by peer",
         "frames": _frames("speculative/eagle_worker_v2.py:verify"),
     }
@@ -268,7 +268,7 @@ import json, sys, time
 cfg = json.load(open(sys.argv[2]))
 if cfg["rank"] == 1:
     time.sleep(0.5)
-    json.dump({{"status": "crashed", "rank": 1, "exception_type": "AttributeError", "message": "m",
+    json.dump({{"status": "crashed", "rank": 1, "exception": "AttributeError", "message": "m",
                "traceback": "t", "frames": [], "batch": {{}}, "time": time.time()}}, open(cfg["result_path"], "w"))
     sys.exit(3)
 import subprocess
@@ -304,7 +304,6 @@ def test_cli_exit_codes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
     from workbench.upstream import cli
     from workbench.upstream.runtime import run as run_mod
 
-    monkeypatch.setattr(cli, "known_releases", lambda cache_dir=None: ["0.5.14"])
     records = {
         "ok": {"status": "ok", "crash": None, "error": None, "reference": {"equal": True}},
         "differs": {"status": "ok", "crash": None, "error": None, "reference": {"equal": False}},
@@ -341,53 +340,3 @@ def test_cli_exit_codes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
     with pytest.raises(SystemExit) as bad:
         cli.main(["run", "--sglang", "0.5.14", "--dp", "3"])
     assert bad.value.code == 2
-
-
-def test_end_to_end_verdicts_fix_the_earlier_pass_and_compare_the_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    from workbench.upstream.runtime import e2e
-
-    read = "sglang/srt/layers/attention/triton_backend.py:593"
-    finding = {
-        "backend": "triton",
-        "forward_mode": "IDLE",
-        "class": "EagleDraftExtendInput",
-        "attribute": "kv_indptr",
-        "read": read,
-    }
-
-    def crash(cls: str, line: int = 593) -> dict:
-        return {
-            "status": "crashed",
-            "error": None,
-            "crash": {
-                "rank": 1,
-                "phase": "x",
-                "forward_mode": "IDLE",
-                "batch_size": 1,
-                "exception_type": "AttributeError",
-                "message": f"'{cls}' object has no attribute 'kv_indptr'",
-                "spec_info": cls,
-                "raised_at": {"file": "sglang/srt/layers/attention/triton_backend.py", "line": line},
-            },
-        }
-
-    calls = []
-
-    def fake(version, **kw):
-        calls.append(list(kw["fixes"]))
-        return crash("EagleVerifyInput") if not kw["fixes"] else crash("EagleDraftExtendInput")
-
-    monkeypatch.setattr(e2e, "run_runtime", fake)
-    v = e2e.confirm_end_to_end(finding, "0.5.14")
-    assert v["verdict"] == "confirmed end to end" and calls == [[], ["verify-input"]]
-    monkeypatch.setattr(e2e, "run_runtime", lambda version, **kw: crash("EagleDraftExtendInput", line=600))
-    assert e2e.confirm_end_to_end(finding, "0.5.14")["verdict"] == "raised elsewhere"
-    monkeypatch.setattr(e2e, "run_runtime", lambda version, **kw: {"status": "ok", "crash": None, "error": None})
-    assert e2e.confirm_end_to_end(finding, "0.5.14")["verdict"] == "not reached"
-    for bad, word in (
-        ({"backend": "flashinfer"}, "flashinfer"),
-        ({"forward_mode": "DECODE"}, "DECODE"),
-        ({"class": "NgramVerifyInput"}, "NgramVerifyInput"),
-    ):
-        v = e2e.confirm_end_to_end({**finding, **bad}, "0.5.14")
-        assert v["verdict"] == "not drivable" and word in v["reason"] and v["runs"] == []

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.upstream.checkout import make_checkout
+from workbench.upstream.context import UpstreamContext
+from workbench.upstream.runtime.suite import between_prs_checkout
 
 pytestmark = pytest.mark.network
 VERIFY = "'EagleVerifyInput' object has no attribute 'kv_indptr'"
@@ -20,14 +21,14 @@ TOKENS = 8
 def _run(**kwargs) -> dict:
     from workbench.upstream.runtime import run_runtime
 
-    return run_runtime("0.5.14", max_new_tokens=TOKENS, **kwargs)
+    return run_runtime(UpstreamContext(), "0.5.14", max_new_tokens=TOKENS, **kwargs)
 
 
 @pytest.fixture(scope="module")
 def runs() -> dict:
     out = {"dp2": _run(dp=2), "dp2+verify-input": _run(dp=2, fixes=["verify-input"]), "dp1": _run(dp=1)}
     with tempfile.TemporaryDirectory(prefix="wb-between-") as tmp:
-        make_checkout("0.5.14", Path(tmp), drop_field=("EagleDraftExtendInput", "kv_indptr"))
+        between_prs_checkout(UpstreamContext(), "0.5.14", Path(tmp))
         out["between"] = _run(dp=2, fixes=["verify-input"], sglang_src=Path(tmp))
         out["between+fix"] = _run(dp=2, fixes=["verify-input", "pr-28221"], sglang_src=Path(tmp))
     return out

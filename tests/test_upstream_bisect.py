@@ -29,7 +29,7 @@ def test_bad_revisions_are_refused(tmp_path: Path) -> None:
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("version", ["0.5.14"])
 def test_bisect_names_the_field_removal(version: str, tmp_path: Path) -> None:
-    from workbench.upstream.checkout import make_history
+    from upstream_checkouts import make_history
 
     history = make_history(version, tmp_path / "repo", unrelated_after=5)
     out = tmp_path / "bisect.json"

@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 from workbench.debug.bundle import BundleError
 from workbench.upstream import cli
-from workbench.upstream.bundle_replay import driver_cfg, load_bundle, reference_metadata
+from workbench.upstream.replay.bundles import bundle_case, load_bundle, reference_metadata
 
 SLOTS = [17, 18, 19, 20, 21]  # row 0's slots from an earlier request on this rank
 
@@ -117,9 +117,10 @@ def test_reference_reads_the_bundles_real_slots(tmp_path: Path) -> None:
     bundle = load_bundle(write_bundle(tmp_path))
     assert bundle["meta"]["exception"]["message"] == "'EagleDraftExtendInput' object has no attribute 'kv_indptr'"
     assert reference_metadata(bundle) == {"kv_indptr": [0, 1, 2], "kv_indices": [17, 17]}
-    cfg = driver_cfg(bundle)
-    assert cfg["bundle"]["rows"] == [SLOTS[:1]] and cfg["req_to_token_shape"] == [4, 64]
-    assert cfg["cases"][0]["module"] == "sglang.srt.speculative.eagle_info"
+    case, batch = bundle_case(bundle)
+    assert batch["rows"] == [SLOTS[:1]] and batch["req_to_token_shape"] == [4, 64]
+    assert (case["spec_module"], case["spec_class"]) == ("sglang.srt.speculative.eagle_info", "EagleDraftExtendInput")
+    assert (case["batch"], case["mode"], case["answer_missing"]) == ("bundle", "IDLE", False)
 
 
 @pytest.mark.parametrize("damage", ["missing", "shape", "newer", "not_json"])

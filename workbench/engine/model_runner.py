@@ -6,6 +6,7 @@ KV buffers and its own backend instance.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -111,12 +112,25 @@ class ModelRunner:
     def forward_idle(
         self, fb: ForwardBatch, hidden: torch.Tensor | None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """As upstream: metadata only for a non-empty (padded) idle batch; the layers still run so
-        the MLP collectives line up across DP ranks."""
-        t0 = self.hooks.clock() if self.hooks.times_metadata else 0.0
-        if init_metadata_for(self.attn_backend, fb) and self.hooks.times_metadata:
-            self.hooks.on_metadata(self.name, fb, self.hooks.clock() - t0)
+        """As upstream: metadata only for a non-empty (padded) idle batch, unless a graph replay
+        already built it (``graph_idle_metadata``); the layers still run so the MLP collectives line
+        up across DP ranks."""
+        if fb.attn_metadata is None:
+            t0 = self.hooks.clock() if self.hooks.times_metadata else 0.0
+            if init_metadata_for(self.attn_backend, fb) and self.hooks.times_metadata:
+                self.hooks.on_metadata(self.name, fb, self.hooks.clock() - t0)
         return self._run(fb, hidden)
+
+    def graph_idle_metadata(self, fb: ForwardBatch) -> None:
+        """An idle batch's metadata as a CUDA-graph replay builds it: from ``seq_lens`` and the
+        request table, never from ``spec_info`` (upstream's ``init_forward_metadata_replay_cuda_graph``
+        path); the engine has no graphs, so the seq_lens path of ``init_forward_metadata`` stands in."""
+        view = dataclasses.replace(fb, spec_info=None)
+        t0 = self.hooks.clock() if self.hooks.times_metadata else 0.0
+        if init_metadata_for(self.attn_backend, view):
+            fb.attn_metadata = view.attn_metadata
+            if self.hooks.times_metadata:
+                self.hooks.on_metadata(self.name, fb, self.hooks.clock() - t0)
 
     def _run(self, fb: ForwardBatch, hidden: torch.Tensor | None):
         if self.is_draft:

@@ -2,8 +2,10 @@
 ``init_forward_metadata`` on a minimal valid batch, recording pass or the exception.
 
 The spec-input cases are the (mode, spec_info) pairs the engine produces (``spec_cases``); a
-spec-input type lacking something a backend reads shows up as a failing cell. The target's idle
-verify pass carries no spec_info here, which is why EagleVerifyInput never rides an IDLE batch.
+spec-input type lacking something a backend reads shows up as a failing cell. An idle rank's verify
+pass carries upstream's ``EagleVerifyInput`` idle input (``workbench.speculative.verify_idle``), so
+the kv_indptr-reading backends fail on it in a padded IDLE batch at every revision: the live
+upstream finding; the engine reaches it only when that batch runs eagerly (``idle_verify="eager"``).
 
 Each cell also carries the outcome the declared contracts predict (``expected_outcome``): a
 backend that declares ``reads_spec_kv_indptr`` must fail on a non-empty decode/idle batch whose
@@ -61,6 +63,8 @@ def _draft_decode_input(mode: str, fb: ForwardBatch):
 
 def _verify_input(mode: str, fb: ForwardBatch):
     n, bs = N_VERIFY, fb.batch_size
+    if mode.startswith("IDLE"):
+        return EagleVerifyInput.create_idle_input(1, n - 1, n)
     blocks = [
         torch.cat((torch.ones(n, int(p), dtype=torch.bool), torch.ones(n, n, dtype=torch.bool).tril()), 1)
         for p in fb.seq_lens.tolist()
@@ -91,7 +95,7 @@ def spec_cases(revision: str) -> list[SpecCase]:
     return [
         SpecCase("None", ("DECODE", "IDLE (padded)", "IDLE (size 0)", "EXTEND"), lambda m, fb: None),
         SpecCase("EagleDraftInput", ("DECODE", "IDLE (padded)", "IDLE (size 0)", "EXTEND"), _draft_decode_input),
-        SpecCase("EagleVerifyInput", ("TARGET_VERIFY",), _verify_input),
+        SpecCase("EagleVerifyInput", ("TARGET_VERIFY", "IDLE (padded)", "IDLE (size 0)"), _verify_input),
         SpecCase(
             f"{rev.draft_extend_class.__name__} (draft-extend)",
             ("DRAFT_EXTEND", "IDLE (padded)", "IDLE (size 0)"),

@@ -17,6 +17,7 @@ from workbench.backends import backend_names
 from workbench.models.loader import load_prompts
 from workbench.run.dp.policy import POLICIES as DP_POLICIES
 from workbench.speculative.revisions import REVISIONS
+from workbench.speculative.verify_idle import IDLE_VERIFY_RUNS, VERIFY_IDLE_INPUTS
 
 MODES = ("eagle", "greedy")
 DTYPES = ("float32", "bfloat16")
@@ -69,6 +70,22 @@ class RunConfig:
         metadata=_arg(
             "how prompts go to DP ranks (pack: fill rank 0 first, leaving later ranks idle)",
             choices=lambda: DP_POLICIES,
+        ),
+    )
+    verify_idle_input: str = field(
+        default="eagle-verify",
+        metadata=_arg(
+            "spec_info of an idle rank's verify pass: upstream's EagleVerifyInput idle input, or "
+            "eagle-verify-fixed (kv_indptr = None, the proposed fix)",
+            choices=lambda: list(VERIFY_IDLE_INPUTS),
+        ),
+    )
+    idle_verify: str = field(
+        default="graph",
+        metadata=_arg(
+            "an idle rank's verify batch: replayed from a CUDA graph (metadata from seq_lens) or run eager "
+            "(init_forward_metadata reads its spec_info)",
+            choices=lambda: IDLE_VERIFY_RUNS,
         ),
     )
     apply_fix_in_place: bool = field(

@@ -38,7 +38,9 @@ def build_worker(
     kw = {"dp_comm": dp_comm, "metrics": metrics, "hooks": hooks or NO_HOOKS}
     if cfg.mode == "greedy":
         return GreedyWorker(target, cfg.backend, cfg.max_running, MAX_CONTEXT, **kw)
-    spec = SpecConfig(get_revision(cfg.revision), cfg.steps, cfg.topk, cfg.draft_tokens)
+    spec = SpecConfig(
+        get_revision(cfg.revision), cfg.steps, cfg.topk, cfg.draft_tokens, cfg.verify_idle_input, cfg.idle_verify
+    )
     return EagleWorker(target, draft, cfg.backend, spec, cfg.max_running, MAX_CONTEXT, **kw)
 
 

@@ -22,6 +22,7 @@ from workbench.engine.worker import WorkerBase
 from workbench.speculative.eagle_info import EagleDraftInput, EagleVerifyInput, EagleVerifyOutput
 from workbench.speculative.eagle_tree import DraftBranches, DraftTree, greedy_verify
 from workbench.speculative.spec_config import SpecConfig
+from workbench.speculative.verify_idle import idle_verify_input
 
 
 class EagleWorker(WorkerBase):
@@ -120,7 +121,7 @@ class EagleWorker(WorkerBase):
             for _ in range(self.steps - 1):
                 self.run(self.draft, self.draft.idle_batch(self._idle_draft_input()), None)
         with self.phase("verify"):
-            self.run(self.target, self.target.idle_batch())
+            self._verify_idle()
         with self.phase("draft-extend"):
             self._draft_extend_idle()
 
@@ -302,6 +303,15 @@ class EagleWorker(WorkerBase):
         )
         out = self.run(self.draft, fb, hidden)
         self._set_next_draft(batch, out[indptr_from_lens(n_new)[1:] - 1])
+
+    def _verify_idle(self) -> None:
+        """The idle rank's TARGET_VERIFY twin: upstream's ``EagleVerifyInput`` idle input on a (padded)
+        idle batch, replayed from a graph or run eagerly (``workbench.speculative.verify_idle``)."""
+        spec = idle_verify_input(self.spec.verify_idle_input, self.topk, self.steps, self.num_draft_tokens)
+        fb = self.target.idle_batch(spec)
+        if self.spec.idle_verify == "graph":
+            self.target.graph_idle_metadata(fb)
+        self.run(self.target, fb)
 
     def _draft_extend_idle(self) -> None:
         spec = self.revision.idle_draft_extend_input(self.hidden_size, torch.float32, self.topk)

@@ -10,9 +10,12 @@ from workbench.speculative.revisions import Revision
 @dataclass(frozen=True)
 class SpecConfig:
     """As upstream's ``speculative_num_steps`` / ``speculative_eagle_topk`` /
-    ``speculative_num_draft_tokens``; ``revision`` picks the draft-extend spec_info class."""
+    ``speculative_num_draft_tokens``; ``revision`` picks the draft-extend spec_info class;
+    ``verify_idle_input`` / ``idle_verify`` the idle rank's verify pass (``verify_idle``)."""
 
     revision: Revision
     steps: int
     topk: int
     num_draft_tokens: int
+    verify_idle_input: str = "eagle-verify"
+    idle_verify: str = "graph"

@@ -1,24 +1,15 @@
-"""The upstream part of the workbench, on real sglang releases from PyPI.
+"""The upstream guard: real SGLang releases and checkouts, checked for the spec_info attribute bug class.
 
-- `survey(versions, cache_dir)`: a static (ast-only) contract survey of the release wheels:
-  which spec-input classes declare `kv_indptr`, which attention backends read
-  `spec_info.kv_indptr` and how, which workers install which class on draft-extend.
-- `replay(version, cache_dir)`: the padded-IDLE draft-extend pass on the release's real
-  code (real pools, real ForwardBatch padding, real TritonAttnBackend), in an isolated
-  cached venv, on CPU with the Triton interpreter; returns a run record.
+- `context`: `UpstreamContext` (cache, log, time limits, environment settings), passed explicitly.
+- `sources/`: releases on PyPI (`releases`), their unpacked sources and checkouts (`trees`), the
+  replay environments (`envs`).
+- `static/`: the one static analyser: the contract lint (`lint`, over `modes`, `classes`, `reads`,
+  `installs`) and the kv_indptr survey as a query over it (`survey`).
+- `replay/`: the one replay module: the driver that runs inside a release's environment
+  (`wb_driver`), its one front end for releases, checkouts and crash bundles (`front`), a verdict
+  for every finding (`verdicts`), the seed crash's run record (`records`), bundle replays (`bundles`).
+- `runtime/`: the released runtime itself on this CPU (its scheduler, EAGLE worker and DP attention over
+  gloo, one idle rank): `workbench upstream run`, and the guard's end-to-end verdicts (`e2e`).
+- the pipeline (`guard`), the nightly lane (`lane`), `bisect`, the engine-vs-upstream `fidelity` check, and
+  what notebook 04 reads (`measurements`).
 """
-
-from .contract_survey import format_details, format_table, survey
-from .release_replay import replay
-from .releases import ReleaseError, default_cache_dir, default_versions, known_releases
-
-__all__ = [
-    "survey",
-    "replay",
-    "format_table",
-    "format_details",
-    "known_releases",
-    "default_versions",
-    "default_cache_dir",
-    "ReleaseError",
-]

@@ -14,18 +14,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from .env import ensure_env
-from .guard import checkout_version, nearest_release
-from .lint import analyse, dir_sources, finding_key, source_root
-from .releases import Log, check_version, default_cache_dir, echo, known_releases
-from .triage import replay_matrix
-
-DEFAULT_CASE = {
-    "module": "sglang.srt.speculative.eagle_info",
-    "class": "EagleDraftExtendInput",
-    "mode": "IDLE",
-    "backend": "triton",
-}
+from .context import UpstreamContext
+from .replay.cases import SEED_CASE
+from .replay.front import replay
+from .sources.releases import check_version, known_releases
+from .sources.trees import checkout_tree, nearest_release
+from .static.lint import analyse, finding_key
 
 
 class BisectError(ValueError):
@@ -72,48 +66,39 @@ def export_tree(repo: Path, sha: str, dest: Path) -> Path:
 
 
 def _matches(finding: dict, spec: str) -> bool:
-    """`spec` is `backend|backend_class|mode|class|attribute` with any field left empty or `*`."""
+    """`spec` is `backend|mode|class|attribute[|reading function]`, any field empty or `*`."""
     want = spec.split("|")
-    have = finding_key(finding).split("|")
-    if len(want) == 4:  # backend|mode|class|attribute
-        have = [have[0], *have[2:]]
-    return len(want) == len(have) and all(w in ("", "*", h) for w, h in zip(want, have, strict=False))
+    have = finding_key(finding).split("|")[: len(want)]
+    return len(want) in (4, 5) and all(w in ("", "*", h) for w, h in zip(want, have, strict=True))
 
 
-def is_bad(
-    tree: Path, finding: str | None, env_release: str, cache_dir: Path, log: Log, timeout_s: float
-) -> tuple[bool, str]:
+def is_bad(ctx: UpstreamContext, tree: Path, finding: str | None, env_release: str) -> tuple[bool, str]:
     """(bad?, why) for one exported tree."""
     if finding:
-        hits = [f for f in analyse(dir_sources(tree), str(tree))["findings"] if _matches(f, finding)]
-        return bool(hits), (f"lint finding at {hits[0]['read'].split('/')[-1]}" if hits else "no such finding")
+        hits = [f for f in analyse(checkout_tree(tree))["findings"] if _matches(f, finding)]
+        where = f"{hits[0]['read_file'].split('/')[-1]}:{hits[0]['read_line']}" if hits else ""
+        return bool(hits), (f"lint finding at {where}" if hits else "no such finding")
 
-    env = ensure_env(env_release, cache_dir, log=log, src_root=source_root(tree))
-    matrix = replay_matrix(env, [DEFAULT_CASE], timeout_s)
-    case = (matrix["cases"] or [{}])[0]
-    if case.get("status") == "crashed":
-        return True, f"{case['exception_type']}: {case['message']}"
-    if case.get("status") == "ok":
-        return False, f"ok: kv_indptr={case.get('metrics', {}).get('kv_indptr')}"
+    result = replay(ctx.replace(env_release=env_release), checkout_tree(tree), [{**SEED_CASE, "answer_missing": False}])
+    case = (result["cases"] or [{}])[0]
+    run = (case.get("runs") or [{}])[0]
+    if run.get("outcome") == "raised":
+        return True, f"{run['exception']}: {run['message']}"
+    if run.get("outcome") == "completed":
+        return False, f"ok: kv_indptr={run.get('metrics', {}).get('kv_indptr')}"
     raise BisectError(
-        f"replay could not decide: {case.get('status') or matrix['status']}: "
-        f"{case.get('message') or matrix.get('message')}"
+        f"replay could not decide: {run.get('outcome') or result['status']}: "
+        f"{case.get('error') or run.get('message') or result.get('message')}"
     )
 
 
-def bisect(
-    repo: Path,
-    good: str,
-    bad: str,
-    finding: str | None = None,
-    env_release: str | None = None,
-    cache_dir: Path | None = None,
-    log: Log = echo,
-    timeout_s: float = 900,
-) -> dict:
-    """Binary search for the first bad commit in (good, bad]; `good` assumed good, `bad` bad."""
+def bisect(ctx: UpstreamContext, repo: Path, good: str, bad: str, finding: str | None = None) -> dict:
+    """Binary search for the first bad commit in (good, bad]; `good` assumed good, `bad` bad.
+
+    Replays run on `ctx.env_release`'s environment (default: the release nearest each commit's version).
+    """
     repo = Path(repo).expanduser().resolve()
-    cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+    log = ctx.log
     commits = commits_between(repo, good, bad)
     if not commits:
         raise BisectError(f"no commits between --good {good} and --bad {bad}")
@@ -121,20 +106,17 @@ def bisect(
     lo, hi = -1, len(commits) - 1  # commits[hi] is bad; everything up to lo is good
     scratch = Path(tempfile.mkdtemp(prefix="wb-bisect-"))
     try:
-        env_v = env_release
+        env_v = ctx.env_release
         while hi - lo > 1:
             mid = (lo + hi) // 2
             c = commits[mid]
             step = scratch / c["sha"][:12]
             step.mkdir()
             tree = export_tree(repo, c["sha"], step)
-            if env_v is None:
-                known = known_releases(cache_dir)
-                env_v = nearest_release(checkout_version(tree), known)
-            else:
-                env_v = check_version(env_v, known_releases(cache_dir))
+            known = known_releases(ctx)
+            env_v = check_version(env_v, known) if env_v else nearest_release(checkout_tree(tree).release, known)
             start = time.perf_counter()
-            verdict, why = is_bad(tree, finding, env_v, cache_dir, log, timeout_s)
+            verdict, why = is_bad(ctx, tree, finding, env_v)
             tried.append({**c, "bad": verdict, "why": why, "s": round(time.perf_counter() - start, 1)})
             log(f"[bisect] {c['sha'][:10]} {c['subject'][:60]!r}: {'BAD' if verdict else 'good'} ({why})")
             shutil.rmtree(step, ignore_errors=True)

@@ -1,7 +1,8 @@
-"""`workbench upstream survey|replay|lint|bisect|fidelity|nightly` (also `python -m workbench.upstream ...`).
+"""`workbench upstream survey|lint|recall|bisect|nightly|replay|repro|run|fidelity` (also
+`python -m workbench.upstream ...`).
 
-Each subcommand imports what it runs when it runs (the replays and the fidelity check load torch,
-the survey plot matplotlib), so `--help` and a usage error answer at once.
+Each subcommand imports what it runs when it runs (the replays, the real runtime and the fidelity
+check load torch, the survey plot matplotlib), so `--help` and a usage error answer at once.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from pathlib import Path
 from workbench.debug.bundle import BundleError
 
 from .bisect import BisectError
-from .lint import SourceError
-from .releases import ReleaseError, check_version, default_cache_dir, echo, known_releases
+from .context import UpstreamContext, default_cache_dir, echo
+from .gate import GateError
 from .runtime.run import RuntimeConfigError
+from .sources.releases import ReleaseError, check_versions
+from .sources.trees import SourceError
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -62,9 +65,41 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         default=None,
         help="release whose environment replays a checkout (default: nearest to its version)",
     )
-    ln.add_argument("--replay", action="store_true", help="replay every installed spec input and triage")
+    ln.add_argument("--replay", action="store_true", help="replay every installed spec input: a verdict per finding")
+    ln.add_argument(
+        "--end-to-end",
+        action="store_true",
+        help="with --replay: run the released runtime (DP 2, one idle rank, CPU) for each confirmed finding on a "
+        "path it drives (triton / torch_native, IDLE, an EAGLE pass's input); one that raises at the read becomes "
+        "'confirmed end to end' (minutes per backend; see docs/real-runtime.md)",
+    )
     ln.add_argument("--json", type=Path, default=None, dest="json_out", help="write findings here")
     ln.add_argument("--timeout", type=float, default=900, help="seconds for each replay process")
+    ln.add_argument(
+        "--fail-on",
+        choices=["new", "confirmed", "any"],
+        default=None,
+        help="exit 1 when such findings exist: new (not covered by the triage file), confirmed, any; "
+        "exit 2 on a usage or environment error (see docs/upstream-guard.md)",
+    )
+    ln.add_argument("--triage", type=Path, default=None, help="triage file (default: the shipped one)")
+    ln.add_argument("--sarif", type=Path, default=None, metavar="OUT", help="write SARIF 2.1.0 here")
+    ln.add_argument(
+        "--update-triage",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write a triage file from these releases' findings (link/live/note kept from --triage)",
+    )
+    rc = sub.add_parser(
+        "recall",
+        help="recall of the lint measured by mutation of real release sources (field removed, guard removed, "
+        "install moved), with negative controls",
+    )
+    rc.add_argument("--sglang", nargs="+", required=True, metavar="X", help="release(s) whose sources are mutated")
+    rc.add_argument("--json", type=Path, default=None, dest="json_out", help="write the per-kind figures here")
+    rc.add_argument("--min-recall", type=float, default=0.95, help="exit 1 when a kind's recall is below this")
+    rc.add_argument("--min-mutants", type=int, default=50, help="exit 1 when a release yields fewer mutants")
     bs = sub.add_parser("bisect", help="first bad commit of an sglang git checkout (replay or lint)")
     bs.add_argument("--sglang-src", type=Path, required=True, metavar="REPO")
     bs.add_argument("--good", required=True, metavar="REV")
@@ -80,13 +115,14 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     bs.add_argument("--timeout", type=float, default=900)
     nl = sub.add_parser(
         "nightly",
-        help="the network lane: lint + replays on the newest release, "
-        "failing on findings the triage file does not list",
+        help="the network lane: lint + replays on the newest release, judged with --fail-on new; "
+        "exit 0 pass, 1 findings fail the gate, 2 the lane could not run",
     )
     nl.add_argument("--out", type=Path, required=True, help="writes upstream_lane.json/.html here")
     nl.add_argument("--history", type=Path, default=None, help="JSON-lines history to append to")
     nl.add_argument("--triage", type=Path, default=None, help="triage file (default: the shipped one)")
     nl.add_argument("--sglang", default=None, metavar="X", help="release (default: the newest on PyPI)")
+    nl.add_argument("--timeout", type=float, default=900, help="seconds for each replay process")
     rp = sub.add_parser("replay", help="replay the padded-IDLE draft-extend (or a crash bundle) on real sglang")
     rp.add_argument("--sglang", required=True, nargs="+", metavar="X", help="release(s) to replay")
     rp.add_argument(
@@ -106,6 +142,14 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     rp.add_argument("--rebuild", action="store_true", help="rebuild the release's venv")
     rp.add_argument("--timeout", type=float, default=900, help="seconds for the replay subprocess")
+    rr = sub.add_parser(
+        "repro",
+        help="for every confirmed idle finding of a release: a standalone reproducer, the smallest fix, both run",
+    )
+    rr.add_argument("--sglang", required=True, metavar="X", help="the release (usually the newest)")
+    rr.add_argument("--out", type=Path, required=True, help="one folder per finding, and index.json")
+    rr.add_argument("--range", nargs="*", default=None, metavar="X", help="releases to run each reproducer on")
+    rr.add_argument("--timeout", type=float, default=900, help="seconds for each replay process")
     _add_run(sub)
     fd = sub.add_parser(
         "fidelity", help="our contracts vs the releases' (shipped snapshot, or fresh --survey/--replay JSON)"
@@ -163,13 +207,14 @@ def _add_run(sub) -> None:  # imports on use (module docstring)
     rn.add_argument("--json", type=Path, default=None, dest="json_out", help="write the run record here")
 
 
-def _run(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
+def _run(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
     """Exit 0: ended ok (outputs equal to the reference) or crashed, as --expect says if given; 1: --expect
     not met, outputs that differ from the reference, or a timeout; 2: bad input, or the release cannot run
     this configuration here (the record's error, or its limits: a known upstream limit the run met)."""
     from .runtime.run import run_runtime
 
     rec = run_runtime(
+        ctx,
         args.sglang,
         args.dp,
         args.backend,
@@ -183,8 +228,6 @@ def _run(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (m
         not args.no_reference,
         args.disable_overlap_schedule,
         args.timeout,
-        cache_dir,
-        log=echo,
     )
     if rec["crash"]:
         echo(rec["crash"]["traceback"].rstrip())
@@ -229,19 +272,13 @@ def _fidelity(args: argparse.Namespace) -> int:  # imports on use (module docstr
     return 0
 
 
-def _check_versions(versions: list[str], cache_dir: Path) -> list[str]:
-    known = known_releases(cache_dir)
-    return [check_version(v, known) for v in versions]
-
-
-def _survey(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
+def _survey(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
     from workbench.views.plots.survey import plot_survey
 
-    from .contract_survey import format_details, format_table, survey
+    from .static.survey import format_details, format_table, survey
 
-    versions = _check_versions(args.versions, cache_dir) if args.versions else None
     start = time.perf_counter()
-    result = survey(versions, cache_dir, log=echo)
+    result = survey(ctx, args.versions)
     echo("")
     echo(format_table(result))
     if args.details:
@@ -257,13 +294,13 @@ def _survey(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use
     return 0
 
 
-def _replay(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
-    from .release_replay import replay
+def _replay(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from .replay.records import seed_record
 
-    versions = _check_versions(args.sglang, cache_dir)
+    versions = check_versions(ctx, args.sglang)
     records = []
     for version in versions:
-        rec = replay(version, cache_dir, backend=args.backend, log=echo, timeout_s=args.timeout, rebuild=args.rebuild)
+        rec = seed_record(ctx, version, backend=args.backend)
         records.append(rec)
         t = rec["timings"]
         echo(
@@ -293,39 +330,71 @@ def _write(path: Path | None, data: object) -> None:
         echo(f"wrote {path}")
 
 
-def _lint(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
+def _lint(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from .context import workbench_commit
+    from .gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, build_triage, judge, load_triage, ran_problems
     from .guard import check
-    from .lint import format_findings
+    from .sarif import to_sarif
+    from .sources.releases import latest_release
+    from .static.lint import format_findings
 
-    versions = _check_versions(args.sglang, cache_dir) if args.sglang else None
-    result = check(
-        versions,
-        args.sglang_src,
-        args.env_release,
-        replay=args.replay,
-        cache_dir=cache_dir,
-        log=echo,
-        timeout_s=args.timeout,
+    triage = load_triage(args.triage) if (args.fail_on or args.update_triage) else {}
+    result = check(ctx, args.sglang, args.sglang_src, replay=args.replay, end_to_end=args.end_to_end)
+    problems = ran_problems(result, args.replay)
+    failing = judge(result["findings"], triage, args.fail_on, latest_release(ctx)) if args.fail_on else []
+    result.update(
+        problems=problems, fail_on=args.fail_on, failing=[{"key": f["key"], "gate": f["gate"]} for f in failing]
     )
     echo("")
     echo(format_findings(result["findings"]))
+    for f in failing:
+        echo(f"FAIL {f['key']} at {f['read_file']}:{f['read_line']}: {f['gate']}")
+    for p in problems:
+        echo(f"ERROR {p}")
     _write(args.json_out, result)
-    return 0
+    if args.sarif:
+        roots = {r["source"]: (r["base"], r["prefix"]) for r in result["results"]}
+        _write(args.sarif, to_sarif(result, roots, failing, workbench_commit() or "unknown"))
+    if args.update_triage:
+        command = "workbench upstream " + " ".join(args.argv)
+        _write(args.update_triage, build_triage(result, triage, command, workbench_commit()))
+    if problems:
+        return EXIT_ERROR
+    return EXIT_FAIL if failing else EXIT_PASS
 
 
-def _bisect(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
+def _recall(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from .static.recall import format_recall, recall
+
+    start = time.perf_counter()
+    result = recall(ctx, args.sglang, "workbench upstream " + " ".join(args.argv))
+    result["run_s"] = round(time.perf_counter() - start, 1)
+    echo("")
+    echo(format_recall(result))
+    for v, r in result["releases"].items():
+        for m in r["misses"]:
+            echo(f"MISSED {v} {m['kind']}: {m['name']}")
+        for name in r["dirty_controls"]:
+            echo(f"DIRTY CONTROL {v}: {name}")
+    _write(args.json_out, result)
+    echo(f"recall over {len(result['releases'])} release(s) took {result['run_s']} s")
+    low = [
+        f"{v} {kind}: recall {k['recall']}"
+        for v, r in result["releases"].items()
+        for kind, k in r["kinds"].items()
+        if k["recall"] is not None and k["recall"] < args.min_recall
+    ]
+    low += [f"{v}: a dirty control" for v, r in result["releases"].items() if r["dirty_controls"]]
+    low += [f"{v}: {r['mutants']} mutants" for v, r in result["releases"].items() if r["mutants"] < args.min_mutants]
+    for line in low:
+        echo(f"FAIL {line}")
+    return 1 if low else 0
+
+
+def _bisect(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
     from .bisect import bisect
 
-    result = bisect(
-        args.sglang_src,
-        args.good,
-        args.bad,
-        args.finding,
-        args.env_release,
-        cache_dir,
-        log=echo,
-        timeout_s=args.timeout,
-    )
+    result = bisect(ctx, args.sglang_src, args.good, args.bad, args.finding)
     first = result["first_bad"]
     echo(f"first bad commit: {first['sha']} {first['subject']}")
     echo(
@@ -336,12 +405,10 @@ def _bisect(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use
     return 0
 
 
-def _replay_bundle(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
-    from .bundle_replay import replay_bundle
+def _replay_bundle(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from .replay.bundles import replay_bundle
 
-    result = replay_bundle(
-        args.bundle, _check_versions(args.sglang, cache_dir), cache_dir, log=echo, timeout_s=args.timeout
-    )
+    result = replay_bundle(ctx, args.bundle, args.sglang)
     echo(f"reference (from the bundle): {result['reference']}")
     for v, r in result["releases"].items():
         echo(
@@ -353,40 +420,54 @@ def _replay_bundle(args: argparse.Namespace, cache_dir: Path) -> int:  # imports
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code (2 for a bad version string)."""
+    """Entry point; returns the exit code: 0 pass, 1 findings fail the gate (or a replay failed), 2 a usage
+    or environment error (a bad version, source folder or triage file; a lint or lane that could not run)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    cache_dir = args.cache_dir or default_cache_dir()
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded in what the command writes
+    if getattr(args, "end_to_end", False) and not args.replay:
+        parser.error("--end-to-end needs --replay (it upgrades the findings a replay confirmed)")
+    ctx = UpstreamContext(
+        cache_dir=args.cache_dir or default_cache_dir(),
+        log=echo,
+        timeout_s=getattr(args, "timeout", None) or 900.0,
+        rebuild=getattr(args, "rebuild", False),
+        env_release=getattr(args, "env_release", None),
+    )
     try:
         if args.command == "survey":
-            return _survey(args, cache_dir)
+            return _survey(args, ctx)
         if args.command == "fidelity":
             return _fidelity(args)
         if args.command == "lint":
-            return _lint(args, cache_dir)
+            return _lint(args, ctx)
         if args.command == "nightly":
             # imports on use (module docstring)
             from workbench.views.upstream import lane_html
 
-            from .lane import run_lane
+            from .lane import EXIT, run_lane
 
-            night = run_lane(
-                args.out,
-                args.history,
-                args.triage,
-                _check_versions([args.sglang], cache_dir)[0] if args.sglang else None,
-                cache_dir,
-            )
-            (args.out / "upstream_lane.html").write_text(lane_html(night))
-            return 1 if night["verdict"] == "fail" else 0
+            version = check_versions(ctx, [args.sglang])[0] if args.sglang else None
+            night = run_lane(ctx, args.out, args.history, args.triage, version, render=lane_html)
+            return EXIT[night["verdict"]]
         if args.command == "bisect":
-            return _bisect(args, cache_dir)
+            return _bisect(args, ctx)
+        if args.command == "recall":
+            return _recall(args, ctx)
         if args.command == "run":
-            return _run(args, cache_dir)
+            return _run(args, ctx)
+        if args.command == "repro":
+            from .replay.repro import reproducers  # imports on use (module docstring)
+
+            index = reproducers(ctx, args.sglang, args.out, args.range)
+            for key, r in index["reproducers"].items():
+                echo(f"{key}: reproduced {r['reproduced']}, fixed {r['fixed']}, raises on {', '.join(r['raises'])}")
+            echo(f"wrote {args.out / 'index.json'}")
+            return 0 if all(r["reproduced"] and r["fixed"] for r in index["reproducers"].values()) else 1
         if args.bundle is not None:
-            return _replay_bundle(args, cache_dir)
-        return _replay(args, cache_dir)
-    except (ReleaseError, SourceError, BisectError, BundleError, RuntimeConfigError) as exc:
+            return _replay_bundle(args, ctx)
+        return _replay(args, ctx)
+    except (ReleaseError, SourceError, BisectError, BundleError, GateError, RuntimeConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
 

@@ -1,18 +1,22 @@
-"""What notebook 04 reads about the real releases: the survey, the replays and the lint findings,
-from the shipped measurements (offline, dated) or measured now (``live``); what departs from
-upstream; the notebook record's runs. ``workbench.views.upstream`` shows them."""
+"""What notebook 04 reads about the real releases: the survey, the replays, the lint findings with
+their verdicts and the reproducers of confirmed live findings, from the shipped measurements
+(offline, labelled with their date and the commit that made them) or measured now (``live``); what
+departs from upstream; the notebook record's runs. ``workbench.views.upstream`` shows them."""
 
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from workbench.experiments.contracts import unexpected
-from workbench.upstream.contract_survey import survey as survey_releases
+from workbench.upstream.context import UpstreamContext
 from workbench.upstream.guard import check
-from workbench.upstream.release_replay import replay
-from workbench.upstream.releases import default_cache_dir
+from workbench.upstream.replay.records import seed_record
+from workbench.upstream.replay.repro import reproducers
+from workbench.upstream.sources.releases import latest_release
+from workbench.upstream.static.survey import survey as survey_releases
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
@@ -39,10 +43,14 @@ def load_measurements(
         survey = {**survey, "versions": kept, "releases": {v: survey["releases"][v] for v in kept}}
         prov = json.loads((ASSETS / "upstream_snapshot.json").read_text())["provenance"]
         return {"survey": survey, "replays": replays, "source": f"shipped measurements ({prov['generated_at']})"}
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    result = survey_releases(releases, cache, log=log)
-    recs = [replay(v, cache, log=log) for v in replay_releases]
-    return {"survey": result, "replays": recs, "source": f"measured now (cache {cache})"}
+    ctx = _context(cache_dir, log)
+    result = survey_releases(ctx, releases)
+    recs = [seed_record(ctx, v) for v in replay_releases]
+    return {"survey": result, "replays": recs, "source": f"measured now (cache {ctx.cache_dir})"}
+
+
+def _context(cache_dir: str | None, log: Callable[[str], None]) -> UpstreamContext:
+    return UpstreamContext(log=log) if cache_dir is None else UpstreamContext(cache_dir=Path(cache_dir), log=log)
 
 
 def load_findings(
@@ -53,9 +61,32 @@ def load_findings(
         data = json.loads((ASSETS / "upstream_findings.json").read_text())
         data["source"] = f"shipped measurement ({data['generated_at']}, {data['measured_on']})"
         return data
-    data = check(releases, replay=True, cache_dir=Path(cache_dir) if cache_dir else None, log=log)
+    data = check(_context(cache_dir, log), releases, replay=True)
     data["source"] = "measured now"
     return data
+
+
+def load_reproducers(
+    live: bool = False, version: str | None = None, cache_dir: str | None = None, log: Callable[[str], None] = print
+) -> dict:
+    """The reproducer index (``workbench upstream repro``) with each folder's result under ``results``
+    and a ``label``: the shipped one, or one made now for `version` into a temporary folder."""
+    if live:
+        ctx = _context(cache_dir, log)
+        folder = Path(tempfile.mkdtemp(prefix="wb-repro-"))
+        index = reproducers(ctx, version or latest_release(ctx), folder)
+        label = f"made now in {folder} (sglang {index['release']})"
+    else:
+        folder = ASSETS / "upstream_repro"
+        index = json.loads((folder / "index.json").read_text())
+        label = (
+            f"shipped measurement of {index['measured_at'][:10]} on sglang {index['release']} "
+            f"by eagle-workbench {index['workbench_commit']}, not a live run"
+        )
+    results = {
+        key: json.loads((folder / r["folder"] / "result.json").read_text()) for key, r in index["reproducers"].items()
+    }
+    return {**index, "folder": str(folder), "results": results, "label": label}
 
 
 def replay_failures(replays: list[dict], expected: dict) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any
 from workbench.backends import get_backend_class
 from workbench.debug.bundle import CrashBundle
 from workbench.debug.replay import ReplayResult
-from workbench.upstream.bundle_replay import SHIPPED, load_shipped
+from workbench.upstream.replay.bundles import SHIPPED, load_shipped
 from workbench.views.display import HTML
 from workbench.views.tables import Table
 

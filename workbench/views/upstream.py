@@ -1,12 +1,13 @@
 """What notebook 04 and the upstream lane show: the survey, the replays, the fidelity check, the
-contract fuzzer and the lint findings as tables (the data: ``workbench.upstream.measurements``), and
-one night of the upstream lane as an HTML section."""
+contract fuzzer, the guard's findings with their verdicts and the reproducers of confirmed live
+findings as tables (the data: ``workbench.upstream.measurements``), and one night of the upstream
+lane with its history as an HTML section."""
 
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
-from workbench.upstream.lint import finding_key
 from workbench.views.tables import Table
 
 
@@ -61,45 +62,112 @@ def fuzzer_table(rows: list[dict]) -> Table:
 
 
 def findings_table(findings: list[dict]) -> Table:
-    """One row per (finding, releases it appears in): backend, mode, class, attribute, triage."""
+    """One row per (finding, releases it appears in): backend, mode, class, attribute, verdict."""
     merged: dict = {}
     for f in findings:
-        key = (f["backend"], f["forward_mode"], f["class"], f["attribute"], f["triage"]["status"])
+        key = (f["backend"], f["mode"], f["spec_class"], f["attr"], f["verdict"])
         row = merged.setdefault(
             key,
             {
                 "backend": f["backend"],
-                "mode": f["forward_mode"],
-                "class": f["class"],
-                "attribute": f["attribute"],
+                "mode": f["mode"],
+                "class": f["spec_class"],
+                "attribute": f["attr"],
                 "releases": [],
-                "read": f["read"].split("/")[-1],
-                "triage": f["triage"]["status"],
-                "why": f["triage"]["reason"],
+                "read": f"{f['read_file'].split('/')[-1]}:{f['read_line']}",
+                "verdict": f["verdict"],
+                "why": f["verdict_reason"],
             },
         )
         row["releases"].append(f["source"].replace("sglang ", ""))
     rows = [{**r, "releases": ", ".join(dict.fromkeys(r["releases"]))} for r in merged.values()]
-    return Table(rows, ["backend", "mode", "class", "attribute", "releases", "read", "triage", "why"])
+    return Table(rows, ["backend", "mode", "class", "attribute", "releases", "read", "verdict", "why"])
 
 
-def lane_html(night: dict) -> str:
-    """One night of the upstream lane (``workbench.upstream.lane.run_lane``) as an HTML section."""
+VERDICTS = (
+    "confirmed end to end",
+    "confirmed",
+    "traced: raised",
+    "refuted",
+    "traced: not read",
+    "unreachable",
+    "unverified",
+)
+
+
+def verdict_counts(findings: list[dict]) -> Table:
+    """One row per source: how many findings got each verdict, and the unverified share."""
+    rows: dict[str, dict] = {}
+    for f in findings:
+        row = rows.setdefault(f["source"], {"source": f["source"], **dict.fromkeys(VERDICTS, 0), "findings": 0})
+        row[f["verdict"]] = row.get(f["verdict"], 0) + 1
+        row["findings"] += 1
+    for row in rows.values():
+        row["unverified %"] = round(100 * row["unverified"] / row["findings"], 1) if row["findings"] else 0.0
+    return Table(list(rows.values()), ["source", "findings", *VERDICTS, "unverified %"])
+
+
+def _reach(r: dict) -> str:
+    reach = r.get("reachability") or {}
+    return "; ".join(f"{k}: {v}" for k, v in reach.items()) or "not analysed"
+
+
+def reproducer_table(data: dict) -> Table:
+    """One row per confirmed live finding: raised on the release, fixed by the smallest fix, the range."""
+    rows = []
+    for key, r in data["results"].items():
+        raises = r.get("raises", [])
+        rows.append(
+            {
+                "finding": key,
+                "read": f"{r['finding']['read_file'].rsplit('/', 1)[-1]}:{r['finding']['read_line']}",
+                "on the release": f"{r['on_release'].get('outcome')} at {r['on_release'].get('at')}",
+                "with the fix": r["with_fix"].get("outcome"),
+                "raises on": f"{raises[0]} - {raises[-1]} ({len(raises)} of {len(r['releases'])})" if raises else "-",
+                "reachability": _reach(r),
+            }
+        )
+    return Table(rows, ["finding", "read", "on the release", "with the fix", "raises on", "reachability"])
+
+
+def reproducer_files(data: dict, key: str) -> str:
+    """The fix diff and the reproducer's command of one finding, as text."""
+    folder = Path(data["folder"]) / data["reproducers"][key]["folder"]
+    return (
+        f"{folder}/repro.py  (standalone: imports only sglang and torch)\n"
+        f"  PYTHONPATH=<sglang {data['release']} sources> TRITON_INTERPRET=1 python repro.py\n\n"
+        f"{folder}/fix.diff:\n{(folder / 'fix.diff').read_text()}"
+    )
+
+
+def lane_html(night: dict, nights: list[dict]) -> str:
+    """One night of the upstream lane (``workbench.upstream.lane.run_lane``) as an HTML section for the
+    nightly report: its verdict, findings, what failed the gate or could not run, and ``nights`` (the
+    history, oldest first; the last 14 shown)."""
     esc = html.escape
     rows = "".join(
-        f"<tr><td>{esc(f['backend'])}</td><td>{esc(f['forward_mode'])}</td><td>{esc(f['class'])}</td>"
-        f"<td><code>{esc(f['attribute'])}</code></td><td><code>{esc(f['read'].split('/')[-1])}</code></td>"
-        f"<td>{esc(f['triage']['status'])}</td><td>{esc(f['triage']['reason'])}</td></tr>"
+        f"<tr><td>{esc(f['backend'])}</td><td>{esc(f['mode'])}</td><td>{esc(f['spec_class'])}</td>"
+        f"<td><code>{esc(f['attr'])}</code></td><td><code>{esc(f['read_file'].split('/')[-1])}:{f['read_line']}"
+        f"</code></td><td>{esc(str(f.get('verdict')))}</td><td>{esc(str(f.get('verdict_reason')))}</td></tr>"
         for f in night["findings"]
     )
-    fails = "".join(f"<li><code>{esc(finding_key(f))}</code>: {esc(f['gate'])}</li>" for f in night["failing"])
+    fails = "".join(f"<li><code>{esc(f['key'])}</code>: {esc(f['gate'])}</li>" for f in night["failing"])
+    probs = "".join(f"<li>{esc(p)}</li>" for p in night["problems"])
+    hist = "".join(
+        f"<tr><td>{esc(n['finished_at'])}</td><td>{esc(str(n['release']))}</td><td>{esc(n['verdict'])}</td>"
+        f"<td>{esc(', '.join(f'{k} {v}' for k, v in n['verdicts'].items()))}</td>"
+        f"<td>{len(n['failing'])}</td><td><code>{esc(str(n.get('workbench_commit')))[:12]}</code></td></tr>"
+        for n in reversed(nights[-14:])
+    )
     return (
-        f"<section><h2>Upstream lane: sglang {esc(night['release'])} "
-        f"({esc(night['verdict'])})</h2><p>Run {esc(night['finished_at'])}: contract lint of the "
-        "release's sources and replays of its spec inputs on the real backends (CPU, Triton "
-        "interpreter). <em>confirmed</em>: the real backend raises on the input the worker installs "
-        "(the backend contract; the runner path to the call is not replayed).</p>"
-        + (f"<ul>{fails}</ul>" if fails else "")
+        f"<section><h2>Upstream lane: sglang {esc(str(night['release']))} ({esc(night['verdict'])})</h2>"
+        f"<p>Run {esc(night['started_at'])} at workbench {esc(str(night['workbench_commit']))}: the contract "
+        "lint of the newest release's sources, every finding given a verdict by replays on the real backends "
+        "(CPU, Triton interpreter), judged with <code>--fail-on new</code> against the triage file.</p>"
+        + (f"<p><b>The lane could not run</b> (a failure, never a pass):</p><ul>{probs}</ul>" if probs else "")
+        + (f"<p><b>Failing the gate:</b></p><ul>{fails}</ul>" if fails else "")
         + "<table><tr><th>backend</th><th>mode</th><th>class</th><th>attribute</th><th>read</th>"
-        f"<th>triage</th><th>why</th></tr>{rows}</table></section>"
+        f"<th>verdict</th><th>why</th></tr>{rows}</table>"
+        "<h3>History</h3><table><tr><th>night</th><th>release</th><th>lane</th><th>verdicts</th>"
+        f"<th>failing</th><th>workbench</th></tr>{hist}</table></section>"
     )

@@ -41,10 +41,14 @@ def load_runs(
     (``live``), else the shipped file."""
     roles = list(roles or EXPECTED[backend])
     if live:
+        from workbench.upstream.context import UpstreamContext  # only for live runs, as below
+
         from .suite import run_roles  # live runs build environments and start ranks: only when asked
 
+        ctx = UpstreamContext() if cache_dir is None else UpstreamContext(cache_dir=Path(cache_dir))
+
         return {
-            "runs": run_roles(release, backend, roles, Path(cache_dir) if cache_dir else None),
+            "runs": run_roles(ctx, release, backend, roles),
             "source": "measured now",
             "shipped": None,
             "backend": backend,

@@ -229,7 +229,7 @@ def main() -> None:
                 "status": "crashed" if state["stage"] == "event_loop" else "error",
                 "rank": rank,
                 "stage": state["stage"],
-                "exception_type": type(exc).__name__,
+                "exception": type(exc).__name__,
                 "message": str(exc),
                 "traceback": "".join(traceback.format_exception(exc)),
                 "frames": _frames(tb),

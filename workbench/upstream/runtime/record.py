@@ -135,7 +135,7 @@ def _crash(res: dict) -> dict:
         phase=phase_of(res.get("frames", []), batch.get("forward_mode")),
         forward_mode=batch.get("forward_mode"),
         batch_size=batch.get("batch_size"),
-        exception_type=res["exception_type"],
+        exception_type=res["exception"],
         message=res["message"],
         traceback=res["traceback"],
         time=res.get("time"),
@@ -174,7 +174,7 @@ def _fill(rec: dict, ranks, prompts: list[list[int]]) -> None:
             rec["status"] = "error"
             rec["error"] = {
                 "stage": first.get("stage"),
-                "message": f"{first['exception_type']}: {first['message']}",
+                "message": f"{first['exception']}: {first['message']}",
                 "missing": None,
                 "traceback": first.get("traceback"),
                 "rank": first["rank"],

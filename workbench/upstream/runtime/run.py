@@ -16,8 +16,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from workbench.upstream.env import EnvBuildError, ensure_env, ensure_sources
-from workbench.upstream.releases import Log, check_version, default_cache_dir, echo, known_releases
+from workbench.upstream.context import UpstreamContext
+from workbench.upstream.sources.envs import EnvBuildError, ensure_env, ensure_sources
+from workbench.upstream.sources.releases import check_version, known_releases
+from workbench.upstream.sources.trees import source_root
 
 from . import record as record_mod
 from .fixes import FIXES
@@ -83,8 +85,6 @@ def validate(
                     "with `python scripts/train_runtime_models.py`"
                 )
     if sglang_src is not None:
-        from workbench.upstream.lint import source_root  # the lint's modules load only for a checkout
-
         source_root(Path(sglang_src))  # SourceError names the folder
 
 
@@ -176,6 +176,7 @@ def _keep_logs(run_dir: Path, dp: int) -> str | None:
 
 
 def run_runtime(
+    ctx: UpstreamContext,
     version: str,
     dp: int = 2,
     backend: str = "triton",
@@ -189,16 +190,17 @@ def run_runtime(
     reference: bool = True,
     disable_overlap_schedule: bool = False,
     timeout_s: float = 300,
-    cache_dir: Path | None = None,
-    log: Log = echo,
 ) -> dict:
     """Run the real SGLang ``version`` (or the checkout ``sglang_src`` on that release's environment).
 
-    Returns the run record (``record.build``): status ``ok`` / ``crashed`` / ``timeout`` / ``error``.
-    Raises RuntimeConfigError, ReleaseError or SourceError for bad arguments, before anything starts.
+    ``ctx`` gives the cache (the release's replay environment, shared with the replays) and the
+    progress log; ``timeout_s`` bounds the rank processes (and the HF reference), apart from
+    ``ctx.timeout_s`` (one replay process's limit). Returns the run record (``record.build``): status
+    ``ok`` / ``crashed`` / ``timeout`` / ``error``. Raises RuntimeConfigError, ReleaseError or
+    SourceError for bad arguments, before anything starts.
     """
     t0 = time.perf_counter()
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    log = ctx.log
     fixes = list(fixes)
     src = Path(sglang_src) if sglang_src is not None else None
     validate(
@@ -212,7 +214,7 @@ def run_runtime(
         num_prompts,
         max_new_tokens,
         src,
-        known_releases(cache_dir),
+        known_releases(ctx),
     )
     texts = load_prompts(num_prompts)
     prompts = [list(t.encode("utf-8")) for t in texts]
@@ -240,8 +242,8 @@ def run_runtime(
     rec = record_mod.new(cfg)
     tag = f"[sglang-{version}{' checkout' if src else ''} dp{dp} {backend}{' +' + '+'.join(fixes) if fixes else ''}]"
     try:
-        env = ensure_env(version, cache_dir, log=log, src_root=None if src is None else _src_root(src))
-        tree_src = ensure_sources(TREE_KERNELS_RELEASE, cache_dir, log) / TREE_KERNELS_FILE
+        env = ensure_env(ctx, version, src_root=None if src is None else source_root(src))
+        tree_src = ensure_sources(ctx, TREE_KERNELS_RELEASE) / TREE_KERNELS_FILE
     except EnvBuildError as exc:
         return record_mod.fail(rec, f"install:{exc.step}", exc.detail, exc.missing, t0)
     rec["timings"].update(env_s=round(time.perf_counter() - t0, 2), env_cached=env.cached, venv_build_s=env.built_in_s)
@@ -279,11 +281,5 @@ def run_runtime(
     return rec
 
 
-def _src_root(src: Path) -> Path:
-    from workbench.upstream.lint import source_root  # the lint's modules load only for a checkout
-
-    return source_root(src)
-
-
 if __name__ == "__main__":  # pragma: no cover - manual smoke run
-    print(json.dumps(run_runtime(sys.argv[1] if len(sys.argv) > 1 else "0.5.14"), indent=1)[:4000])
+    print(json.dumps(run_runtime(UpstreamContext(), sys.argv[1] if len(sys.argv) > 1 else "0.5.14"), indent=1)[:4000])

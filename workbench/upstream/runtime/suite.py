@@ -24,8 +24,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from workbench.upstream.checkout import make_checkout
-from workbench.upstream.releases import Log, echo
+from workbench.upstream.context import UpstreamContext, echo
+from workbench.upstream.sources.trees import release_tree
+from workbench.upstream.static.mutate import MutationError, remove_attribute
 
 from .run import code_state, run_runtime
 
@@ -37,6 +38,19 @@ ROLES: dict[str, dict] = {
     "between+verify-input+pr-28221": {"dp": 2, "fixes": ["verify-input", "pr-28221"], "between": True},
 }
 DROPPED = ("EagleDraftExtendInput", "kv_indptr")
+SPEC_FILE = "sglang/srt/speculative/eagle_info.py"
+
+
+def between_prs_checkout(ctx: UpstreamContext, release: str, dest: Path) -> Path:
+    """``dest`` laid out as an sglang checkout (``python/sglang``) of ``release`` with
+    ``EagleDraftExtendInput.kv_indptr`` removed (its field left as ``pass``: no line moves): PR #24860
+    merged, #28221 not yet, a state no release shipped. ValueError for a release without the field."""
+    tree = release_tree(ctx, release)
+    try:
+        text = remove_attribute(tree.files[SPEC_FILE], SPEC_FILE, *DROPPED)
+    except MutationError as exc:  # the release never declared the field (0.5.12, 0.5.13)
+        raise ValueError(f"sglang {release}: {exc}") from None
+    return tree.with_changes({SPEC_FILE: text}, label=f"sglang {release} minus {'.'.join(DROPPED)}").write(dest)
 
 
 def command(release: str, backend: str, spec: dict) -> str:
@@ -49,11 +63,10 @@ def command(release: str, backend: str, spec: dict) -> str:
 
 
 def run_roles(
+    ctx: UpstreamContext,
     release: str,
     backend: str = "triton",
     roles: list[str] | None = None,
-    cache_dir: Path | None = None,
-    log: Log = echo,
     **kwargs,
 ) -> dict[str, dict]:
     """role -> run record; the between-PRs checkout is built in a temporary folder and removed."""
@@ -71,14 +84,14 @@ def run_roles(
                 if between is None:
                     between = Path(tempfile.mkdtemp(prefix="wb-between-"))
                     try:
-                        make_checkout(release, between, drop_field=DROPPED, cache_dir=cache_dir)
-                    except ValueError as exc:  # the release never declared the field (0.5.12, 0.5.13)
+                        between_prs_checkout(ctx, release, between)
+                    except ValueError as exc:
                         raise ValueError(
                             f"role {role}: {exc}; the between-PRs state is built from a release "
                             "that declares the field (0.5.14 or later)"
                         ) from None
                 src = between
-            rec = run_runtime(release, backend=backend, sglang_src=src, cache_dir=cache_dir, log=log, **spec, **kwargs)
+            rec = run_runtime(ctx, release, backend=backend, sglang_src=src, **spec, **kwargs)
             rec["role"], rec["command"] = role, command(release, backend, ROLES[role])
             if src is not None:
                 state = f"sglang {release} minus {DROPPED[0]}.{DROPPED[1]}"
@@ -110,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = dict(old["runs"]) if old else {}
     for release in args.sglang:
         for backend in args.backend:
-            for role, rec in run_roles(release, backend, args.roles).items():
+            for role, rec in run_roles(UpstreamContext(), release, backend, args.roles).items():
                 runs[f"{release}/{backend}/{role}"] = rec
     line = "python -m workbench.upstream.runtime.suite " + " ".join(argv or [])
     doc = {

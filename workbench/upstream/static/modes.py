@@ -17,6 +17,7 @@ class ForwardModes:
     members: list[str]
     predicates: dict[str, ast.FunctionDef] = field(default_factory=dict)
     line: int = 0
+    enum: str = "ForwardMode"  # the enum class whose members `Enum.X` name (SpeculativeAlgorithm too)
 
     def accepts(self, predicate: str, kwargs: dict | None = None) -> set[str] | None:
         """Members for which `ForwardMode.<m>.<predicate>(**kwargs)` is true; None if unknown."""
@@ -56,7 +57,7 @@ class ForwardModes:
             return node.value
         if isinstance(node, ast.Name):
             return env.get(node.id) if node.id != "self" else ("member", member)
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ForwardMode":
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == self.enum:
             return ("member", node.attr)
         if isinstance(node, ast.BoolOp):
             values = [self._eval(v, member, env, depth) for v in node.values]
@@ -100,10 +101,11 @@ class ForwardModes:
         return None
 
 
-def parse_forward_modes(source: str) -> ForwardModes | None:
-    """The ForwardMode enum of `forward_batch_info.py`'s source, or None if absent."""
+def parse_forward_modes(source: str, enum: str = "ForwardMode") -> ForwardModes | None:
+    """The ForwardMode enum of `forward_batch_info.py`'s source (or another enum with `is_*()`
+    predicates, e.g. `SpeculativeAlgorithm`), or None if absent."""
     for node in ast.parse(source).body:
-        if isinstance(node, ast.ClassDef) and node.name == "ForwardMode":
+        if isinstance(node, ast.ClassDef) and node.name == enum:
             members = [
                 t.id
                 for s in node.body
@@ -112,7 +114,7 @@ def parse_forward_modes(source: str) -> ForwardModes | None:
                 if isinstance(t, ast.Name) and t.id.isupper()
             ]
             preds = {s.name: s for s in node.body if isinstance(s, ast.FunctionDef) and s.name.startswith("is_")}
-            return ForwardModes(members, preds, node.lineno)
+            return ForwardModes(members, preds, node.lineno, enum)
     return None
 
 

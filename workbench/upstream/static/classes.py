@@ -10,9 +10,22 @@ from __future__ import annotations
 
 import ast
 
-from .astscan import _base_name as _name
+from .flow import parse
 
 SPEC_BASE = "SpecInput"
+
+
+def _name(node: ast.expr) -> str:
+    """The bare name of a base class or decorator expression (`a.B` -> `B`, `B[T]` -> `B`)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Subscript):
+        return _name(node.value)
+    return ast.unparse(node)
+
+
 _CTOR = ("__init__", "__post_init__")
 
 
@@ -31,13 +44,24 @@ def _self_assigns(func: ast.FunctionDef) -> dict[str, int]:
     return out
 
 
-def _input_type(func: ast.FunctionDef) -> str | None:
-    """`X` of a `super().__init__(SpecInputType.X)` (or `SpecInput.__init__(self, ...X)`) call."""
+def _input_type(func: ast.FunctionDef) -> tuple[str, ...] | None:
+    """The `SpecInputType` members an instance may have: `(X,)` for `super().__init__(SpecInputType.X)`
+    (or `SpecInput.__init__(self, ...X)`); for `super().__init__(self.spec_input_type)`, every member
+    the function names (the check that the field holds one of them)."""
     for node in ast.walk(func):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "__init__":
             for arg in [*node.args, *(k.value for k in node.keywords)]:
                 if isinstance(arg, ast.Attribute) and _name(arg.value) == "SpecInputType":
-                    return arg.attr
+                    return (arg.attr,)
+                if isinstance(arg, ast.Attribute) and arg.attr == "spec_input_type":
+                    named = sorted(
+                        {
+                            n.attr
+                            for n in ast.walk(func)
+                            if isinstance(n, ast.Attribute) and _name(n.value) == "SpecInputType"
+                        }
+                    )
+                    return tuple(named) or None
     return None
 
 
@@ -92,9 +116,8 @@ def collect(sources: dict[str, str]) -> dict[str, dict]:
     """Every top-level class of `sources` ({relpath: text}), first definition wins."""
     classes: dict[str, dict] = {}
     for fname, text in sorted(sources.items()):
-        try:
-            tree = ast.parse(text, filename=fname)
-        except SyntaxError:
+        tree = parse(fname, text)
+        if tree is None:
             continue
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
@@ -152,7 +175,11 @@ def spec_input_classes(sources: dict[str, str]) -> dict[str, dict]:
             "set_later": {k: v for k, v in later.items() if k not in attrs},
             "input_type": input_type,
             "dynamic": any(classes.get(c, {}).get("dynamic") for c in chain),
-            "type_predicates": {p: input_type in types for p, types in predicates.items()},
+            "type_predicates": {
+                p: next(iter(vals))
+                for p, types in predicates.items()
+                if input_type and len(vals := {t in types for t in input_type}) == 1
+            },
             "unresolved_bases": sorted(
                 b
                 for c in chain

@@ -1,4 +1,4 @@
-"""Checkouts built from release sources: the state between two PRs, and a git history for bisect.
+"""Test checkouts built from release sources: the state between two PRs, and a git history for bisect.
 
 `make_checkout("0.5.14", dest, drop_field=("EagleDraftExtendInput", "kv_indptr"))` unpacks the
 release's cached wheel as `dest/python/sglang` and deletes that one field line: PR #24860 merged,
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import ast
 import subprocess
-import zipfile
 from pathlib import Path
 
-from .releases import default_cache_dir, ensure_wheel
+from workbench.upstream.context import UpstreamContext
+from workbench.upstream.sources.trees import release_tree
 
 SPEC_FILE = "sglang/srt/speculative/eagle_info.py"
 
@@ -31,13 +31,9 @@ def drop_field_line(path: Path, cls: str, field: str) -> int:
     raise ValueError(f"{path}: class {cls} declares no field {field!r}")
 
 
-def make_checkout(
-    version: str, dest: Path, drop_field: tuple[str, str] | None = None, cache_dir: Path | None = None
-) -> Path:
-    """`dest` laid out like an sglang checkout (`python/sglang/...`) from the release's wheel."""
-    wheel, _ = ensure_wheel(version, cache_dir or default_cache_dir())
-    with zipfile.ZipFile(wheel) as zf:
-        zf.extractall(Path(dest) / "python", [n for n in zf.namelist() if n.startswith("sglang/")])
+def make_checkout(version: str, dest: Path, drop_field: tuple[str, str] | None = None) -> Path:
+    """`dest` laid out like an sglang checkout (`python/sglang/...`) from the release's sources."""
+    release_tree(UpstreamContext(), version).write(dest)
     if drop_field:
         drop_field_line(Path(dest) / "python" / SPEC_FILE, *drop_field)
     return Path(dest)
@@ -52,12 +48,12 @@ def _git(repo: Path, *args: str) -> str:
     ).stdout.strip()
 
 
-def make_history(version: str, dest: Path, unrelated_after: int = 3, cache_dir: Path | None = None) -> dict:
+def make_history(version: str, dest: Path, unrelated_after: int = 3) -> dict:
     """A git repo: the release, then the kv_indptr field removed, then unrelated commits.
 
     Returns {"release": sha, "removal": sha, "head": sha, "commits": [sha, ...]}.
     """
-    repo = make_checkout(version, dest, cache_dir=cache_dir)
+    repo = make_checkout(version, dest)
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", f"sglang {version} sources")

@@ -10,9 +10,10 @@ same attribute) and which spec-input classes can reach it (`isinstance`, `is_*_i
 from __future__ import annotations
 
 import ast
+import hashlib
 from dataclasses import dataclass, field, replace
 
-from .lint_modes import ForwardModes, predicate_call
+from .modes import ForwardModes, predicate_call
 
 ENTRY = "init_forward_metadata"
 
@@ -30,7 +31,7 @@ class Ctx:
 
     modes: frozenset | None = None  # None: any forward mode
     has: frozenset = frozenset()  # attributes known to exist (guards)
-    only: tuple = ()  # class constraints: ("isinstance", C, bool) | ("pred", name, bool)
+    only: tuple = ()  # class constraints: ("isinstance", C, bool) | ("pred", name, bool) | ("type", X, bool)
     aliases: frozenset = frozenset()
 
 
@@ -71,6 +72,7 @@ class FileScanner:
         self.reads: list[dict] = []
         self.writes: set[str] = set()
         self._seen: set = set()
+        self._kinds: dict[int, str] = {}  # id(Attribute node) -> read kind set by its parent
 
     def _method(self, cname: str, name: str) -> ast.FunctionDef | None:
         seen = set()
@@ -187,12 +189,23 @@ class FileScanner:
                 facts.true_modes, facts.false_modes = accepted, set(self.fm.members) - accepted
         if isinstance(node, ast.Call):
             self._call(node, ctx, cname, where, facts)
+        typed = _type_test(node, ctx)
+        if typed is not None:
+            names, truth = typed
+            facts.true_only.append(("type", names, truth))
+            facts.false_only.append(("type", names, not truth))
+        if (
+            isinstance(node, ast.Compare)
+            and all(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops)
+            and all(isinstance(c, ast.Constant) and c.value is None for c in node.comparators)
+        ):
+            self._kinds[id(node.left)] = "none_check"
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.left, ast.Call):
             inner = self._getattr_default(node.left, ctx)
             if inner and isinstance(node.comparators[0], ast.Constant) and node.comparators[0].value is None:
                 (facts.false_has if isinstance(node.ops[0], ast.Is) else facts.true_has).add(inner)
         if isinstance(node, ast.Attribute) and is_spec(node.value, ctx.aliases) and isinstance(node.ctx, ast.Load):
-            self._read(node, ctx, where)
+            self._read(node, ctx, where, kind=self._kinds.get(id(node), "plain"))
             facts.true_has.add(node.attr)
             facts.false_has.add(node.attr)
         for child in ast.iter_child_nodes(node):
@@ -226,8 +239,10 @@ class FileScanner:
         ):
             if func.id == "hasattr" and isinstance(args[1], ast.Constant):
                 facts.true_has.add(args[1].value)
+                self._read(node, ctx, where, attr=args[1].value, kind="hasattr")
             elif func.id == "getattr" and isinstance(args[1], ast.Constant):
-                self._read(node, ctx, where, attr=args[1].value, default=len(args) >= 3)
+                default = len(args) >= 3
+                self._read(node, ctx, where, attr=args[1].value, kind="getattr" if default else "plain")
             elif func.id == "isinstance":
                 names = [e for e in (args[1].elts if isinstance(args[1], ast.Tuple) else [args[1]])]
                 classes = tuple(n.id if isinstance(n, ast.Name) else getattr(n, "attr", "?") for n in names)
@@ -260,14 +275,17 @@ class FileScanner:
                     out += [(m, other) for n in sorted(names) if (m := self._method(other, n))]
         return [(f, o) for f, o in out if not _only_raises(f)]
 
-    def _read(self, node: ast.AST, ctx: Ctx, where: str, attr: str | None = None, default: bool = False) -> None:
+    def _read(self, node: ast.AST, ctx: Ctx, where: str, attr: str | None = None, kind: str = "plain") -> None:
+        """Record a read; kind: plain, none_check (`x.a is None`), getattr (with a default), hasattr."""
         attr = attr or node.attr  # type: ignore[attr-defined]
-        guard = "getattr default" if default else ("guarded" if attr in ctx.has else None)
+        guard = {"getattr": "getattr default", "hasattr": "hasattr"}.get(kind)
+        guard = guard or ("guarded" if attr in ctx.has else None)
         self.reads.append(
             {
                 "file": self.fname,
                 "line": node.lineno,
                 "attr": attr,
+                "kind": kind,
                 "function": where,
                 "code": self.lines[node.lineno - 1].strip(),
                 "guarded": guard is not None,
@@ -278,21 +296,53 @@ class FileScanner:
         )
 
 
+def _type_test(node: ast.expr, ctx: Ctx) -> tuple[tuple[str, ...], bool] | None:
+    """(SpecInputType members, truth) of `<spec>.spec_input_type == / != / in / not in SpecInputType.X`."""
+    if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
+        return None
+    left, op, right = node.left, node.ops[0], node.comparators[0]
+    if not (isinstance(left, ast.Attribute) and left.attr == "spec_input_type" and is_spec(left.value, ctx.aliases)):
+        return None
+    elts = right.elts if isinstance(right, (ast.Tuple, ast.List, ast.Set)) else [right]
+    names = tuple(
+        e.attr for e in elts if isinstance(e, ast.Attribute) and getattr(e.value, "id", None) == "SpecInputType"
+    )
+    if len(names) != len(elts) or not names:
+        return None
+    if isinstance(op, (ast.Eq, ast.Is, ast.In)):
+        return names, True
+    if isinstance(op, (ast.NotEq, ast.IsNot, ast.NotIn)):
+        return names, False
+    return None
+
+
 def _only_raises(func: ast.FunctionDef) -> bool:
     body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
     return len(body) == 1 and isinstance(body[0], ast.Raise)
 
 
+_CACHE: dict[tuple, dict[str, list[dict]]] = {}
+
+
 def backend_reads(fname: str, source: str, modes: ForwardModes | None) -> dict[str, list[dict]]:
-    """{backend class: reads} for every class in `source` that defines init_forward_metadata."""
-    scanner = FileScanner(fname, source, modes)
-    return {cname: _dedup(scanner.scan(cname)) for cname in scanner.entries()}
+    """{backend class: reads} for every class in `source` that defines init_forward_metadata.
+
+    Cached by file and content (and the ForwardMode members), so mutants re-read only the
+    backends they change; callers must not modify the returned reads.
+    """
+    key = (fname, hashlib.sha1(source.encode("utf-8", "replace")).hexdigest(), tuple(modes.members) if modes else ())
+    if key not in _CACHE:
+        scanner = FileScanner(fname, source, modes)
+        _CACHE[key] = {cname: _dedup(scanner.scan(cname)) for cname in scanner.entries()}
+        if len(_CACHE) > 2000:
+            _CACHE.pop(next(iter(_CACHE)))
+    return _CACHE[key]
 
 
 def _dedup(reads: list[dict]) -> list[dict]:
     out: dict[tuple, dict] = {}
     for r in reads:
-        key = (r["line"], r["attr"], r["guarded"], tuple(map(tuple, r["only"])))
+        key = (r["line"], r["attr"], r["kind"], r["guarded"], tuple(map(tuple, r["only"])))
         if key in out and out[key]["modes"] is not None:
             merged = None if r["modes"] is None else sorted(set(out[key]["modes"]) | set(r["modes"]))
             out[key]["modes"] = merged

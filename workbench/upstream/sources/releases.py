@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
+
+from ..context import UpstreamContext
 
 PACKAGE = "sglang"
 DEFAULT_VERSIONS: tuple[str, ...] = ("0.5.11", "0.5.12", "0.5.13", "0.5.14")
@@ -39,24 +39,9 @@ FALLBACK_RELEASES: tuple[str, ...] = (
 )
 _RELEASES_TTL_S = 24 * 3600
 
-Log = Callable[[str], None]
-
-
-def echo(message: str) -> None:
-    """The default progress log: print and flush at once (progress shows when piped too)."""
-    print(message, flush=True)
-
 
 class ReleaseError(ValueError):
     """A version string that is malformed or not a published release."""
-
-
-def default_cache_dir() -> Path:
-    """The upstream cache: $WB_UPSTREAM_CACHE or ~/.cache/eagle-workbench/upstream."""
-    env = os.environ.get("WB_UPSTREAM_CACHE")
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "eagle-workbench" / "upstream"
 
 
 def version_key(version: str) -> Version:
@@ -76,9 +61,13 @@ def _query_pypi() -> list[str]:
     raise RuntimeError(f"pip index versions {PACKAGE} failed: {proc.stderr.strip()[-300:]}")
 
 
-def known_releases(cache_dir: Path | None = None, refresh: bool = False) -> list[str]:
-    """All sglang releases, oldest first, from PyPI (cached a day), else the cache, else a fallback."""
-    cache_file = (cache_dir or default_cache_dir()) / "releases.json"
+def known_releases(ctx: UpstreamContext, refresh: bool = False, strict: bool = False) -> list[str]:
+    """All sglang releases, oldest first, from PyPI (cached a day), else the cache, else a fallback.
+
+    `strict` (with `refresh`): PyPI must answer; a failed query raises ReleaseError instead of
+    falling back (the lane must know the newest release, not guess it).
+    """
+    cache_file = ctx.cache_dir / "releases.json"
     cached: dict = {}
     if cache_file.exists():
         try:
@@ -90,7 +79,9 @@ def known_releases(cache_dir: Path | None = None, refresh: bool = False) -> list
         return sorted(cached["versions"], key=version_key)
     try:
         versions = _query_pypi()
-    except (RuntimeError, OSError, subprocess.SubprocessError):
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        if strict:
+            raise ReleaseError(f"could not ask PyPI for the sglang releases: {exc}") from None
         versions = cached.get("versions") or list(FALLBACK_RELEASES)
     else:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
@@ -98,19 +89,25 @@ def known_releases(cache_dir: Path | None = None, refresh: bool = False) -> list
     return sorted(versions, key=version_key)
 
 
-def latest_release(cache_dir: Path | None = None) -> str:
-    """The newest sglang release (ignoring pre-releases)."""
-    finals = [v for v in known_releases(cache_dir) if not Version(v).is_prerelease]
+def latest_release(ctx: UpstreamContext, refresh: bool = False, strict: bool = False) -> str:
+    """The newest sglang release (ignoring pre-releases); see `known_releases` for `strict`."""
+    finals = [v for v in known_releases(ctx, refresh, strict) if not Version(v).is_prerelease]
     return finals[-1]
 
 
-def default_versions(cache_dir: Path | None = None) -> list[str]:
+def default_versions(ctx: UpstreamContext) -> list[str]:
     """0.5.11-0.5.14 plus the newest release."""
     versions = list(DEFAULT_VERSIONS)
-    newest = latest_release(cache_dir)
+    newest = latest_release(ctx)
     if newest not in versions:
         versions.append(newest)
     return versions
+
+
+def check_versions(ctx: UpstreamContext, versions: list[str]) -> list[str]:
+    """Each of `versions` checked against the known releases (ReleaseError names a bad one)."""
+    known = known_releases(ctx)
+    return [check_version(v, known) for v in versions]
 
 
 def check_version(version: str, known: list[str]) -> str:
@@ -130,14 +127,22 @@ def check_version(version: str, known: list[str]) -> str:
     return version.strip()
 
 
-def ensure_wheel(version: str, cache_dir: Path | None = None, log: Log = echo) -> tuple[Path, bool]:
-    """Path of the cached sglang wheel for `version` (downloading it if absent), and whether it was cached."""
-    wheel_dir = (cache_dir or default_cache_dir()) / "wheels"
+def ensure_wheel(ctx: UpstreamContext, version: str) -> tuple[Path, bool]:
+    """Path of the cached sglang wheel for `version` (downloading it if absent), and whether it was cached.
+
+    Holds the wheel's cache lock while it looks and downloads.
+    """
+    with ctx.lock(f"wheel-{version}"):
+        return _ensure_wheel(ctx, version)
+
+
+def _ensure_wheel(ctx: UpstreamContext, version: str) -> tuple[Path, bool]:
+    wheel_dir = ctx.cache_dir / "wheels"
     found = sorted(wheel_dir.glob(f"{PACKAGE}-{version}-*.whl"))
     if found:
         return found[0], True
     wheel_dir.mkdir(parents=True, exist_ok=True)
-    log(f"[sglang-{version}] pip download {PACKAGE}=={version} --no-deps --only-binary=:all:")
+    ctx.log(f"[sglang-{version}] pip download {PACKAGE}=={version} --no-deps --only-binary=:all:")
     proc = _pip(
         [
             "download",

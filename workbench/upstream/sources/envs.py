@@ -8,8 +8,6 @@ release's environment and 18 releases need five venvs, not eighteen.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import re
 import shutil
@@ -22,7 +20,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from .releases import Log, echo, ensure_wheel, wheel_requirements
+from ..context import Log, UpstreamContext
+from .releases import ensure_wheel, wheel_requirements
 from .standin import STANDIN_NOTE, write_standin
 
 TORCH_PIN = "torch==2.13.0"  # the CPU build from local disk; unpinned pulls a CUDA build
@@ -166,32 +165,18 @@ def _not_installed(python: Path, specs: list[str]) -> list[str]:
     return [names[n] for n in json.loads(proc.stdout)] if proc.returncode == 0 else []
 
 
-@contextlib.contextmanager
-def cache_lock(cache_dir: Path, name: str):
-    """An exclusive lock on one entry of the cache, so that two processes (two sessions, two CI jobs
-    on one runner) never build or delete the same environment at once; the second waits."""
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with open(cache_dir / f".{name}.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def ensure_sources(version: str, cache_dir: Path, log: Log = echo) -> Path:
+def ensure_sources(ctx: UpstreamContext, version: str) -> Path:
     """The release's wheel unpacked under `<cache>/src/sglang-<version>` (holds `sglang/`)."""
-    with cache_lock(cache_dir, f"src-{version}"):
-        return _ensure_sources(version, cache_dir, log)
+    with ctx.lock(f"src-{version}"):
+        return _ensure_sources(ctx, version)
 
 
-def _ensure_sources(version: str, cache_dir: Path, log: Log) -> Path:
-    root = cache_dir / "src" / f"sglang-{version}"
+def _ensure_sources(ctx: UpstreamContext, version: str) -> Path:
+    root = ctx.cache_dir / "src" / f"sglang-{version}"
     if (root / READY_MARKER).exists():
         return root
     try:
-        with cache_lock(cache_dir, f"wheel-{version}"):
-            wheel, _ = ensure_wheel(version, cache_dir, log)
+        wheel, _ = ensure_wheel(ctx, version)
     except RuntimeError as exc:
         raise EnvBuildError("download", f"sglang=={version}", str(exc)) from None
     if root.exists():
@@ -203,20 +188,20 @@ def _ensure_sources(version: str, cache_dir: Path, log: Log) -> Path:
     return root
 
 
-def ensure_deps(version: str, cache_dir: Path, log: Log = echo, rebuild: bool = False) -> ReplayEnv:
-    """Build (or reuse) the dependency venv of `version`'s range; no sglang inside."""
+def ensure_deps(ctx: UpstreamContext, version: str) -> ReplayEnv:
+    """Build (or reuse; `ctx.rebuild` rebuilds) the dependency venv of `version`'s range; no sglang inside."""
     try:
-        with cache_lock(cache_dir, f"wheel-{version}"):
-            wheel, _ = ensure_wheel(version, cache_dir, log)
+        wheel, _ = ensure_wheel(ctx, version)
     except RuntimeError as exc:
         raise EnvBuildError("download", f"sglang=={version}", str(exc)) from None
     group = dependency_group(version, wheel)
-    with cache_lock(cache_dir, group):
-        return _ensure_deps(version, cache_dir, log, rebuild, wheel, group)
+    with ctx.lock(group):
+        return _ensure_deps(ctx, version, wheel, group)
 
 
-def _ensure_deps(version: str, cache_dir: Path, log: Log, rebuild: bool, wheel: Path, group: str) -> ReplayEnv:
-    root = cache_dir / group
+def _ensure_deps(ctx: UpstreamContext, version: str, wheel: Path, group: str) -> ReplayEnv:
+    log, rebuild = ctx.log, ctx.rebuild
+    root = ctx.cache_dir / group
     python, marker, tag = root / "bin" / "python", root / READY_MARKER, f"[{group}]"
     specs = dependency_specs(version, wheel)
     if marker.exists() and python.exists() and not rebuild:
@@ -268,17 +253,15 @@ def _ensure_deps(version: str, cache_dir: Path, log: Log, rebuild: bool, wheel: 
     return ReplayEnv(version, root, python, False, install_s, packages, [STANDIN_NOTE], install_s, group=group)
 
 
-def ensure_env(
-    version: str, cache_dir: Path, log: Log = echo, rebuild: bool = False, src_root: Path | None = None
-) -> ReplayEnv:
+def ensure_env(ctx: UpstreamContext, version: str, src_root: Path | None = None) -> ReplayEnv:
     """The replay environment of `version`: its range's dependency venv + its sources first.
 
     `src_root` (a checkout's folder holding `sglang/`) replaces the release's own sources:
     a checkout runs on the environment of the release named by `version`.
     """
     start = time.perf_counter()
-    env = ensure_deps(version, cache_dir, log, rebuild)
-    env.src_root = src_root if src_root is not None else ensure_sources(version, cache_dir, log)
+    env = ensure_deps(ctx, version)
+    env.src_root = src_root if src_root is not None else ensure_sources(ctx, version)
     env.packages = {**env.packages, "sglang": version if src_root is None else f"checkout near {version}"}
     if env.cached:
         env.install_s = round(time.perf_counter() - start, 2)

@@ -1,0 +1,182 @@
+"""The guard's end-to-end step without sglang: ``confirm_end_to_end`` on stand-in runs (the earlier pass
+fixed, the read compared, runs shared), its wiring into ``guard.check`` / ``workbench upstream lint
+--replay --end-to-end`` (confirmed findings upgraded, the others untouched, the run records kept), and
+the gate counting ``confirmed end to end`` as confirmed and failing closed when a run could not decide.
+The real runs: tests/test_guard_e2e_network.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from upstream_fixtures import toy_tree, write_fake_cache
+
+from workbench.upstream import cli, guard
+from workbench.upstream.context import UpstreamContext, quiet
+from workbench.upstream.gate import judge, load_triage
+from workbench.upstream.runtime import e2e
+from workbench.upstream.static.lint import analyse, finding_key
+
+READ_FILE, READ_LINE = "sglang/srt/layers/attention/triton_backend.py", 593
+VERIFY = {
+    **analyse(toy_tree(with_field=False))["findings"][0],  # every key of a finding; the path below is 0.5.14's
+    "key": "triton|IDLE|EagleVerifyInput|kv_indptr|TritonAttnBackend.init_forward_metadata",
+    "release": "0.5.14",
+    "backend": "triton",
+    "mode": "IDLE",
+    "spec_class": "EagleVerifyInput",
+    "attr": "kv_indptr",
+    "read_file": READ_FILE,
+    "read_line": READ_LINE,
+    "verdict": "confirmed",
+    "verdict_reason": "real init_forward_metadata raised",
+    "verdict_by": "replay",
+    "read_function": "TritonAttnBackend.init_forward_metadata",
+    "reachability": {"dp_attention": "required"},
+}
+EXTEND = {**VERIFY, "key": VERIFY["key"].replace("Verify", "DraftExtend"), "spec_class": "EagleDraftExtendInput"}
+assert finding_key(VERIFY) == VERIFY["key"] and finding_key(EXTEND) == EXTEND["key"]
+
+
+def _rec(fixes: list[str], status: str = "crashed", cls: str | None = None, line: int = READ_LINE) -> dict:
+    crash = None
+    if status == "crashed":
+        crash = {
+            "rank": 1,
+            "phase": {"EagleVerifyInput": "verify"}.get(cls, "draft-extend"),
+            "forward_mode": "IDLE",
+            "batch_size": 1,
+            "exception_type": "AttributeError",
+            "message": f"'{cls}' object has no attribute 'kv_indptr'",
+            "spec_info": cls,
+            "raised_at": {"file": READ_FILE, "line": line},
+        }
+    return {
+        "status": status,
+        "crash": crash,
+        "error": {"stage": "install:torch", "message": "no wheel"} if status == "error" else None,
+        "limits": [],
+        "timings": {"ranks_s": 30.0},
+        "config": {"backend": "triton", "fixes": list(fixes)},
+    }
+
+
+def _between(calls: list):
+    """The between-PRs state: the verify pass crashes first; with verify-input, the draft-extend pass."""
+
+    def run(ctx, version, **kw):
+        calls.append((version, kw["sglang_src"], list(kw["fixes"])))
+        return _rec(kw["fixes"], cls="EagleDraftExtendInput" if kw["fixes"] else "EagleVerifyInput")
+
+    return run
+
+
+CTX = UpstreamContext(log=quiet)
+
+
+def test_the_earlier_pass_is_fixed_and_the_read_compared(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list = []
+    monkeypatch.setattr(e2e, "run_runtime", _between(calls))
+    records: list[dict] = []
+    v = e2e.confirm_end_to_end(CTX, EXTEND, "0.5.14", Path("/src"), records=records)
+    assert v["verdict"] == "confirmed end to end" and [r["fixes"] for r in v["runs"]] == [[], ["verify-input"]]
+    assert "draft-extend pass" in v["reason"] and "verify-input applied" in v["reason"]
+    assert v["runs"][1]["command"] == (
+        "workbench upstream run --sglang 0.5.14 --sglang-src /src --dp 2 --backend triton "
+        "--fix verify-input --no-reference"
+    )
+    v = e2e.confirm_end_to_end(CTX, VERIFY, "0.5.14", Path("/src"), records=records)
+    assert v["verdict"] == "confirmed end to end" and len(calls) == 2  # the no-fix run is shared
+    assert [r["record"] for r in v["runs"]] == [0] and len(records) == 2
+
+
+@pytest.mark.parametrize(
+    ("record", "verdict"),
+    [
+        (_rec([], cls="EagleVerifyInput", line=600), "raised elsewhere"),
+        (_rec([], status="ok"), "not reached"),
+        (_rec([], status="error"), "undecided"),
+        (_rec([], status="timeout"), "undecided"),
+    ],
+)
+def test_what_a_run_answers(monkeypatch: pytest.MonkeyPatch, record: dict, verdict: str) -> None:
+    monkeypatch.setattr(e2e, "run_runtime", lambda ctx, version, **kw: record)
+    assert e2e.confirm_end_to_end(CTX, VERIFY, "0.5.14")["verdict"] == verdict
+
+
+def test_paths_the_lane_cannot_drive_run_nothing() -> None:
+    for bad, word in (
+        ({"backend": "flashinfer"}, "flashinfer"),
+        ({"mode": "DECODE"}, "DECODE"),
+        ({"spec_class": "NgramVerifyInput"}, "NgramVerifyInput"),
+    ):
+        v = e2e.confirm_end_to_end(CTX, {**VERIFY, **bad}, "0.5.14")
+        assert v["verdict"] == "not drivable" and word in v["reason"] and v["runs"] == []
+
+
+def _wire(monkeypatch: pytest.MonkeyPatch, findings: list[dict], run) -> list:
+    calls: list = []
+
+    def replay_verdicts(ctx, tree, analysis):
+        return [dict(f) for f in findings], {"status": "ok", "message": None}
+
+    def record_run(ctx, version, **kw):
+        calls.append((version, kw["sglang_src"], list(kw["fixes"])))
+        return run(ctx, version, **kw)
+
+    monkeypatch.setattr(guard, "replay_verdicts", replay_verdicts)
+    monkeypatch.setattr(e2e, "run_runtime", record_run)
+    return calls
+
+
+def test_lint_end_to_end_upgrades_confirmed_findings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    refuted = {**VERIFY, "key": "triton|IDLE|EagleDraftInput|kv_indptr|x", "verdict": "refuted"}
+    gpu = {**VERIFY, "key": "flashinfer|IDLE|EagleVerifyInput|kv_indptr|y", "backend": "flashinfer"}
+    calls = _wire(monkeypatch, [EXTEND, VERIFY, refuted, gpu], _between([]))
+    checkout = toy_tree(with_field=False).write(tmp_path / "between")
+    cache = write_fake_cache(tmp_path, {})
+    out = tmp_path / "lint.json"
+    argv = ["--cache-dir", str(cache), "lint", "--sglang-src", str(checkout), "--replay", "--end-to-end"]
+    argv += ["--env-release", "0.5.14", "--json", str(out), "--fail-on", "confirmed"]
+    assert cli.main(argv) == 1
+    src = (checkout / "python").resolve()
+    assert calls == [("0.5.14", src, []), ("0.5.14", src, ["verify-input"])]
+    result = json.loads(out.read_text())
+    by_key = {f["key"]: f for f in result["findings"]}
+    for f in (by_key[EXTEND["key"]], by_key[VERIFY["key"]]):
+        assert f["verdict"] == "confirmed end to end" and f["verdict_by"] == "real runtime"
+        assert f["reachability"]["end_to_end"]["reached"] is True and f["reachability"]["dp_attention"] == "required"
+        assert "the replay: real init_forward_metadata raised" in f["verdict_reason"]
+    assert by_key[refuted["key"]]["verdict"] == "refuted" and by_key[refuted["key"]]["end_to_end"] is None
+    gpu_now = by_key[gpu["key"]]
+    assert gpu_now["verdict"] == "confirmed" and gpu_now["end_to_end"]["verdict"] == "not drivable"
+    (res,) = result["results"]
+    assert res["end_to_end"]["status"] == "ok" and len(res["end_to_end"]["records"]) == 2
+    assert res["end_to_end"]["verdicts"] == {"confirmed end to end": 2}
+    assert "FAIL " + EXTEND["key"] in capsys.readouterr().out
+
+
+def test_a_run_that_cannot_decide_fails_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _wire(monkeypatch, [VERIFY], lambda ctx, version, **kw: _rec([], status="error"))
+    checkout = toy_tree(with_field=False).write(tmp_path / "c")
+    argv = ["--cache-dir", str(write_fake_cache(tmp_path, {})), "lint", "--sglang-src", str(checkout)]
+    assert cli.main([*argv, "--replay", "--end-to-end", "--env-release", "0.5.14"]) == 2
+    with pytest.raises(SystemExit) as bad:
+        cli.main([*argv, "--end-to-end"])  # it upgrades what a replay confirmed: --replay is required
+    assert bad.value.code == 2
+
+
+def test_the_gate_counts_end_to_end_as_confirmed(tmp_path: Path) -> None:
+    f = {**VERIFY, "verdict": "confirmed end to end"}
+    entry = {"verdict": "confirmed", "reason": "r", "link": "https://example.org/i/1", "fixed_in": None, "live": True}
+    assert len(judge([f], {f["key"]: entry}, "confirmed", "0.5.14")) == 1
+    assert judge([f], {f["key"]: entry}, "new", "0.5.14") == []  # known, live, linked
+    assert judge([f], {f["key"]: {**entry, "live": False}}, "new", "0.5.14")[0]["gate"].startswith("confirmed on")
+    assert "now confirms" in judge([f], {f["key"]: {**entry, "verdict": "refuted"}}, "new", "0.5.14")[0]["gate"]
+    path = tmp_path / "t.json"
+    e2e_entry = {**entry, "verdict": "confirmed end to end"}
+    path.write_text(json.dumps({"schema": "upstream-triage/2", "entries": {f["key"]: e2e_entry}}))
+    assert load_triage(path)[f["key"]]["verdict"] == "confirmed end to end"

@@ -1,0 +1,140 @@
+"""The seed crash on one release as a run record: the padded-IDLE draft-extend pass on the real
+``TritonAttnBackend`` (``workbench upstream replay --sglang X``, notebook 04's replay table).
+
+The record has the shape of the workbench's own run records (``workbench.run.record``): status
+``crashed`` (the real ``init_forward_metadata`` raised), ``ok``, ``timeout`` or ``error`` (a bad
+version, an environment that did not build, a set-up step that failed: ``error`` names it).
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+
+from packaging.version import Version
+
+from workbench.run.record import crash_record
+
+from ..context import Log, UpstreamContext
+from ..sources.envs import EnvBuildError, ensure_env
+from ..sources.releases import ReleaseError, check_versions
+from .cases import SEED_CASE
+from .front import replay
+
+SUPPORTED_BACKENDS = ("triton",)
+KERNEL = "real sglang TritonAttnBackend (triton interpreter, CPU)"
+BATCH_SIZE = 2
+BATCH = f"IDLE padded bs={BATCH_SIZE}"
+LAST_DRIVEN = "0.5.23"  # the newest release this harness was run on
+
+
+def _record(version: str, backend: str) -> dict:
+    return {
+        "status": "error",
+        "config": {
+            "sglang": version,
+            "backend": backend,
+            "kernel": KERNEL,
+            "batch": BATCH,
+            "phase": "draft-extend",
+            "forward_mode": "IDLE",
+            "dp_attention_padding": True,
+        },
+        "crash": None,
+        "error": None,
+        "metrics": {},
+        "timings": {"install_s": 0.0, "run_s": 0.0, "cached": False},
+        "env": {
+            "host_python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "device": "cpu",
+            "interpreter": "TRITON_INTERPRET=1",
+        },
+        "notes": [],
+    }
+
+
+def _fail(rec: dict, stage: str, message: str, missing: str | None = None) -> dict:
+    rec["status"] = "error"
+    rec["error"] = {"stage": stage, "missing": missing, "message": message}
+    return rec
+
+
+def raised_at(frame: dict | None) -> dict | None:
+    """A driver frame {"at": "sglang/...py:LINE", function, code} as a record's {file, line, ...}."""
+    if not frame:
+        return None
+    path, _, line = frame["at"].rpartition(":")
+    return {"file": path, "line": int(line), "function": frame.get("function"), "code": frame.get("code")}
+
+
+def _fill_from_case(rec: dict, case: dict, tag: str, log: Log) -> None:
+    """The record's status, crash or metrics from the seed case's first run."""
+    rec["metrics"]["padded_batch"] = case.get("batch")
+    rec["notes"] += case.get("stand_ins", []) + case.get("notes", [])
+    run = (case.get("runs") or [{}])[0]
+    if case.get("error"):
+        _fail(rec, case.get("stage", "driver"), case["error"])
+        log(f"{tag} error at stage {case.get('stage')}: {case['error']}")
+    elif run.get("outcome") == "completed":
+        rec["status"] = "ok"
+        rec["metrics"].update(run.get("metrics", {}))
+        rec["notes"].append(
+            "the idle EagleDraftExtendInput's kv_indptr is None: the backend took the seq_lens fallback "
+            "(kv_indptr from seq_lens + req_to_token)"
+        )
+        log(f"{tag} ok: kv_indptr={rec['metrics'].get('kv_indptr')}")
+    elif run.get("outcome") == "raised":
+        rec["status"] = "crashed"
+        rec["crash"] = crash_record(
+            rank=0,
+            phase="draft-extend",
+            forward_mode="IDLE",
+            batch_size=BATCH_SIZE,
+            exception_type=run["exception"],
+            message=run["message"],
+            traceback=run.get("traceback"),
+            raised_at=raised_at((run.get("frames") or [None])[-1]),
+        )
+        log(f"{tag} crashed: {run['exception']}: {run['message']} at {run.get('raised_at')}")
+    else:
+        _fail(rec, "init_forward_metadata", f"{run.get('outcome')}: {run.get('exception')}: {run.get('message')}")
+
+
+def seed_record(ctx: UpstreamContext, version: str, backend: str = "triton") -> dict:
+    """The padded-IDLE draft-extend pass on the real sglang `version` as a run record; never raises."""
+    rec = _record(str(version), backend)
+    tag = f"[sglang-{version}]"
+    if backend not in SUPPORTED_BACKENDS:
+        return _fail(
+            rec,
+            "config",
+            f"backend {backend!r} is not replayed upstream yet; supported: {', '.join(SUPPORTED_BACKENDS)} "
+            "(flashinfer/flashinfer_mla/aiter/wave need their GPU libraries, fa3 needs sgl_kernel)",
+        )
+    try:
+        check_versions(ctx, [str(version)])
+        env = ensure_env(ctx, str(version))
+    except ReleaseError as exc:
+        return _fail(rec, "version", str(exc))
+    except EnvBuildError as exc:
+        ctx.log(f"{tag} install failed at step {exc.step}: {exc.missing}")
+        return _fail(rec, f"install:{exc.step}", exc.detail, exc.missing)
+    rec["timings"].update(install_s=env.install_s, cached=env.cached, venv_build_s=env.built_in_s)
+    rec["env"].update(venv=str(env.root), packages=env.packages)
+    rec["notes"].extend(env.notes)
+    ctx.log(f"{tag} running the real TritonAttnBackend.init_forward_metadata (TRITON_INTERPRET=1) ...")
+    result = replay(ctx, str(version), [{**SEED_CASE, "answer_missing": False}])
+    rec["timings"]["run_s"] = result["run_s"]
+    rec["timings"]["driver_s"] = result.get("driver_s")
+    rec["env"].update({k: v for k, v in (result.get("env") or {}).items() if k in ("python", "TRITON_INTERPRET")})
+    if result["status"] != "ok" or not result["cases"]:
+        rec = _fail(rec, result.get("stage") or "driver", result.get("message") or "no case ran", result.get("missing"))
+        rec["status"] = "timeout" if result["status"] == "timeout" else "error"
+        if Version(str(version)) > Version(LAST_DRIVEN):
+            rec["notes"].append(
+                f"the replay harness was run on 0.5.10-{LAST_DRIVEN}; a newer release may need more set-up"
+            )
+        return rec
+    _fill_from_case(rec, result["cases"][0], tag, ctx.log)
+    return rec

@@ -1,0 +1,99 @@
+"""An idle batch through the release's own idle runner path, not straight into the backend.
+
+0.5.14 and later run idle batches in ``EagerRunner._execute_idle``, earlier releases in
+``ModelRunner.forward_idle``; both call ``attn_backend.init_forward_metadata`` only when the batch
+was padded (``batch_size > 0``, DP attention) and drop the metadata otherwise. Here that function
+runs on the replay's runner object with ``SGLANG_EAGER_INPUT_NO_COPY=1`` (the release's own switch
+that makes ``load_batch`` hand the batch through instead of copying it into eager static buffers)
+and a model stand-in whose ``forward`` returns None (nothing after the metadata is replayed),
+inside the forward context later releases' model runner opens around it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from types import SimpleNamespace
+
+
+class IdlePathError(RuntimeError):
+    """The idle runner path failed before reaching the metadata (the replay's runner lacks something)."""
+
+
+class _Model:
+    def forward(self, *args, **kwargs):
+        return None
+
+
+def idle_path():
+    """(name, function(runner, batch)) of the release's idle runner path."""
+    try:
+        from sglang.srt.model_executor.runner.eager_runner import EagerRunner
+    except ImportError:
+        from sglang.srt.model_executor.model_runner import ModelRunner
+
+        return "ModelRunner.forward_idle", lambda runner, batch: ModelRunner.forward_idle(runner, batch)
+
+    def call(runner, batch):
+        obj = EagerRunner.__new__(EagerRunner)
+        obj.model_runner = runner
+        obj.enable_pdmux = False
+        return EagerRunner._execute_idle(obj, batch)
+
+    return "EagerRunner._execute_idle", call
+
+
+def run_idle(runner, backend, batch) -> dict:
+    """Run the idle path; {"path", "metadata_called", "after_metadata"}. Exceptions from the metadata
+    propagate; one before it is an `IdlePathError`; one after it is recorded, not raised."""
+    os.environ["SGLANG_EAGER_INPUT_NO_COPY"] = "1"
+    name, call = idle_path()
+    calls: list[int] = []
+    real = backend.init_forward_metadata
+
+    def spy(forward_batch):
+        calls.append(forward_batch.batch_size)
+        return real(forward_batch)
+
+    backend.init_forward_metadata = spy
+    for key, value in (
+        ("model", _Model()),
+        ("support_pp", False),
+        ("device_timer", None),
+        ("_pp_kwargs", lambda pp=None: {}),
+    ):
+        if not hasattr(runner, key):
+            setattr(runner, key, value)
+    runner.attn_backend = backend
+    out = SimpleNamespace(path=name, after=None)
+    try:
+        with _forward_context(backend):
+            call(runner, batch)
+    except Exception as exc:  # noqa: BLE001
+        if _from_metadata(exc):
+            raise
+        if not calls:
+            raise IdlePathError(f"{name} failed before the metadata: {type(exc).__name__}: {exc}") from exc
+        out.after = f"{type(exc).__name__}: {exc}"
+    finally:
+        del backend.init_forward_metadata
+    return {"path": name, "metadata_called": bool(calls), "after_metadata": out.after}
+
+
+def _forward_context(backend):
+    """The per-forward context later releases' model runner opens around the runner (0.5.2x's
+    ``forward_context(ForwardContext(attn_backend=...))``); nothing where the release has none."""
+    try:
+        from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+    except ImportError:
+        return contextlib.nullcontext()
+    return forward_context(ForwardContext(attn_backend=backend))
+
+
+def _from_metadata(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "spy":
+            return True
+        tb = tb.tb_next
+    return False

@@ -1,0 +1,1 @@
+"""Where upstream sources come from: releases on PyPI, their unpacked trees and checkouts, replay environments."""

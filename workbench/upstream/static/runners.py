@@ -1,0 +1,379 @@
+"""Runner paths: which code hands a batch to an attention backend's `init_forward_metadata`, in which modes.
+
+A *site* is a call `<x>.init_forward_metadata(fb)` outside the attention backends: the model
+runner's eager decode / extend / idle paths, the prefill and CPU graph runners, draft workers.
+Its modes are the forward-mode tests around it and around every call on the way to it (the
+runner's dispatch `if mode.is_idle(): return self._execute_idle(...)`); its gate is every other
+test around it (`forward_batch.batch_size > 0`: only a DP-padded idle batch). `reach[f][mode]`
+is a witness chain from function `f` to a site that mode may take.
+
+An install *reaches* a backend when the batch it installs, or one built from it
+(`fb = ForwardBatch.init_new(batch, ...)`), is passed into code that reaches a site in the
+install's mode before anything installs another `spec_info` on it. The walk follows the calls
+the batch is passed to (their own statements first, four calls deep) and, when the install is a
+helper's parameter or the batch is returned, the helper's callers. It ends `killed` (another
+input installed first), `graph` (only CUDA-graph metadata: `init_forward_metadata_capture_cuda_graph`
+/ `_replay_cuda_graph`), `dropped` (the batch goes nowhere), `reaches` (with the path), or
+`escapes` (kept past the function, e.g. carried to the scheduler's next round: not decided).
+A finding is `unreachable` when every install of its class in its mode is killed, graph-only or
+dropped. Calls are resolved by attribute types read from the sources (`self.model_runner:
+ModelRunner`, `self.eager_runner = EagerRunner(...)`), else by name.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import deque
+from dataclasses import dataclass
+
+from .flow import Func, Program, _callee_name
+from .modes import ForwardModes, predicate_call
+
+SITE = "init_forward_metadata"
+_DP_TESTS = ("attn_dp", "dp_attention", "enable_dp_attention")
+_MAX_DOWN, _MAX_UP = 4, 2
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _is(node: ast.AST | None, names: set[str]) -> bool:
+    """`node` is one of the batch's names itself (not an expression that mentions it)."""
+    return isinstance(node, ast.Name) and node.id in names
+
+
+def _derived(value: ast.expr, names: set[str]) -> bool:
+    """`value` is the batch, or a batch built from it that keeps its spec_info: `batch`,
+    `ForwardBatch.init_new(batch, ...)`, `copy(batch)`; not one given another `spec_info=`."""
+    if _is(value, names):
+        return True
+    if isinstance(value, ast.Call) and any(_is(a, names) for a in [*value.args, *(k.value for k in value.keywords)]):
+        other = [k for k in value.keywords if k.arg == "spec_info" and not _names_in(k.value) & names]
+        return not other
+    return False
+
+
+def _mode_alias(fn: Func) -> set[str]:
+    """Locals bound to a forward mode (`mode = forward_batch.forward_mode`)."""
+    return {
+        name
+        for name, values in fn.locals.items()
+        if any(isinstance(v, ast.Attribute) and v.attr == "forward_mode" for v in values)
+    }
+
+
+@dataclass
+class Branches:
+    """Per call / statement of a function: the modes its enclosing tests allow (None: any) and the
+    other conditions around it (their source)."""
+
+    modes: dict[int, frozenset | None]
+    conds: dict[int, tuple[str, ...]]
+
+
+def branches(fn: Func, fm: ForwardModes | None) -> Branches:
+    """The mode tests and conditions around every node of `fn` (early returns narrow what follows)."""
+    members = frozenset(fm.members) if fm else frozenset()
+    aliases = _mode_alias(fn)
+    out = Branches({}, {})
+
+    def test_modes(test: ast.expr) -> tuple[frozenset | None, frozenset | None]:
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            t, f = test_modes(test.operand)
+            return f, t
+        if isinstance(test, ast.BoolOp):
+            parts = [test_modes(v) for v in test.values]
+            if isinstance(test.op, ast.And):
+                ts = [t for t, _ in parts if t is not None]
+                return (frozenset.intersection(*ts) if ts else None), None
+            fs = [f for _, f in parts if f is not None]
+            return None, (frozenset.intersection(*fs) if fs else None)
+        call = test
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and fm is not None:
+            owner = call.func.value
+            pred = predicate_call(call)
+            if pred is None and isinstance(owner, ast.Name) and owner.id in aliases and not call.args:
+                pred = (call.func.attr, {k.arg: getattr(k.value, "value", None) for k in call.keywords})
+            if pred is not None:
+                acc = fm.accepts(*pred)
+                if acc is not None:
+                    return frozenset(acc), members - frozenset(acc)
+        return None, None
+
+    def narrow(cur: frozenset | None, extra: frozenset | None) -> frozenset | None:
+        if extra is None:
+            return cur
+        return extra if cur is None else cur & extra
+
+    def mark(node: ast.AST, modes: frozenset | None, conds: tuple[str, ...]) -> None:
+        for sub in ast.walk(node):
+            if isinstance(sub, (ast.Call, ast.stmt)) and id(sub) not in out.modes:
+                out.modes[id(sub)] = modes
+                out.conds[id(sub)] = conds
+
+    def walk(body: list[ast.stmt], modes: frozenset | None, conds: tuple[str, ...]) -> None:
+        for stmt in body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(stmt, (ast.If, ast.While)):
+                t, f = test_modes(stmt.test)
+                cond = () if t is not None or f is not None else (ast.unparse(stmt.test)[:120],)
+                mark(stmt.test, modes, conds)
+                out.modes[id(stmt)], out.conds[id(stmt)] = modes, conds
+                walk(stmt.body, narrow(modes, t), conds + cond)
+                neg = tuple(f"not ({c})" for c in cond)
+                walk(stmt.orelse, narrow(modes, f), conds + neg)
+                if stmt.body and isinstance(stmt.body[-1], (ast.Return, ast.Raise)) and not stmt.orelse:
+                    # past `if c: return`, `not c` holds; past `if c: raise`, nothing new (the raise ends everything)
+                    modes = narrow(modes, f)
+                    conds = conds + neg if isinstance(stmt.body[-1], ast.Return) else conds
+                continue
+            blocks = [getattr(stmt, n, None) for n in ("body", "orelse", "finalbody")]
+            blocks = [b for b in blocks if isinstance(b, list) and b and isinstance(b[0], ast.stmt)]
+            if blocks or getattr(stmt, "handlers", None):
+                out.modes[id(stmt)], out.conds[id(stmt)] = modes, conds
+                for child in ast.iter_child_nodes(stmt):
+                    if isinstance(child, ast.expr):
+                        mark(child, modes, conds)
+                for b in blocks:
+                    walk(b, modes, conds)
+                for h in getattr(stmt, "handlers", []):
+                    walk(h.body, modes, conds)
+                continue
+            mark(stmt, modes, conds)
+
+    walk(fn.node.body, None, ())
+    return out
+
+
+class Runners:
+    """Sites, the modes that reach them from every function, and install walks (module docstring)."""
+
+    def __init__(self, program: Program, fm: ForwardModes | None):
+        self.p, self.fm = program, fm
+        self.members = frozenset(fm.members) if fm else frozenset()
+        self._br: dict[int, Branches] = {}
+        self.edges: list[tuple[Func, ast.Call, Func]] = []
+        self.sites: list[dict] = []
+        for fn in program.funcs:
+            for node in fn.nodes:
+                if not isinstance(node, ast.Call):
+                    continue
+                if _callee_name(node) == SITE and isinstance(node.func, ast.Attribute):
+                    br = self.br(fn)
+                    modes = br.modes.get(id(node))
+                    self.sites.append(
+                        {
+                            "function": fn.qualname,
+                            "file": fn.file,
+                            "line": node.lineno,
+                            "backend": ast.unparse(node.func.value)[:80],
+                            "draft": "draft" in ast.unparse(node.func.value).lower()
+                            or "draft" in fn.file.rsplit("/")[-1],
+                            "graph": "graph" in fn.qualname.lower() or "graph" in fn.file.rsplit("/")[-1],
+                            "modes": sorted(self.members if modes is None else modes),
+                            "conditions": list(br.conds.get(id(node), ())),
+                            "_fn": fn,
+                        }
+                    )
+                for callee, _ in program.callees(node, fn):
+                    self.edges.append((fn, node, callee))
+        self.reach = self._backward()
+
+    def br(self, fn: Func) -> Branches:
+        key = id(fn.node)
+        if key not in self._br:
+            self._br[key] = branches(fn, self.fm)
+        return self._br[key]
+
+    def allowed(self, fn: Func, node: ast.AST) -> frozenset:
+        m = self.br(fn).modes.get(id(node))
+        return self.members if m is None else m
+
+    def _backward(self) -> dict[int, dict[str, list[dict]]]:
+        """{id(function node): {mode: chain to a site}} by a worklist over the reversed call edges."""
+        reach: dict[int, dict[str, list[dict]]] = {}
+        callers: dict[int, list[tuple[Func, ast.Call]]] = {}
+        for g, call, f in self.edges:
+            callers.setdefault(id(f.node), []).append((g, call))
+
+        def is_graph(fn: Func) -> bool:
+            return "graph" in fn.qualname.lower() or "graph" in fn.file.rsplit("/", 1)[-1]
+
+        # Two passes, breadth first so each function keeps its shortest chain: eager chains first
+        # (not through a graph runner), then graph ones only where no eager chain exists.
+        for eager in (True, False):
+            work: deque[Func] = deque()
+            for s in self.sites:
+                fn = s["_fn"]
+                if eager and (s["graph"] or is_graph(fn)):
+                    continue
+                step = {k: v for k, v in s.items() if k != "_fn"}
+                for m in s["modes"]:
+                    reach.setdefault(id(fn.node), {}).setdefault(m, [step])
+                work.append(fn)
+            seen = 0
+            while work and seen < 20000:
+                seen += 1
+                f = work.popleft()
+                for g, call in callers.get(id(f.node), []):
+                    if eager and is_graph(g):
+                        continue
+                    allowed = self.allowed(g, call)
+                    grew = False
+                    for m, chain in reach.get(id(f.node), {}).items():
+                        if m in allowed and m not in reach.setdefault(id(g.node), {}) and len(chain) < 12:
+                            step = {"function": g.qualname, "file": g.file, "line": call.lineno}
+                            reach[id(g.node)][m] = [step, *chain]
+                            grew = True
+                    if grew:
+                        work.append(g)
+        return reach
+
+    # -- installs -------------------------------------------------------------------------
+    def decisive(self, fn: Func, node: ast.AST, base: tuple[str, ...], mode: str) -> bool:
+        """Whether `node` runs whenever the walk's start does: every condition around it (other than
+        mode tests) also holds at the start, or, in IDLE, tests DP attention (an IDLE batch exists only
+        under DP attention's MLP sync)."""
+        conds = self.br(fn).conds.get(id(node), ())
+        return all(c in base or (mode == "IDLE" and any(d in c for d in _DP_TESTS)) for c in conds)
+
+    def follow(
+        self, fn: Func, line: int, names: set[str], mode: str, depth: int = 0, up: int = 0, base: tuple = ()
+    ) -> dict:
+        """Where the batch bound to `names` after `line` of `fn` goes in `mode` (see the module docstring).
+
+        A kill (another `spec_info` installed) ends the walk only when it is `decisive`; `base` holds
+        the conditions around the walk's start."""
+        names = set(names)
+        graph = None
+        events = sorted(
+            (n for n in fn.nodes if isinstance(n, (ast.Call, ast.Assign)) and n.lineno >= line),
+            key=lambda n: (n.lineno, n.col_offset),
+        )
+        here = {"function": fn.qualname, "file": fn.file}
+        for node in events:
+            if mode not in self.allowed(fn, node):
+                continue
+            if isinstance(node, ast.Assign):
+                for t in node.targets:
+                    if isinstance(t, ast.Attribute) and t.attr == "spec_info" and _names_in(t.value) & names:
+                        if node.lineno > line and self.decisive(fn, node, base, mode):
+                            return {"outcome": "killed", "at": {**here, "line": node.lineno}}
+                if _derived(node.value, names):
+                    names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+                    names |= {
+                        e.id
+                        for t in node.targets
+                        if isinstance(t, ast.Tuple)
+                        for e in t.elts
+                        if isinstance(e, ast.Name)
+                    }
+                continue
+            name = _callee_name(node) or ""
+            args = [*node.args, *(k.value for k in node.keywords)]
+            passed = any(_is(a, names) for a in args)
+            if (
+                name == "setattr"
+                and passed
+                and node.lineno > line
+                and getattr(node.args[1], "value", "") == "spec_info"
+            ):
+                return {"outcome": "killed", "at": {**here, "line": node.lineno}}
+            if not passed:
+                continue
+            if name == SITE:
+                site = next((s for s in self.sites if s["file"] == fn.file and s["line"] == node.lineno), None)
+                step = {k: v for k, v in (site or {}).items() if k != "_fn"} or {**here, "line": node.lineno}
+                return {"outcome": "reaches", "path": [step]}
+            if "cuda_graph" in name:
+                graph = graph or {**here, "line": node.lineno, "call": name}
+                continue
+            results = []
+            for callee, _ in self.p.callees(node, fn):
+                inner = self._params_for(node, callee, names)
+                res = None
+                if depth < _MAX_DOWN and inner:
+                    res = self.follow(callee, callee.node.lineno, inner, mode, depth + 1, up=_MAX_UP)
+                    if res["outcome"] == "reaches":
+                        return {**res, "path": [{**here, "line": node.lineno}, *res["path"]]}
+                chain = self.reach.get(id(callee.node), {}).get(mode)
+                if chain and res is None:  # not walked (too deep): the call graph says it may reach
+                    return {"outcome": "reaches", "path": [{**here, "line": node.lineno}, *chain]}
+                results.append(res)
+            if (
+                results
+                and all(r is not None and r["outcome"] == "killed" for r in results)
+                and self.decisive(fn, node, base, mode)
+            ):
+                return results[0]  # every function the call may run installs another input first
+            graph = graph or next((r["at"] for r in results if r is not None and r["outcome"] == "graph"), None)
+        returned = any(
+            isinstance(n, ast.Return) and n.value is not None and _names_in(n.value) & names for n in fn.nodes
+        )
+        params = set(fn.params) & names
+        if (returned or params) and up < _MAX_UP:
+            outs = [self._up(fn, caller, call, names, returned, mode, up) for caller, call in self._callers(fn)]
+            outs = [o for o in outs if o is not None]
+            for o in outs:
+                if o["outcome"] == "reaches":
+                    return o
+            if outs and all(o["outcome"] in ("killed", "graph", "dropped") for o in outs):
+                return outs[0]
+            return {"outcome": "escapes", "at": {**here, "line": fn.node.lineno}}
+        if returned or params:
+            return {"outcome": "escapes", "at": {**here, "line": fn.node.lineno}}
+        if graph:
+            return {"outcome": "graph", "at": graph}
+        return {"outcome": "dropped", "at": {**here, "line": fn.node.end_lineno}}
+
+    def _up(
+        self, fn: Func, caller: Func, call: ast.Call, names: set, returned: bool, mode: str, up: int
+    ) -> dict | None:
+        """Continue a walk in a caller, after the call, with the batch it passed or got back."""
+        if mode not in self.allowed(caller, call):
+            return None
+        bound: set[str] = set()
+        for p in set(fn.params) & names:
+            arg = Program.argument(call, fn, p)
+            if isinstance(arg, ast.Name):
+                bound.add(arg.id)
+        if returned:
+            for n in caller.nodes:
+                if isinstance(n, ast.Assign) and any(c is call for c in ast.walk(n.value)):
+                    bound |= {t.id for t in n.targets if isinstance(t, ast.Name)}
+                    bound |= {
+                        e.id for t in n.targets if isinstance(t, ast.Tuple) for e in t.elts if isinstance(e, ast.Name)
+                    }
+        bound -= {"self", "cls"}
+        if not bound:
+            return None
+        start = call.lineno + 1 if call.end_lineno is None else call.end_lineno + 1
+        return self.follow(caller, start, bound, mode, 0, up + 1, self.br(caller).conds.get(id(call), ()))
+
+    def _callers(self, fn: Func) -> list[tuple[Func, ast.Call]]:
+        return [(g, c) for g, c, f in self.edges if f is fn][:24]
+
+    @staticmethod
+    def _params_for(call: ast.Call, callee: Func, names: set[str]) -> set[str]:
+        out = set()
+        for k in call.keywords:
+            if k.arg and _is(k.value, names):
+                out.add(k.arg)
+        params = callee.params
+        for i, a in enumerate(a for a in call.args if not isinstance(a, ast.Starred)):
+            if _is(a, names) and i < len(params):
+                out.add(params[i])
+        return out
+
+    def install_paths(self, fn: Func, line: int, batch: str | None, mode: str) -> dict:
+        """Where an install's batch goes in `mode`; {"outcome", "path" | "at"}."""
+        if batch is None:
+            node = next((n for n in fn.nodes if getattr(n, "lineno", None) == line and isinstance(n, ast.Assign)), None)
+            batch = next((t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)), None)
+        if batch is None:
+            return {"outcome": "escapes", "at": {"function": fn.qualname, "file": fn.file, "line": line}}
+        node = next((n for n in fn.nodes if isinstance(n, ast.stmt) and getattr(n, "lineno", None) == line), None)
+        base = self.br(fn).conds.get(id(node), ()) if node is not None else ()
+        return self.follow(fn, line, {batch}, mode, base=base)
