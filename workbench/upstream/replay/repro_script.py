@@ -5,7 +5,8 @@ It imports only sglang and torch (never the workbench). Run it on CPU with the r
 importable (`pip install sglang==X --no-deps` into an env holding its dependencies, or
 `PYTHONPATH=<folder holding sglang/>`); `TRITON_INTERPRET=1` runs the Triton kernels on CPU tensors.
 Exit status 1 when `init_forward_metadata` raises the AttributeError, 0 when it completes, 2 when
-the release has no such class; the last line is `REPRO {json}`.
+the release has no such class, 3 when importing it needs a library this host lacks (0.5.10 imports
+the CUDA `sgl_kernel` from its memory pools); the last line is `REPRO {json}`.
 """
 
 import contextlib
@@ -133,9 +134,13 @@ def main() -> int:
 
     try:
         cls = getattr(importlib.import_module(CASE["spec_module"]), CASE["spec_class"])
-    except (ImportError, AttributeError) as exc:  # a release before the class existed
+    except (ImportError, AttributeError) as exc:
+        missing = getattr(exc, "name", None) or ""
+        if isinstance(exc, ModuleNotFoundError) and not missing.startswith("sglang"):  # a library it imports
+            print("REPRO " + json.dumps({"outcome": "error", "error": f"needs {missing}: {exc}"}))
+            return 3
         print("REPRO " + json.dumps({"outcome": "absent", "error": f"{type(exc).__name__}: {exc}"}))
-        return 2
+        return 2  # a release before the class existed
     with cuda_to_cpu():  # the spec input an idle rank installs: the release's own idle constructor
         if CASE.get("idle_input_args") is not None:  # the arguments this release's signature takes
             takes = inspect.signature(cls.create_idle_input).parameters
