@@ -141,7 +141,7 @@ def runner_paths(tree: SourceTree, program: Program, fm, findings: list[dict]) -
             f["verdict"], f["verdict_by"] = "unreachable", "runner paths"
             idle = " (an IDLE batch exists only under DP attention: its DP-attention branches are taken)"
             f["verdict_reason"] = (
-                f"no runner path hands it to init_forward_metadata in {f['mode']}: "
+                f"no runner path hands it to init_forward_metadata in {f['mode']} from any install the lint found: "
                 + "; ".join(_why_not(p) for p in paths)
                 + (idle if f["mode"] == "IDLE" else "")
             )

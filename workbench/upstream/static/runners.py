@@ -30,6 +30,8 @@ from .flow import Func, Program, _callee_name
 from .modes import ForwardModes
 
 SITE = "init_forward_metadata"
+# Calls that take a batch but cannot forward it (builtins, logging, assertions)
+_HARMLESS = {"len", "isinstance", "getattr", "hasattr", "id", "print", "str", "repr", "type", "bool", "debug", "info"}
 _DP_TESTS = ("attn_dp", "dp_attention", "enable_dp_attention")
 _MAX_DOWN, _MAX_UP = 4, 2
 
@@ -154,7 +156,7 @@ class Runners:
         A kill (another `spec_info` installed) ends the walk only when it is `decisive`; `base` holds
         the conditions around the walk's start."""
         names = set(names)
-        graph = None
+        graph = unresolved = None
         events = sorted(
             (n for n in fn.nodes if isinstance(n, (ast.Call, ast.Assign)) and n.lineno >= line),
             key=lambda n: (n.lineno, n.col_offset),
@@ -198,7 +200,10 @@ class Runners:
                 graph = graph or {**here, "line": node.lineno, "call": name}
                 continue
             results = []
-            for callee, _ in self.p.callees(node, fn):
+            callees = self.p.callees(node, fn)
+            if not callees and name not in _HARMLESS:
+                unresolved = unresolved or {**here, "line": node.lineno, "call": name}
+            for callee, _ in callees:
                 inner = self._params_for(node, callee, names)
                 res = None
                 if depth < _MAX_DOWN and inner:
@@ -233,6 +238,8 @@ class Runners:
             return {"outcome": "escapes", "at": {**here, "line": fn.node.lineno}}
         if graph:
             return {"outcome": "graph", "at": graph}
+        if unresolved:  # handed to code the analysis cannot follow: not decided
+            return {"outcome": "escapes", "at": unresolved}
         return {"outcome": "dropped", "at": {**here, "line": fn.node.end_lineno}}
 
     def _up(
