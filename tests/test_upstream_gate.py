@@ -96,6 +96,10 @@ def test_build_triage_computes_fixed_in_and_keeps_hand_fields() -> None:
         "seed",
     )
     assert doc["produced_by"]["workbench_commit"] == "abc"
+    # a previous fixed_in the findings contradict (the finding is still there at or after it) is dropped
+    result["findings"] = [old, _finding("0.5.13", "confirmed")]
+    doc = build_triage(result, {SEED: {"fixed_in": "0.5.13"}}, "cmd", "abc")
+    assert doc["entries"][SEED]["fixed_in"] is None
 
 
 def test_a_check_that_read_nothing_is_a_problem() -> None:
