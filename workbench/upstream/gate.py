@@ -89,8 +89,10 @@ def why_new(f: dict, entry: dict | None, newest: str | None) -> str | None:
     if f.get("verdict") == "confirmed" and entry["verdict"] != "confirmed":
         return f"a replay now confirms it; the triage file says {entry['verdict']}"
     if f.get("verdict") == "confirmed" and is_newest(f.get("release"), newest):
-        if not (entry.get("live") and entry.get("link")):
-            return "confirmed on the newest release, and its triage entry does not say it is known and live with a link"
+        if not entry.get("live"):
+            return "confirmed on the newest release, and its triage entry does not say it is known and live"
+        if not entry.get("link"):
+            return "confirmed on the newest release, known and live, but its triage entry has no upstream link"
     return None
 
 
