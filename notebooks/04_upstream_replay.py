@@ -33,7 +33,10 @@
 # 4. **Contract fuzzer.** Every backend × spec-input × forward mode of the workbench through
 #    `init_forward_metadata`: the whole class of bug, not just this instance.
 # 5. **The bug class on real SGLang.** The contract lint over every release, each finding
-#    triaged by a replay on the real code.
+#    given a verdict by a replay on the real code.
+# 6. **Verdicts per release.** How many findings the real code confirms, refutes or traces.
+# 7. **Confirmed live findings.** For each on the newest release: a standalone reproducer, the
+#    smallest fix shown to stop it, the releases it raises on, and what the engine now models.
 #
 # With `live = False` it uses the measurements shipped in `workbench/assets/` (no network,
 # seconds). With `live = True` it downloads the wheels and builds the environments (1.2–4 min
@@ -101,7 +104,9 @@ views.fidelity_table(fid)
 
 # %% [markdown]
 # ## 4 · Contract fuzzer on the workbench
-# Only the `pr-24860` padded-IDLE draft-extend cells of the kv_indptr-reading backends fail.
+# Only the kv_indptr-reading backends fail: on the `pr-24860` padded-IDLE draft-extend cells, and at
+# every revision on the padded-IDLE cells of the idle verify input (`EagleVerifyInput`, upstream's
+# live finding of section 7).
 
 # %%
 cells = contracts.run_matrix()
@@ -113,14 +118,51 @@ views.fuzzer_table(cells)
 # `init_forward_metadata` (and the same file's helpers) for `spec_info.<attr>` reads, with the
 # forward-mode branch and guards of each; every `SpecInput` subclass's attributes; and which class
 # each worker installs for which forward mode. A finding is a read the installed class lacks.
-# Each is replayed where CPU allows (triton under the Triton interpreter, torch_native):
-# **confirmed** (the real backend raised), **refuted** (it did not: why), or **not replayable**.
+# Each gets a verdict from the real code: **confirmed** / **refuted** (the real backend raised, or
+# did not, on a real instance: triton under the Triton interpreter, torch_native), **traced: raised**
+# / **traced: not read** (a backend whose metadata needs a GPU library, run on CPU with the library
+# stubbed up to its first call), **unreachable**, or **unverified** with its reason.
 # The same command takes `--sglang-src DIR` for a branch before it merges.
 
 # %%
 guard = views.load_findings(lint_releases, live=live, cache_dir=cache_dir)
 print("source:", guard["source"])
 views.findings_table(guard["findings"])
+
+# %% [markdown]
+# ## 6 · Verdicts per release
+# How many findings of each release the real code decided, and how many it could not
+# (`unverified`: each carries its reason in the table above).
+
+# %%
+views.verdict_counts(guard["findings"])
+
+# %% [markdown]
+# ## 7 · Confirmed live findings on the newest release: reproducers and the smallest fix
+# `workbench upstream repro --sglang X --out DIR` writes, for every confirmed idle finding of the
+# release, a folder with `repro.py` (a standalone script: it imports only sglang and torch, builds
+# the real objects, and raises the error; exit 1), `fix.diff` (the smallest fix, a class-level
+# default `None`, PR #28221's shape) and `result.json`: the script on the release, on a copy of the
+# release with the fix applied, and on every release from 0.5.10 (where it raises: the range).
+
+# %%
+repro = views.load_reproducers(live=live, cache_dir=cache_dir)
+print(repro["label"])
+views.reproducer_table(repro)
+
+# %%
+for key in repro["reproducers"]:
+    print(views.reproducer_files(repro, key))
+
+# %% [markdown]
+# **What the engine now models because of them.** An idle DP rank's verify pass carries upstream's
+# `EagleVerifyInput.create_idle_input(...)`, which has no `kv_indptr`; run eagerly, the padded idle
+# batch reaches the triton backend's `spec_info.kv_indptr` read. The engine installs the same input
+# (`workbench.speculative.verify_idle`) and takes the setting that decides reachability:
+# `idle_verify="graph"` (default: the batch replays a CUDA graph, metadata from seq_lens) or
+# `"eager"` (the crash), and `verify_idle_input="eagle-verify-fixed"` (the proposed fix). Notebook
+# 01's matrix cells `verify-idle-eager` and `verify-idle-eager-fixed` run the crash and the fix;
+# docs/design.md §6 lists what the engine still simplifies and which finding each could hide.
 
 # %% [markdown]
 # ## Record and expectation

@@ -3,6 +3,7 @@ papermill on tiny settings writes the notebook record it promises (shipped model
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -168,6 +169,9 @@ def test_04_replays_the_real_releases_from_the_shipped_measurements(tmp_path):
         assert "sglang/srt/layers/attention/triton_backend.py" in crash["traceback"]
     assert runs["replay/0.5.14"]["status"] == "ok" and runs["replay/0.5.14"]["metrics"]["kv_indptr"] == [0, 1, 2]
     assert not _outputs(nb, "error") and len(_outputs(nb, "execute_result")) >= 5  # tables and the survey plot
+    shown = json.dumps(nb["cells"])
+    assert "shipped measurement of" in shown and "by eagle-workbench" in shown  # the reproducers, labelled
+    assert "repro.py" in shown and "fix.diff" in shown and "unverified %" in shown
 
 
 def test_require_rejects_a_bad_expect():

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import os
 import sys
 import textwrap
 from pathlib import Path
@@ -133,7 +132,8 @@ def test_the_plan_groups_findings_into_cases() -> None:
     padded = cases[case_key(fs[0])]
     assert padded["batch"] == "IDLE padded" and padded["watch"] == [f"{TRITON}:593", f"{TRITON}:631"]
     assert cases[case_key(fs[0], "IDLE unpadded")]["batch"] == "IDLE unpadded"
-    assert not padded["trace"] and cases[case_key(fs[2])]["trace"] and cases[case_key(fs[2])]["stub"] == ["flashinfer"]
+    assert not padded["trace"] and cases[case_key(fs[2])]["trace"] and "flashinfer" in cases[case_key(fs[2])]["stub"]
+    assert padded["stub"] == []
     assert cases[case_key(fs[3])]["batch"] == "TARGET_VERIFY"
     assert len(cases) == 5 and [c["trace"] for c in plan(fs)][-2:] == [True, True]  # real cases run first
     assert (batch_kind("DECODE"), batch_kind("DRAFT_EXTEND_V2"), batch_kind("EXTEND")) == (
@@ -218,15 +218,98 @@ def test_decide_keeps_the_static_verdict_and_names_what_stopped_a_replay() -> No
 
 @pytest.mark.network
 @pytest.mark.timeout(1800)
-def test_real_verdicts_on_0_5_14() -> None:
-    """Every finding of 0.5.14 gets a verdict; the DFlash idle input crashes the real triton backend."""
+@pytest.mark.parametrize("version", ["0.5.14"])
+def test_real_verdicts(version: str) -> None:
+    """Every finding gets a verdict; the DFlash idle input crashes the real triton backend."""
     from workbench.upstream.guard import check
 
-    result = check(UpstreamContext(log=quiet), ["0.5.14"], replay=True)
+    result = check(UpstreamContext(log=quiet), [version], replay=True)
     verdicts = {f["key"]: f for f in result["findings"]}
     assert all(f["verdict"] and f["verdict_reason"] for f in verdicts.values())
     seed = verdicts["triton|IDLE|DFlashDraftInputV2|kv_indptr|TritonAttnBackend.init_forward_metadata"]
     assert seed["verdict"] == "confirmed" and seed["replay"]["raised_at"].endswith("triton_backend.py:593")
     unverified = [f for f in verdicts.values() if f["verdict"] == "unverified"]
     assert len(unverified) <= 0.1 * len(verdicts), [f["verdict_reason"] for f in unverified]
-    assert os.environ.get("WB_NETWORK_TESTS") == "1"
+    assert result["results"][0]["replay"]["status"] == "ok"
+
+
+@pytest.mark.network
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("version", ["0.5.14"])
+def test_real_reproducer_raises_and_its_fix_stops_it(version: str, tmp_path) -> None:
+    """The reproducer of the newest confirmed idle finding raises on the release, not with the fix."""
+    from workbench.upstream.replay.repro import reproducers
+
+    index = reproducers(UpstreamContext(log=quiet), version, tmp_path, [version])
+    done = index["reproducers"]["triton|IDLE|DFlashDraftInputV2|kv_indptr|TritonAttnBackend.init_forward_metadata"]
+    assert done["reproduced"] and done["fixed"] and done["raises"] == [version]
+    script = (tmp_path / done["folder"] / "repro.py").read_text()
+    assert "import workbench" not in script and "from workbench" not in script
+
+
+def test_a_read_in_the_other_branch_of_the_if_that_raised_is_not_made() -> None:
+    from workbench.upstream.replay.branches import other_branch
+
+    src = textwrap.dedent("""
+        def update(spec, loop):
+            if spec.kind == "dflash":
+                a = spec.generate_attn_arg_prefill(1)
+            else:
+                a = spec.generate_attn_arg_prefill(2)
+            for x in loop:
+                if x:
+                    b = spec.kv_indices
+                else:
+                    b = spec.kv_indptr
+            return a, b
+        """)
+    assert other_branch(src, 4, 6) == 3 and other_branch(src, 6, 4) == 3
+    assert other_branch(src, 9, 11) is None  # inside a loop, the next pass may take the other branch
+    assert other_branch(src, 4, 12) is None and other_branch("def (:", 1, 2) is None
+    f = finding("flashinfer", "TARGET_VERIFY", "UnoForwardInput", "generate_attn_arg_prefill", 4, FLASHINFER)
+    run = _missing("UnoForwardInput", "generate_attn_arg_prefill", f"{FLASHINFER}:6")
+    verdict, reason, _ = judge(f, _case(f, [run], trace=True, kind="TARGET_VERIFY"), lambda path: src)
+    assert verdict == "traced: not read" and "took the other branch of the `if` at line 3" in reason
+
+
+def test_the_smallest_fix_is_a_class_level_default_after_the_fields_or_the_docstring() -> None:
+    from workbench.upstream.replay.repro import slug, smallest_fix
+    from workbench.upstream.sources.trees import memory_tree
+
+    path = "sglang/srt/speculative/x_info.py"
+    src = textwrap.dedent('''
+        from dataclasses import dataclass
+        from typing import Optional
+
+        import torch
+
+
+        @dataclass
+        class VerifyIn:
+            draft_token: torch.Tensor
+            topk: int = 1
+
+            def method(self):
+                return self.topk
+
+
+        class Relay:
+            """A relay."""
+
+            def __init__(self):
+                self.rids = []
+        ''')
+    tree = memory_tree({path: src}, release="0.5.23")
+    for cls, after in (("VerifyIn", "topk: int = 1"), ("Relay", '"""A relay."""')):
+        f = {"spec_class_file": path, "spec_class": cls, "attr": "kv_indptr"}
+        fix = smallest_fix(tree, f)
+        ns: dict = {}
+        exec(compile(fix["text"], path, "exec"), ns)  # the fixed synthetic source
+        assert ns[cls].kv_indptr is None
+        lines = fix["text"].splitlines()
+        assert lines[fix["line"] - 2].strip() == after and lines[fix["line"]].strip().startswith("kv_indptr: Optional")
+        changed = [ln for ln in fix["diff"].splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+        assert [ln[0] for ln in changed] == ["+", "+"]
+    assert slug({"backend": "triton", "mode": "IDLE", "spec_class": "EagleVerifyInput", "attr": "kv_indptr"}) == (
+        "triton-idle-eagleverifyinput-kv-indptr"
+    )

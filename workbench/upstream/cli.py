@@ -129,6 +129,14 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     rp.add_argument("--rebuild", action="store_true", help="rebuild the release's venv")
     rp.add_argument("--timeout", type=float, default=900, help="seconds for the replay subprocess")
+    rr = sub.add_parser(
+        "repro",
+        help="for every confirmed idle finding of a release: a standalone reproducer, the smallest fix, both run",
+    )
+    rr.add_argument("--sglang", required=True, metavar="X", help="the release (usually the newest)")
+    rr.add_argument("--out", type=Path, required=True, help="one folder per finding, and index.json")
+    rr.add_argument("--range", nargs="*", default=None, metavar="X", help="releases to run each reproducer on")
+    rr.add_argument("--timeout", type=float, default=900, help="seconds for each replay process")
     fd = sub.add_parser(
         "fidelity", help="our contracts vs the releases' (shipped snapshot, or fresh --survey/--replay JSON)"
     )
@@ -332,6 +340,14 @@ def main(argv: list[str] | None = None) -> int:
             return _bisect(args, ctx)
         if args.command == "recall":
             return _recall(args, ctx)
+        if args.command == "repro":
+            from .replay.repro import reproducers
+
+            index = reproducers(ctx, args.sglang, args.out, args.range)
+            for key, r in index["reproducers"].items():
+                echo(f"{key}: reproduced {r['reproduced']}, fixed {r['fixed']}, raises on {', '.join(r['raises'])}")
+            echo(f"wrote {args.out / 'index.json'}")
+            return 0 if all(r["reproduced"] and r["fixed"] for r in index["reproducers"].values()) else 1
         if args.bundle is not None:
             return _replay_bundle(args, ctx)
         return _replay(args, ctx)

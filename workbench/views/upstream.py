@@ -1,9 +1,12 @@
-"""What notebook 04 shows: the survey, the replays, the fidelity check and the contract fuzzer,
-either from the shipped measurements (offline) or measured now (``live``)."""
+"""What notebook 04 shows: the survey, the replays, the fidelity check, the contract fuzzer, the
+guard's verdicts and its reproducers for confirmed live findings, either from the shipped
+measurements (offline, labelled with their date and the commit that made them) or measured now
+(``live``)."""
 
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -176,3 +179,78 @@ def findings_table(findings: list[dict]) -> Table:
         row["releases"].append(f["source"].replace("sglang ", ""))
     rows = [{**r, "releases": ", ".join(dict.fromkeys(r["releases"]))} for r in merged.values()]
     return Table(rows, ["backend", "mode", "class", "attribute", "releases", "read", "verdict", "why"])
+
+
+VERDICTS = ("confirmed", "traced: raised", "refuted", "traced: not read", "unreachable", "unverified")
+
+
+def verdict_counts(findings: list[dict]) -> Table:
+    """One row per source: how many findings got each verdict, and the unverified share."""
+    rows: dict[str, dict] = {}
+    for f in findings:
+        row = rows.setdefault(f["source"], {"source": f["source"], **dict.fromkeys(VERDICTS, 0), "findings": 0})
+        row[f["verdict"]] = row.get(f["verdict"], 0) + 1
+        row["findings"] += 1
+    for row in rows.values():
+        row["unverified %"] = round(100 * row["unverified"] / row["findings"], 1) if row["findings"] else 0.0
+    return Table(list(rows.values()), ["source", "findings", *VERDICTS, "unverified %"])
+
+
+def load_reproducers(
+    live: bool = False, version: str | None = None, cache_dir: str | None = None, log: Callable[[str], None] = print
+) -> dict:
+    """The reproducer index (``workbench upstream repro``) with each folder's result under ``results``
+    and a ``label``: the shipped one, or one made now for `version` into a temporary folder."""
+    if live:
+        from workbench.upstream.context import UpstreamContext
+        from workbench.upstream.replay.repro import reproducers
+        from workbench.upstream.sources.releases import latest_release
+
+        ctx = UpstreamContext(log=log) if cache_dir is None else UpstreamContext(cache_dir=Path(cache_dir), log=log)
+        folder = Path(tempfile.mkdtemp(prefix="wb-repro-"))
+        index = reproducers(ctx, version or latest_release(ctx), folder)
+        label = f"made now in {folder} (sglang {index['release']})"
+    else:
+        folder = ASSETS / "upstream_repro"
+        index = json.loads((folder / "index.json").read_text())
+        label = (
+            f"shipped measurement of {index['measured_at'][:10]} on sglang {index['release']} "
+            f"by eagle-workbench {index['workbench_commit']}, not a live run"
+        )
+    results = {
+        key: json.loads((folder / r["folder"] / "result.json").read_text()) for key, r in index["reproducers"].items()
+    }
+    return {**index, "folder": str(folder), "results": results, "label": label}
+
+
+def _reach(r: dict) -> str:
+    reach = r.get("reachability") or {}
+    return "; ".join(f"{k}: {v}" for k, v in reach.items()) or "not analysed"
+
+
+def reproducer_table(data: dict) -> Table:
+    """One row per confirmed live finding: raised on the release, fixed by the smallest fix, the range."""
+    rows = []
+    for key, r in data["results"].items():
+        raises = r.get("raises", [])
+        rows.append(
+            {
+                "finding": key,
+                "read": f"{r['finding']['read_file'].rsplit('/', 1)[-1]}:{r['finding']['read_line']}",
+                "on the release": f"{r['on_release'].get('outcome')} at {r['on_release'].get('at')}",
+                "with the fix": r["with_fix"].get("outcome"),
+                "raises on": f"{raises[0]} - {raises[-1]} ({len(raises)} of {len(r['releases'])})" if raises else "-",
+                "reachability": _reach(r),
+            }
+        )
+    return Table(rows, ["finding", "read", "on the release", "with the fix", "raises on", "reachability"])
+
+
+def reproducer_files(data: dict, key: str) -> str:
+    """The fix diff and the reproducer's command of one finding, as text."""
+    folder = Path(data["folder"]) / data["reproducers"][key]["folder"]
+    return (
+        f"{folder}/repro.py  (standalone: imports only sglang and torch)\n"
+        f"  PYTHONPATH=<sglang {data['release']} sources> TRITON_INTERPRET=1 python repro.py\n\n"
+        f"{folder}/fix.diff:\n{(folder / 'fix.diff').read_text()}"
+    )

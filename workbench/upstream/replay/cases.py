@@ -3,10 +3,12 @@
 A case replays the backend class's real ``init_forward_metadata`` on a batch of the finding's mode
 whose ``spec_info`` is the spec class, watching every read line of the findings it decides.
 Backends whose metadata runs on CPU (``REAL``: triton under the Triton interpreter, torch_native)
-are replayed on real objects; every other backend is *traced*: its GPU library is stubbed
-(``GPU_LIBRARIES``; a library found missing at import is stubbed too) and ``spec_info`` is
-wrapped in the recording proxy. MLA backends get a tiny DeepSeek-V3 model config and the real
-``MLATokenToKVPool``, the others a tiny Llama and ``MHATokenToKVPool``. An IDLE finding gets a
+are replayed on real objects; every other backend is *traced*: the GPU libraries are stubbed
+(every library of ``GPU_LIBRARIES``, so that a backend importing another backend's module sees the
+same stubs; a library found missing at import is stubbed too) and ``spec_info`` is wrapped in the
+recording proxy. MLA backends get a tiny DeepSeek-V3 model config and the real
+``MLATokenToKVPool``, hybrid linear-attention backends a tiny NemotronH (one Mamba layer) and the
+real ``HybridReqToTokenPool``, the others a tiny Llama and ``MHATokenToKVPool``. An IDLE finding gets a
 second case, the unpadded idle batch, through the release's own idle runner path.
 """
 
@@ -50,6 +52,13 @@ def batch_kind(mode: str, padded: bool = True) -> str:
     return mode
 
 
+def profile_of(backend: str) -> str:
+    """The driver's model profile for a backend: MLA, hybrid Mamba (linear attention) or MHA."""
+    if "mla" in backend:
+        return "mla"
+    return "mamba" if backend in ("hybrid_linear_attn", "mamba") else "mha"
+
+
 def case_key(f: dict, kind: str | None = None) -> str:
     """`backend_file:backend_class|batch kind|spec_class` of the case that decides finding `f`."""
     return f"{f['backend_file']}:{f['backend_class']}|{kind or batch_kind(f['mode'])}|{f['spec_class']}"
@@ -74,8 +83,10 @@ def plan(findings: list[dict]) -> list[dict]:
                     "spec_module": module_of(f["spec_class_file"]),
                     "spec_class": f["spec_class"],
                     "trace": f["backend"] not in REAL,
-                    "stub": list(GPU_LIBRARIES.get(f["backend"], ())),
-                    "model": "mla" if "mla" in f["backend"] else "mha",
+                    "stub": sorted({lib for libs in GPU_LIBRARIES.values() for lib in libs})
+                    if f["backend"] not in REAL
+                    else [],
+                    "model": profile_of(f["backend"]),
                     "watch": [],
                 },
             )

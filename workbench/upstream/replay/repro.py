@@ -18,6 +18,8 @@ import datetime as _dt
 import difflib
 import json
 import os
+import pprint
+import re
 import shutil
 import subprocess
 import tempfile
@@ -33,11 +35,12 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def workbench_commit() -> str:
-    """The workbench's git commit (with `+dirty` when its tree has changes), or `unknown`."""
+    """The workbench's git commit (with `+dirty` when its code has uncommitted changes), or `unknown`."""
     try:
         sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--", "workbench"], capture_output=True
+        dirty = subprocess.run(  # the code, not the shipped measurements being written
+            ["git", "-C", str(REPO), "status", "--porcelain", "--", "workbench", ":!workbench/assets", "scripts"],
+            capture_output=True,
         )
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -58,10 +61,11 @@ def script_text(f: dict) -> str:
         "spec_module": module_of(f["spec_class_file"]),
         "spec_class": f["spec_class"],
         "idle_input_args": f["replay"]["idle_input_args"],
+        "init_args": f["replay"].get("init_args"),
         "server_args": {"speculative_num_draft_tokens": 4, "speculative_num_steps": 3, "speculative_eagle_topk": 1},
         "expect": f"'{f['spec_class']}' object has no attribute '{f['attr']}' at {f['read_file']}:{f['read_line']}",
     }
-    body = json.dumps(case, indent=4).replace("\n", "\n")
+    body = pprint.pformat(case, width=110, sort_dicts=False)  # a Python literal
     text = SCRIPT.read_text()
     marker = "CASE: dict = {}  # the finding this script reproduces (written by eagle-workbench)"
     return text.replace(marker, f"CASE: dict = {body}  # written by eagle-workbench {workbench_commit()}")
@@ -73,9 +77,14 @@ def smallest_fix(tree: SourceTree, f: dict) -> dict:
     text = tree.files[path]
     cls = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.ClassDef) and n.name == f["spec_class"])
     fields = [s for s in cls.body if isinstance(s, (ast.AnnAssign, ast.Assign))]
-    after = (fields[-1].end_lineno if fields else cls.body[0].lineno - 1) or cls.lineno
-    indent = " " * (fields[-1].col_offset if fields else cls.body[0].col_offset)
-    optional = "Optional" in text.split(f"class {f['spec_class']}", 1)[0]
+    first = cls.body[0]
+    docstring = isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant)
+    if fields:
+        after, indent = fields[-1].end_lineno or fields[-1].lineno, " " * fields[-1].col_offset
+    else:  # no field: right after the class docstring (or first thing in the body)
+        after = (first.end_lineno or first.lineno) if docstring else first.lineno - 1
+        indent = " " * first.col_offset
+    optional = re.search(r"^from typing import [^\n]*\bOptional\b", text, re.M) is not None
     kind = "Optional[torch.Tensor]" if optional else "torch.Tensor"
     added = [
         f"{indent}# None on an idle rank's input: attention backends rebuild the metadata from seq_lens.\n",
@@ -214,3 +223,46 @@ Raises on: {span}. Per release: {", ".join(f"{v} {x['outcome']}" for v, x in r["
 
 Measured {r["measured_at"]} by eagle-workbench {r["workbench_commit"]} (`workbench upstream repro`).
 """
+
+
+def reproducers(ctx: UpstreamContext, version: str, out: Path, range_versions: list[str] | None = None) -> dict:
+    """Lint and replay `version`, then write a reproducer folder for each confirmed idle finding,
+    each run on every release of `range_versions` (default: the final releases 0.5.10 to `version`).
+    Writes `out/index.json`; returns it."""
+    from packaging.version import Version
+
+    from ..guard import check_tree
+    from ..sources.releases import check_versions, known_releases
+    from ..sources.trees import release_tree
+
+    version = check_versions(ctx, [version])[0]
+    if range_versions is None:
+        low, high = Version("0.5.10"), Version(version)
+        range_versions = sorted(
+            (v for v in known_releases(ctx) if low <= Version(v) <= high and not Version(v).is_prerelease), key=_vkey
+        )
+    tree = release_tree(ctx, version)
+    result = check_tree(ctx, tree, version, replay=True)
+    confirmed = [f for f in result["findings"] if f["verdict"] == "confirmed"]
+    index = {
+        "release": version,
+        "workbench_commit": workbench_commit(),
+        "measured_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "command": f"workbench upstream repro --sglang {version} --out {out}",
+        "replay": result["replay"],
+        "reproducers": {},
+        "skipped": {},
+    }
+    for f in confirmed:
+        replay = f.get("replay") or {}
+        if f["mode"] != "IDLE" or (replay.get("idle_input_args") is None and replay.get("init_args") is None):
+            index["skipped"][f["key"]] = f"a {f['mode']} batch: the reproducer builds padded idle batches only"
+            continue
+        r = make_reproducer(ctx, tree, f, out, range_versions)
+        index["reproducers"][f["key"]] = {
+            "folder": slug(f),
+            **{k: r[k] for k in ("reproduced", "fixed", "raises", "reachability")},
+        }
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "index.json").write_text(json.dumps(index, indent=1))
+    return index

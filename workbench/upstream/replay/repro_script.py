@@ -4,8 +4,8 @@ spec input an idle DP rank installs, in an idle batch padded as DP attention pad
 It imports only sglang and torch (never the workbench). Run it on CPU with the release's sources
 importable (`pip install sglang==X --no-deps` into an env holding its dependencies, or
 `PYTHONPATH=<folder holding sglang/>`); `TRITON_INTERPRET=1` runs the Triton kernels on CPU tensors.
-Exit status 1 when `init_forward_metadata` raises the AttributeError, 0 when it completes; the
-last line is `REPRO {json}`.
+Exit status 1 when `init_forward_metadata` raises the AttributeError, 0 when it completes, 2 when
+the release has no such class; the last line is `REPRO {json}`.
 """
 
 import contextlib
@@ -131,9 +131,16 @@ def main() -> int:
     runner, torch = runner_like(model_dir)
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
 
-    cls = getattr(importlib.import_module(CASE["spec_module"]), CASE["spec_class"])
+    try:
+        cls = getattr(importlib.import_module(CASE["spec_module"]), CASE["spec_class"])
+    except (ImportError, AttributeError) as exc:  # a release before the class existed
+        print("REPRO " + json.dumps({"outcome": "absent", "error": f"{type(exc).__name__}: {exc}"}))
+        return 2
     with cuda_to_cpu():  # the spec input an idle rank installs: the release's own idle constructor
-        spec = cls.create_idle_input(**{k: _arg(k, v, torch) for k, v in CASE["idle_input_args"].items()})
+        if CASE.get("idle_input_args") is not None:
+            spec = cls.create_idle_input(**{k: _arg(k, v, torch) for k, v in CASE["idle_input_args"].items()})
+        else:  # a class without one: its constructor on the (empty) idle batch's values
+            spec = cls(**{k: _arg(k, v, torch) for k, v in CASE["init_args"].items()})
     empty = torch.empty(0, dtype=torch.int64)
     batch = ForwardBatch(
         forward_mode=ForwardMode.IDLE,
@@ -170,6 +177,13 @@ def main() -> int:
 
 
 def _arg(name: str, value, torch):
+    if isinstance(value, dict) and "tensor" in value:
+        return torch.tensor(value["values"], dtype=getattr(torch, value["dtype"])).reshape(value["tensor"])
+    if isinstance(value, dict) and "enum" in value:
+        import importlib
+
+        module, cls, member = value["enum"]
+        return getattr(getattr(importlib.import_module(module), cls), member)
     if name == "device":
         return torch.device(value)
     if name == "dtype":

@@ -11,13 +11,18 @@
 - ``unverified``: the replay could not decide, with the reason.
 
 A read behind an earlier crash of the same replay is decided on the run that answered the earlier
-attribute with a class-level default None (that finding's smallest fix); the verdict says so.
+attribute with a class-level default None (that finding's smallest fix); the verdict says so. The
+replays run with EAGLE's chain settings (``FIRST``: topk 1); a read whose line never ran there is
+replayed again with a draft tree (``SECOND``: topk 2), and the verdict names the settings it used.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..context import UpstreamContext
 from ..sources.trees import SourceTree
+from .branches import other_branch
 from .cases import case_key, plan
 from .front import replay
 
@@ -36,7 +41,23 @@ def replay_verdicts(ctx: UpstreamContext, tree: SourceTree, analysis: dict) -> t
     ctx.log(f"[{tree.label}] replaying {len(cases)} case(s) for {len(findings)} finding(s) ...")
     result = replay(ctx, tree, cases)
     by_key = {c["case"]["key"]: c for c in result["cases"]}
-    out = [decide(f, by_key, result) for f in findings]
+    out = [_with_settings(decide(f, by_key, result, tree.get), FIRST) for f in findings]
+    again = [
+        i
+        for i, f in enumerate(out)
+        if f["verdict"] in ("refuted", "traced: not read") and "never ran" in f["verdict_reason"]
+    ]
+    if again and result["status"] == "ok":
+        ctx.log(f"[{tree.label}] {len(again)} read line(s) never ran: replaying them with {_text(SECOND)} ...")
+        second = replay(ctx, tree, plan([findings[i] for i in again]), extra={"server_args": SECOND})
+        by_key2 = {c["case"]["key"]: c for c in second["cases"]}
+        for i in again:
+            other = _with_settings(decide(findings[i], by_key2, second, tree.get), SECOND)
+            if "never ran" not in other["verdict_reason"] and other["verdict"] != "unverified":
+                out[i] = {**other, "verdict_reason": f"with {_text(SECOND)}: {other['verdict_reason']}"}
+            else:
+                out[i]["verdict_reason"] += f"; with {_text(SECOND)} too"
+        result["run_s"] = round(result["run_s"] + second["run_s"], 1)
     counts: dict[str, int] = {}
     for f in out:
         counts[f["verdict"]] = counts.get(f["verdict"], 0) + 1
@@ -46,6 +67,20 @@ def replay_verdicts(ctx: UpstreamContext, tree: SourceTree, analysis: dict) -> t
         f"[{tree.label}] {len(by_key)} replay case(s) in {result['run_s']} s on {result.get('env_group')}: {counts}"
     )
     return out, summary
+
+
+FIRST = {"speculative_num_steps": 3, "speculative_num_draft_tokens": 4, "speculative_eagle_topk": 1}
+SECOND = {"speculative_eagle_topk": 2}  # a draft tree: reads gated on topk > 1 (tree verify, Mamba tree state)
+
+
+def _text(settings: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in settings.items())
+
+
+def _with_settings(f: dict, settings: dict) -> dict:
+    if f.get("replay"):
+        f["replay"]["settings"] = {**FIRST, **settings}
+    return f
 
 
 def _short(loc: str | None) -> str:
@@ -60,6 +95,7 @@ def _details(case: dict, run: dict | None, unpadded: dict | None) -> dict:
         "batch_size": case.get("batch", {}).get("batch_size"),
         "spec_info_built_by": case.get("built_by"),
         "idle_input_args": case.get("idle_input_args"),
+        "init_args": case.get("init_args"),
         "outcome": run.get("outcome", "error"),
         "exception": f"{run['exception']}: {run.get('message')}" if run.get("exception") else None,
         "raised_at": run.get("raised_at"),
@@ -75,7 +111,7 @@ def _details(case: dict, run: dict | None, unpadded: dict | None) -> dict:
     return out
 
 
-def decide(f: dict, by_key: dict[str, dict], result: dict) -> dict:
+def decide(f: dict, by_key: dict[str, dict], result: dict, source: Callable[[str], str | None] | None = None) -> dict:
     """One finding with its verdict (see the module docstring)."""
     case = by_key.get(case_key(f))
     unpadded = by_key.get(case_key(f, "IDLE unpadded")) if f["mode"] == "IDLE" else None
@@ -89,7 +125,7 @@ def decide(f: dict, by_key: dict[str, dict], result: dict) -> dict:
             f" at {where})" if where else ")"
         )
         return _set(f, keep, "unverified", why, "none", _details(case, None, unpadded))
-    verdict, reason, run = judge(f, case)
+    verdict, reason, run = judge(f, case, source)
     by = "trace" if case["case"].get("trace") else "replay"
     return _set(f, keep, verdict, reason, by if verdict != "unverified" else "none", _details(case, run, unpadded))
 
@@ -115,7 +151,7 @@ def _what(f: dict, case: dict) -> str:
     )
 
 
-def judge(f: dict, case: dict) -> tuple[str, str, dict | None]:
+def judge(f: dict, case: dict, source: Callable[[str], str | None] | None = None) -> tuple[str, str, dict | None]:
     """(verdict, reason, the deciding run) of finding `f` from its case's runs."""
     loc, attr = f"{f['read_file']}:{f['read_line']}", f["attr"]
     traced = bool(case["case"].get("trace"))
@@ -128,6 +164,15 @@ def judge(f: dict, case: dict) -> tuple[str, str, dict | None]:
         if run.get("missing_attr") == attr and run.get("raised_at") == loc:
             verdict = "traced: raised" if traced else "confirmed"
             return verdict, f"{what}: raised AttributeError: {run['message']} at {_short(loc)}{behind}", run
+        split = _split(f, run, source)
+        if split is not None:
+            verdict = "traced: not read" if traced else "refuted"
+            return (
+                verdict,
+                f"{what}: took the other branch of the `if` at line {split} (it raised {run.get('exception')} at "
+                f"{_short(run.get('raised_at'))} there), so the read at {_short(loc)} is not made{behind}",
+                run,
+            )
         if loc in (run.get("ran") or []) and run.get("raised_at") != loc:
             # the read ran on the real instance and did not raise (a traced run: before any library call)
             return "refuted", f"{what}: line {_short(loc)} ran without raising{behind}", run
@@ -137,6 +182,13 @@ def judge(f: dict, case: dict) -> tuple[str, str, dict | None]:
             verdict = "traced: not read" if traced else "refuted"
             tail = ", without calling the stubbed library" if traced else ""
             return verdict, f"{what}: completed{tail} and line {_short(loc)} never ran{behind}", run
+        if run["outcome"] == "library reached" and not traced:
+            return (
+                "unverified",
+                f"{what}: reached a library stubbed at import ({run.get('library_call')} at "
+                f"{_short(run.get('raised_at'))}) before deciding the read at {_short(loc)}{behind}",
+                run,
+            )
         if run["outcome"] == "library reached":
             return (
                 "traced: not read",
@@ -153,3 +205,17 @@ def judge(f: dict, case: dict) -> tuple[str, str, dict | None]:
             run,
         )
     return "unverified", f"{what}: {len(runs)} run(s) each raised an earlier AttributeError", runs[-1] if runs else None
+
+
+def _split(f: dict, run: dict, source: Callable[[str], str | None] | None) -> int | None:
+    """The `if` separating the read from where this run raised (``branches.other_branch``)."""
+    at = run.get("raised_at") or ""
+    if (
+        source is None
+        or run.get("outcome") != "raised"
+        or f"{f['read_file']}:{f['read_line']}" in (run.get("ran") or [])
+    ):
+        return None
+    path, _, line = at.rpartition(":")
+    text = source(f["read_file"]) if path == f["read_file"] else None
+    return other_branch(text, f["read_line"], int(line)) if text and line.isdigit() else None

@@ -77,7 +77,9 @@ class LineWatch:
 
 
 def import_backend(case: dict, stand_ins: list) -> type:
-    """The backend class; a traced case stubs its GPU libraries (and any missing one) first."""
+    """The backend class; a traced case stubs its GPU libraries first. A GPU library found missing
+    at import (``sgl_kernel`` imported by a module the backend imports) is stubbed too, in a real
+    case as well: there it must never be called (a call ends the run: the verdict is unverified)."""
     libs = set(case.get("stub") or [])
     if libs:
         stubs.install(libs)
@@ -87,7 +89,7 @@ def import_backend(case: dict, stand_ins: list) -> type:
             return getattr(importlib.import_module(case["backend_module"]), case["backend_class"])
         except ModuleNotFoundError as exc:
             top = (exc.name or "").split(".")[0]
-            if not case.get("trace") or not top or top in stubs.STATE.stubbed or top in ("sglang", "torch"):
+            if not top or top in stubs.STATE.stubbed or top in ("sglang", "torch"):
                 raise
             stubs.install({top})
             _available({top}, stand_ins)
@@ -112,7 +114,7 @@ def construct(backend_cls: type, runner, case: dict, stand_ins: list):
             return backend_cls(runner)
         except ModuleNotFoundError as exc:
             top = (exc.name or "").split(".")[0]
-            if not case.get("trace") or not top or top in stubs.STATE.stubbed or top in ("sglang", "torch"):
+            if not top or top in stubs.STATE.stubbed or top in ("sglang", "torch"):
                 raise
             stubs.install({top})
             _available({top}, stand_ins)
@@ -157,11 +159,11 @@ def run_case(ctx, case: dict, bundle: dict | None = None) -> dict:
     finally:
         for name in answers:
             delattr(cls, name)
-    if case.get("trace"):
+    if case.get("trace") or stubs.STATE.stubbed:
         out["stand_ins"] += [
             f"{lib} stubbed (GpuLibraryReached on first use during the metadata)" for lib in sorted(stubs.STATE.stubbed)
         ]
-        out["stand_ins"] += [f"{a} answered True" for a in sorted(stubs.STATE.answered)]
+        out["stand_ins"] += [a if " = " in a else f"{a} answered True" for a in sorted(stubs.STATE.answered)]
     return out
 
 
@@ -229,12 +231,12 @@ def _run_once(ctx, case: dict, backend_cls: type, bundle: dict | None, out: dict
 
 def _value(ctx, case: dict, attr: str, bundle: dict | None):
     """A value of `attr` consistent with the case's batch (`inputs.value_for`), or None."""
-    from .inputs import value_for
+    from .inputs import _known, value_for
 
     shape = {**shape_of(case["batch"], bundle), "mode": case["mode"], "spec_class": case["spec_class"]}
     if not shape["seq_lens"] and case["batch"] == "IDLE padded":
         shape.update(seq_lens=[1, 1], req_pool_indices=[0, 0])  # the padding's rows
-    value = value_for(ctx, attr, None, {}, shape)
+    value = value_for(ctx, attr, None, _known(ctx), shape)
     return None if callable(value) and not hasattr(value, "shape") else value
 
 

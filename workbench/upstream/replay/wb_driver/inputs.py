@@ -10,7 +10,6 @@ on the GPU inside its workers, so ``built_by`` says "fields filled by the replay
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import importlib
 import inspect
@@ -68,7 +67,7 @@ def build(ctx, module: str, name: str, idle: bool, shape: dict, record: dict | N
         why = f"{name}.create_idle_input needs {missing}, which the replay cannot answer"
     elif not idle:
         why = f"{name} for a non-idle batch is built on the GPU by its worker"
-    return filled(ctx, cls, known, shape), f"fields filled by the replay ({why})"
+    return filled(ctx, cls, known, shape, record), f"fields filled by the replay ({why})"
 
 
 def _plain(value):
@@ -94,23 +93,30 @@ def _hints(cls) -> dict:
     return out
 
 
-def filled(ctx, cls: type, known: dict, shape: dict):
-    """An instance of `cls` with every required field or parameter given a value for this batch."""
+def filled(ctx, cls: type, known: dict, shape: dict, record: dict | None = None):
+    """An instance of `cls` with every required field or parameter given a value for this batch;
+    `record` receives the arguments as JSON (``encode``) for a reproducer to build the same one."""
     hints = _hints(cls)
-    if dataclasses.is_dataclass(cls):
-        names = [
-            f.name
-            for f in dataclasses.fields(cls)
-            if f.init and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        ]
-    else:
-        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
-        names = [
-            p.name
-            for p in params
-            if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        ]
-    return cls(**{n: value_for(ctx, n, hints.get(n), known, shape) for n in names})
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # a dataclass's generated one too
+    names = [
+        p.name
+        for p in params
+        if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    args = {n: value_for(ctx, n, hints.get(n), known, shape) for n in names}
+    if record is not None:
+        record["init_args"] = {k: encode(v) for k, v in args.items()}
+    return cls(**args)
+
+
+def encode(value):
+    """A constructor argument as JSON a reproducer decodes: a tensor as {"tensor": shape, "dtype",
+    "values"}, an enum member as {"enum": [module, class, member]}, a device or dtype by name."""
+    if hasattr(value, "tolist") and hasattr(value, "dtype") and hasattr(value, "shape"):
+        return {"tensor": list(value.shape), "dtype": str(value.dtype).replace("torch.", ""), "values": value.tolist()}
+    if isinstance(value, enum.Enum):
+        return {"enum": [type(value).__module__, type(value).__name__, value.name]}
+    return _plain(value)
 
 
 def value_for(ctx, name: str, hint, known: dict, shape: dict):

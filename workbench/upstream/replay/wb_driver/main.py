@@ -47,6 +47,7 @@ def main(cfg_path: str) -> None:
         state["stage"] = "cases"
         for case in cfg.get("cases", []):
             result["cases"].append(run_case(ctx, case, cfg.get("bundle")))
+        state["stage"] = "done"
         result["status"] = "ok"
     except BaseException as exc:  # noqa: BLE001 - the set-up failed: one record says where
         result.update(

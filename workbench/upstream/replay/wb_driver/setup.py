@@ -53,7 +53,29 @@ TINY_DEEPSEEK = {
     "torch_dtype": "float32",
     "rope_theta": 10000.0,
 }
-PROFILES = {"mha": TINY_LLAMA, "mla": TINY_DEEPSEEK}
+# Linear-attention (Mamba2) backends need a hybrid model: one Mamba layer, one attention layer
+TINY_NEMOTRON_H = {
+    "architectures": ["NemotronHForCausalLM"],
+    "model_type": "nemotron_h",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "hybrid_override_pattern": "M*",
+    "mamba_num_heads": 4,
+    "mamba_head_dim": 16,
+    "n_groups": 1,
+    "ssm_state_size": 16,
+    "conv_kernel": 4,
+    "vocab_size": 256,
+    "max_position_embeddings": 256,
+    "layer_norm_epsilon": 1e-5,
+    "torch_dtype": "float32",
+}
+PROFILES = {"mha": TINY_LLAMA, "mla": TINY_DEEPSEEK, "mamba": TINY_NEMOTRON_H}
+# the server-args backend each profile is validated with (NemotronH refuses triton as its first layer is Mamba)
+PROFILE_BACKEND = {"mha": "triton", "mla": "triton", "mamba": "flashinfer"}
 
 
 def _free_port() -> int:
@@ -107,13 +129,16 @@ def _profile(ctx, cfg: dict, state: dict, profile: str, publish: bool = False):
     state["stage"] = f"server_args ({profile})"
     path = model_dir(PROFILES[profile])
     state["model_dirs"].append(path)
-    server_args = ServerArgs(model_path=path, device="cpu", attention_backend="triton", skip_tokenizer_init=True)
-    for key, value in (
-        ("speculative_num_draft_tokens", NUM_DRAFT),
-        ("speculative_num_steps", NUM_STEPS),
-        ("speculative_eagle_topk", TOPK),
-        ("disable_cuda_graph", True),
-    ):
+    server_args = ServerArgs(
+        model_path=path, device="cpu", attention_backend=PROFILE_BACKEND[profile], skip_tokenizer_init=True
+    )
+    for key, value in {
+        "speculative_num_draft_tokens": NUM_DRAFT,
+        "speculative_num_steps": NUM_STEPS,
+        "speculative_eagle_topk": TOPK,
+        "disable_cuda_graph": True,
+        **cfg.get("server_args", {}),
+    }.items():
         _set(server_args, key, value)
     if publish:
         _publish(server_args)
@@ -155,6 +180,8 @@ def _pools(cfg: dict, model_config, profile: str):
         device="cpu",
         enable_memory_saver=False,
     )
+    if profile == "mamba":
+        req_pool = _hybrid_pool(cfg, model_config, rows)
     if profile == "mla":
         kv_pool = MLATokenToKVPool(
             kv_lora_rank=model_config.kv_lora_rank, qk_rope_head_dim=model_config.qk_rope_head_dim, **common
@@ -162,6 +189,35 @@ def _pools(cfg: dict, model_config, profile: str):
     else:
         kv_pool = MHATokenToKVPool(head_num=model_config.get_num_kv_heads(1), head_dim=model_config.head_dim, **common)
     return req_pool, kv_pool
+
+
+def _hybrid_pool(cfg: dict, model_config, rows: int):
+    """The release's HybridReqToTokenPool (request rows + a Mamba state pool) for the hybrid profile,
+    built as the model runner builds it, its CUDA tensors on the CPU."""
+    from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
+
+    from .devices import CudaToCpu
+
+    params = model_config.hf_config.mamba2_cache_params
+    kwargs = dict(
+        size=rows,
+        mamba_size=rows,
+        mamba_spec_state_size=rows,
+        max_context_len=model_config.context_len,
+        device="cpu",
+        enable_memory_saver=False,
+        cache_params=params,
+        mamba_layer_ids=list(params.layers),
+        enable_mamba_extra_buffer=False,
+        speculative_num_draft_tokens=NUM_DRAFT,
+        speculative_eagle_topk=cfg.get("server_args", {}).get("speculative_eagle_topk", TOPK),
+        enable_overlap_schedule=False,
+        start_layer=0,
+        pre_alloc_size=0,
+    )
+    accepted = inspect.signature(HybridReqToTokenPool.__init__).parameters
+    with CudaToCpu():
+        return HybridReqToTokenPool(**{k: v for k, v in kwargs.items() if k in accepted})
 
 
 def _runner(cfg: dict, server_args, model_config, profile: str) -> SimpleNamespace:
@@ -179,10 +235,19 @@ def _runner(cfg: dict, server_args, model_config, profile: str) -> SimpleNamespa
         tp_rank=0,
         tp_size=1,
         dp_size=1,
+        attn_tp_rank=0,
+        attn_tp_size=1,
+        attn_dp_rank=0,
+        attn_dp_size=1,
+        attn_cp_rank=0,
+        attn_cp_size=1,
+        is_hybrid_swa=False,
         page_size=1,
         server_args=server_args,
         is_draft_worker=False,
         use_mla_backend=profile == "mla",
+        mamba2_config=model_config.hf_config if profile == "mamba" else None,
+        mambaish_config=model_config.hf_config if profile == "mamba" else None,
         prefill_attention_backend_str="triton",
         decode_attention_backend_str="triton",
         model_config=model_config,
@@ -217,6 +282,13 @@ def _newer_runner_fields(runner, model_config, req_pool, kv_pool) -> None:
     except ImportError:
         return
     runner.spec_algorithm = SpeculativeAlgorithm.from_string("EAGLE")
+    try:  # 0.5.16+: the runner carries its parallel ranks as one object
+        from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+    except ImportError:
+        pass
+    else:
+        if hasattr(ParallelState, "trivial"):
+            runner.ps = ParallelState.trivial()
     if hasattr(ModelRunner, "decode_num_tokens_per_req"):
         runner.decode_num_tokens_per_req = lambda **kw: ModelRunner.decode_num_tokens_per_req(runner, **kw)
     try:  # from 0.5.2x backends read KV ids through the runner's translator

@@ -107,8 +107,22 @@ class StubBase:
         return LibraryStub(f"{type(self).__name__}.{attr}")
 
 
+# dtype names libraries export for module-level constants (`torch.finfo(e4m3_dtype)` at import):
+# answered with the torch dtype they name, recorded as a stand-in
+DTYPES = {
+    "e4m3_dtype": "float8_e4m3fn",
+    "e5m2_dtype": "float8_e5m2",
+    "fp8_dtype": "float8_e4m3fn",
+    "fp8": "float8_e4m3fn",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "fp32": "float32",
+}
+
+
 class StubModule(types.ModuleType):
-    """A stubbed library module: a package whose every public name is a `LibraryStub`."""
+    """A stubbed library module: a package whose every public name is a `LibraryStub` (a dtype
+    name, `DTYPES`, is the torch dtype it names)."""
 
     def __init__(self, name: str):
         super().__init__(name, f"eagle-workbench stub of the GPU library module {name}")
@@ -118,6 +132,11 @@ class StubModule(types.ModuleType):
     def __getattr__(self, attr: str):
         if attr.startswith("__") and attr.endswith("__"):
             raise AttributeError(attr)
+        if attr in DTYPES:
+            import torch
+
+            STATE.answered.add(f"{self.__name__}.{attr} = torch.{DTYPES[attr]}")
+            return getattr(torch, DTYPES[attr])
         return LibraryStub(f"{self.__name__}.{attr}")
 
 
@@ -145,8 +164,14 @@ def install(tops: set[str]) -> None:
     for name in [t for t in tops if t.startswith("torch.ops.")]:
         setattr(torch.ops, name.split(".")[2], LibraryStub(name))
         STATE.stubbed.add(name)
-    tops = {t for t in tops if not t.startswith("torch.ops.")}
+    tops = {t for t in tops if not t.startswith("torch.ops.")} - STATE.stubbed
+    if not tops:
+        return
     STATE.stubbed |= set(tops)
+    # attention modules imported before (without the library) took their no-library branches at
+    # import: import them again against the stubs
+    for name in [n for n in sys.modules if n.startswith("sglang.srt.layers.attention.")]:
+        del sys.modules[name]
     for name in list(sys.modules):
         if name.split(".")[0] in tops and not isinstance(sys.modules[name], StubModule):
             del sys.modules[name]
