@@ -89,8 +89,10 @@ def why_new(f: dict, entry: dict | None, newest: str | None) -> str | None:
     if f.get("verdict") == "confirmed" and entry["verdict"] != "confirmed":
         return f"a replay now confirms it; the triage file says {entry['verdict']}"
     if f.get("verdict") == "confirmed" and is_newest(f.get("release"), newest):
-        if not (entry.get("live") and entry.get("link")):
-            return "confirmed on the newest release, and its triage entry does not say it is known and live with a link"
+        if not entry.get("live"):
+            return "confirmed on the newest release, and its triage entry does not say it is known and live"
+        if not entry.get("link"):
+            return "confirmed on the newest release, known and live, but its triage entry has no upstream link"
     return None
 
 
@@ -141,7 +143,8 @@ def build_triage(result: dict, previous: dict[str, dict] | None, command: str, c
 
     Per key: the releases it appears in, the newest one's verdict and reason, read and install;
     `fixed_in` the first linted release after its last appearance (None while it is still there).
-    `link`, `live`, `note` and a hand-set `fixed_in` carry over from `previous`.
+    `link`, `live` and `note` carry over from `previous`, and its `fixed_in` unless a linted
+    release at or after it still has the finding.
     """
     order = sorted(
         (r["source"].replace("sglang ", "") for r in result["results"]), key=lambda v: _version(v) or Version("0")
@@ -162,7 +165,11 @@ def build_triage(result: dict, previous: dict[str, dict] | None, command: str, c
         last = max(order.index(r) for r in e["releases"] if r in order)
         later = order[last + 1 :]
         old = (previous or {}).get(key, {})
-        e["fixed_in"] = old.get("fixed_in") or (later[0] if later else None)
+        kept, seen = _version(old.get("fixed_in")), [_version(r) for r in e["releases"]]
+        if kept is not None and not any(v is not None and v >= kept for v in seen):
+            e["fixed_in"] = old["fixed_in"]  # a hand-set release the findings do not contradict
+        else:
+            e["fixed_in"] = later[0] if later else None
         e["link"] = old.get("link")
         e["live"] = bool(old.get("live", False))
         if old.get("note"):

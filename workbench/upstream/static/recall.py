@@ -277,6 +277,7 @@ def recall(ctx: UpstreamContext, versions: list[str], command: str) -> dict:
     from ..sources.releases import check_versions
     from ..sources.trees import release_tree
 
+    commit = workbench_commit()  # the code that runs, taken before it runs
     releases = {}
     for v in check_versions(ctx, versions):
         res = release_recall(ctx, release_tree(ctx, v))
@@ -284,7 +285,7 @@ def recall(ctx: UpstreamContext, versions: list[str], command: str) -> dict:
         releases[v] = res
     return {
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "workbench_commit": workbench_commit(),
+        "workbench_commit": commit,
         "command": command,
         "developed_on": list(DEVELOPED_ON),
         "releases": releases,
