@@ -49,7 +49,7 @@ def test_fail_on_new_covers_each_rule() -> None:
     live = {SEED: _entry(verdict="confirmed")}
     assert "known and live" in judge([_finding("0.5.14", "confirmed")], live, "new", "0.5.14")[0]["gate"]
     live[SEED]["live"] = True
-    assert "no upstream link" in judge([_finding("0.5.14", "confirmed")], live, "new", "0.5.14")[0]["gate"]
+    assert "neither an upstream link" in judge([_finding("0.5.14", "confirmed")], live, "new", "0.5.14")[0]["gate"]
     assert judge([_finding("0.5.13", "confirmed")], live, "new", "0.5.14") == []  # an older release
     live[SEED].update(live=True, link="https://example.org/issues/2")
     assert judge([_finding("0.5.14", "confirmed")], live, "new", "0.5.14") == []
