@@ -58,7 +58,7 @@ prompts = None
 max_new_tokens = 16
 model_dir = None
 timeout_s = 300.0
-verify_idle_input = "eagle-verify"  # or "eagle-verify-fixed": the idle verify input with kv_indptr = None
+verify_idle_input = "eagle-verify"  # or "eagle-verify-fixed": the idle verify input with a None kv_indptr
 idle_verify = "graph"  # or "eager": the idle rank's verify batch runs init_forward_metadata on its spec_info
 compare_backends = ["flashinfer", "fa3", "torch_native"]
 record_path = "runs/notebooks/01_reproduce_crash.json"

@@ -49,6 +49,8 @@ def test_fail_on_new_covers_each_rule() -> None:
     )
     live = {SEED: _entry(verdict="confirmed")}
     assert "known and live" in judge([_finding("0.5.14", "confirmed")], live, "new", "0.5.14")[0]["gate"]
+    live[SEED]["live"] = True
+    assert "neither an upstream link" in judge([_finding("0.5.14", "confirmed")], live, "new", "0.5.14")[0]["gate"]
     assert judge([_finding("0.5.13", "confirmed")], live, "new", "0.5.14") == []  # an older release
     live[SEED].update(live=True, link="https://example.org/issues/2")
     assert judge([_finding("0.5.14", "confirmed")], live, "new", "0.5.14") == []
@@ -97,6 +99,10 @@ def test_build_triage_computes_fixed_in_and_keeps_hand_fields() -> None:
         "seed",
     )
     assert doc["produced_by"]["workbench_commit"] == "abc"
+    # a previous fixed_in the findings contradict (the finding is still there at or after it) is dropped
+    result["findings"] = [old, _finding("0.5.13", "confirmed")]
+    doc = build_triage(result, {SEED: {"fixed_in": "0.5.13"}}, "cmd", "abc")
+    assert doc["entries"][SEED]["fixed_in"] is None
 
 
 def test_a_check_that_read_nothing_is_a_problem() -> None:

@@ -136,6 +136,17 @@ def test_the_idle_verify_input_reaches_the_eager_idle_path_with_its_settings() -
     assert "EAGLE" in r["algorithms"] and r["backend_flags"] == ["--attention-backend triton"]
 
 
+def test_the_sites_that_call_init_forward_metadata_are_listed() -> None:
+    (site,) = analyse(_tree())["runner_sites"]
+    assert (site["function"], site["line"], site["graph"], site["draft"]) == (
+        "ModelRunner.forward_idle",
+        14,
+        False,
+        False,
+    )
+    assert site["conditions"] == ["forward_batch.batch_size > 0"]
+
+
 def test_an_input_replaced_before_any_forward_is_unreachable() -> None:
     f = _by_class()["ReplacedInput"]
     assert f["verdict"] == "unreachable" and f["verdict_by"] == "runner paths"

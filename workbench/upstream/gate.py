@@ -10,7 +10,10 @@ errored): a check that could not run never passes.
 - it reappears in a release at or after the entry's `fixed_in`;
 - a replay now confirms it and the entry says otherwise;
 - it is `confirmed` on the newest release and the entry does not say it is known and live
-  (`live: true`) with its upstream `link`.
+  (`live: true`) with its `link`: an upstream https address, or, for a finding not filed upstream
+  (`filed_upstream: false`), the repository path of its shipped reproducer folder, which must exist
+  and hold that finding's reproducer (`repro.py`, `fix.diff`, a `result.json` naming its key).
+  Such a finding passes and is reported as "live, not filed upstream" (`not_filed`).
 `--fail-on confirmed` fails on every `confirmed` finding; `--fail-on any` on every finding.
 `confirmed end to end` (the real runtime raised at the read: `--end-to-end`) counts as confirmed
 everywhere; with `--end-to-end`, a real-runtime run that could not decide is an error (exit 2).
@@ -38,6 +41,8 @@ VERDICTS = (
 CONFIRMED = ("confirmed", "confirmed end to end")  # what the gate counts as confirmed
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 TRIAGE_FILE = Path(__file__).resolve().parent.parent / "assets" / "upstream_triage.json"
+ROOT = Path(__file__).resolve().parents[2]  # the folder holding workbench/: reproducer links are relative to it
+REPRO_FILES = ("repro.py", "fix.diff", "result.json")
 SCHEMA = "upstream-triage/2"
 
 
@@ -72,8 +77,14 @@ def load_triage(path: Path | None = None) -> dict[str, dict]:
             bad.append(f"verdict {e.get('verdict')!r} is none of {', '.join(VERDICTS)}")
         if not e.get("reason"):
             bad.append("no reason")
-        if e.get("link") is not None and not str(e["link"]).startswith("https://"):
-            bad.append(f"link {e['link']!r} is not an https address")
+        link = e.get("link")
+        if link is not None and not str(link).startswith("https://"):
+            if e.get("filed_upstream") is not False:
+                bad.append(f"link {link!r} is not an https address (a reproducer path needs filed_upstream: false)")
+            elif Path(link).is_absolute() or ".." in Path(link).parts:
+                bad.append(f"link {link!r}: a reproducer folder is a path relative to the repository, inside it")
+        if not isinstance(e.get("filed_upstream", True), bool):
+            bad.append("filed_upstream is not true/false")
         if e.get("fixed_in") is not None and _version(e["fixed_in"]) is None:
             bad.append(f"fixed_in {e['fixed_in']!r} is not a version")
         if not isinstance(e.get("live", False), bool):
@@ -89,6 +100,21 @@ def is_newest(release: str | None, newest: str | None) -> bool:
     return have is None or top is None or have >= top
 
 
+def reproducer_problem(link: str, key: str) -> str | None:
+    """Why the repository path `link` does not hold finding `key`'s shipped reproducer, or None."""
+    folder = ROOT / link
+    if not folder.is_dir():
+        return f"its reproducer folder {link} does not exist"
+    missing = [name for name in REPRO_FILES if not (folder / name).is_file()]
+    if missing:
+        return f"its reproducer folder {link} lacks {', '.join(missing)}"
+    try:
+        named = json.loads((folder / "result.json").read_text()).get("key")
+    except ValueError as exc:
+        return f"{link}/result.json: {exc}"
+    return None if named == key else f"{link}/result.json is the reproducer of {named!r}, not of this finding"
+
+
 def why_new(f: dict, entry: dict | None, newest: str | None) -> str | None:
     """Why `f` fails `--fail-on new`, or None when the triage entry covers it."""
     if entry is None:
@@ -100,9 +126,40 @@ def why_new(f: dict, entry: dict | None, newest: str | None) -> str | None:
     if f.get("verdict") in CONFIRMED and entry["verdict"] not in CONFIRMED:
         return f"a replay now confirms it; the triage file says {entry['verdict']}"
     if f.get("verdict") in CONFIRMED and is_newest(f.get("release"), newest):
-        if not (entry.get("live") and entry.get("link")):
-            return "confirmed on the newest release, and its triage entry does not say it is known and live with a link"
+        if not entry.get("live"):
+            return "confirmed on the newest release, and its triage entry does not say it is known and live"
+        link = entry.get("link")
+        if not link:
+            return (
+                "confirmed on the newest release, known and live, but its triage entry has neither an upstream "
+                "link nor a shipped reproducer folder"
+            )
+        if not str(link).startswith("https://"):
+            problem = reproducer_problem(link, finding_key(f))
+            if problem:
+                return f"confirmed on the newest release, known and live, not filed upstream, and {problem}"
     return None
+
+
+def not_filed(findings: list[dict], triage: dict[str, dict], newest: str | None) -> list[dict]:
+    """The confirmed findings on the newest release that pass only as "live, not filed upstream":
+    {key, read, link (the reproducer folder), note}, one per key."""
+    out: dict[str, dict] = {}
+    for f in findings:
+        key = finding_key(f)
+        entry = triage.get(key) or {}
+        link = entry.get("link")
+        if f.get("verdict") not in CONFIRMED or not is_newest(f.get("release"), newest) or not entry.get("live"):
+            continue
+        if link and not str(link).startswith("https://") and why_new(f, entry, newest) is None:
+            read = f"{f['read_file']}:{f['read_line']}"
+            out.setdefault(key, {"key": key, "read": read, "link": link, "note": entry.get("note")})
+    return list(out.values())
+
+
+def not_filed_lines(rows: list[dict]) -> list[str]:
+    """One "live, not filed upstream" line per row of `not_filed`."""
+    return [f"live, not filed upstream: {r['key']} at {r['read']}: reproducer and fix in {r['link']}" for r in rows]
 
 
 def judge(findings: list[dict], triage: dict[str, dict], fail_on: str, newest: str | None) -> list[dict]:
@@ -155,7 +212,8 @@ def build_triage(result: dict, previous: dict[str, dict] | None, command: str, c
 
     Per key: the releases it appears in, the newest one's verdict and reason, read and install;
     `fixed_in` the first linted release after its last appearance (None while it is still there).
-    `link`, `live`, `note` and a hand-set `fixed_in` carry over from `previous`.
+    `link`, `live`, `filed_upstream` and `note` carry over from `previous`, and its `fixed_in` unless a linted
+    release at or after it still has the finding.
     """
     order = sorted(
         (r["source"].replace("sglang ", "") for r in result["results"]), key=lambda v: _version(v) or Version("0")
@@ -176,9 +234,15 @@ def build_triage(result: dict, previous: dict[str, dict] | None, command: str, c
         last = max(order.index(r) for r in e["releases"] if r in order)
         later = order[last + 1 :]
         old = (previous or {}).get(key, {})
-        e["fixed_in"] = old.get("fixed_in") or (later[0] if later else None)
+        kept, seen = _version(old.get("fixed_in")), [_version(r) for r in e["releases"]]
+        if kept is not None and not any(v is not None and v >= kept for v in seen):
+            e["fixed_in"] = old["fixed_in"]  # a hand-set release the findings do not contradict
+        else:
+            e["fixed_in"] = later[0] if later else None
         e["link"] = old.get("link")
         e["live"] = bool(old.get("live", False))
+        if "filed_upstream" in old:
+            e["filed_upstream"] = old["filed_upstream"]
         if old.get("note"):
             e["note"] = old["note"]
     return {

@@ -5,7 +5,8 @@ It imports only sglang and torch (never the workbench). Run it on CPU with the r
 importable (`pip install sglang==X --no-deps` into an env holding its dependencies, or
 `PYTHONPATH=<folder holding sglang/>`); `TRITON_INTERPRET=1` runs the Triton kernels on CPU tensors.
 Exit status 1 when `init_forward_metadata` raises the AttributeError, 0 when it completes, 2 when
-the release has no such class; the last line is `REPRO {json}`.
+the release has no such class, 3 when importing it needs a library this host lacks (0.5.10 imports
+the CUDA `sgl_kernel` from its memory pools); the last line is `REPRO {json}`.
 """
 
 import contextlib
@@ -133,16 +134,18 @@ def main() -> int:
 
     try:
         cls = getattr(importlib.import_module(CASE["spec_module"]), CASE["spec_class"])
-    except (ImportError, AttributeError) as exc:  # a release before the class existed
+    except (ImportError, AttributeError) as exc:
+        missing = getattr(exc, "name", None) or ""
+        if isinstance(exc, ModuleNotFoundError) and not missing.startswith("sglang"):  # a library it imports
+            print("REPRO " + json.dumps({"outcome": "error", "error": f"needs {missing}: {exc}"}))
+            return 3
         print("REPRO " + json.dumps({"outcome": "absent", "error": f"{type(exc).__name__}: {exc}"}))
-        return 2
+        return 2  # a release before the class existed
     with cuda_to_cpu():  # the spec input an idle rank installs: the release's own idle constructor
-        if CASE.get("idle_input_args") is not None:  # the arguments this release's signature takes
-            takes = inspect.signature(cls.create_idle_input).parameters
-            args = {k: _arg(k, v, torch) for k, v in CASE["idle_input_args"].items() if k in takes}
-            spec = cls.create_idle_input(**args)
+        if CASE.get("idle_input_args") is not None:
+            spec = cls.create_idle_input(**_taken(cls.create_idle_input, CASE["idle_input_args"], torch))
         else:  # a class without one: its constructor on the (empty) idle batch's values
-            spec = cls(**{k: _arg(k, v, torch) for k, v in CASE["init_args"].items()})
+            spec = cls(**_taken(cls, CASE["init_args"], torch))
     empty = torch.empty(0, dtype=torch.int64)
     batch = ForwardBatch(
         forward_mode=ForwardMode.IDLE,
@@ -176,6 +179,13 @@ def main() -> int:
     print(f"{CASE['backend_class']}.init_forward_metadata completed (kv_indptr {got})")
     print("REPRO " + json.dumps({"outcome": "completed", "kv_indptr": got}))
     return 0
+
+
+def _taken(fn, values: dict, torch) -> dict:
+    """The arguments of `values` that this release's `fn` takes (all of them when it takes **kwargs)."""
+    params = inspect.signature(fn).parameters
+    anything = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return {k: _arg(k, v, torch) for k, v in values.items() if anything or k in params}
 
 
 def _arg(name: str, value, torch):

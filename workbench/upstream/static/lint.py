@@ -109,13 +109,14 @@ def _finding(tree: SourceTree, be: dict, read: dict, mode: str, cname: str, cls:
     return f
 
 
-def runner_paths(tree: SourceTree, program: Program, fm, findings: list[dict]) -> None:
+def runner_paths(tree: SourceTree, program: Program, fm, findings: list[dict]) -> list[dict]:
     """Fill each finding's `runner_paths` (where each of its installs' batches goes in its mode),
     its `reachability` (reach.py) when one reaches a metadata site, and its `unreachable` verdict
     when none does (static; see runners.py)."""
     runners = Runners(program, fm)
     funcs = {(f.file, f.qualname): f for f in program.funcs}
     facts = ReleaseFacts(tree)
+    sites = [{k: v for k, v in s.items() if k != "_fn"} for s in runners.sites]
 
     def conds_of(step: dict) -> list[str]:
         fn = funcs.get((step["file"], step.get("function")))
@@ -141,10 +142,11 @@ def runner_paths(tree: SourceTree, program: Program, fm, findings: list[dict]) -
             f["verdict"], f["verdict_by"] = "unreachable", "runner paths"
             idle = " (an IDLE batch exists only under DP attention: its DP-attention branches are taken)"
             f["verdict_reason"] = (
-                f"no runner path hands it to init_forward_metadata in {f['mode']}: "
+                f"no runner path hands it to init_forward_metadata in {f['mode']} from any install the lint found: "
                 + "; ".join(_why_not(p) for p in paths)
                 + (idle if f["mode"] == "IDLE" else "")
             )
+    return sites
 
 
 def _why_not(p: dict) -> str:
@@ -192,8 +194,7 @@ def analyse(tree: SourceTree, paths: bool = True) -> dict:
                         continue
                     at = [i for i in mine if mode in i["modes"]]
                     findings.append(_finding(tree, be, read, mode, cname, cls, at))
-    if paths:
-        runner_paths(tree, program, fm, findings)
+    sites = runner_paths(tree, program, fm, findings) if paths else []
     unique = {
         (f["backend_class"], f["mode"], f["spec_class"], f["attr"], f["read_file"], f["read_line"]): f for f in findings
     }
@@ -208,6 +209,7 @@ def analyse(tree: SourceTree, paths: bool = True) -> dict:
         "spec_inputs": classes,
         "installs": [i for i in installs if i["modes"]],
         "unresolved_installs": [i for i in installs if not i["modes"]],
+        "runner_sites": sites,
         "findings": findings,
     }
 

@@ -88,7 +88,8 @@ class ReleaseFacts:
 
     @staticmethod
     def _registry(tree: SourceTree) -> dict[str, list[str]]:
-        """{backend class: registry names whose factory returns it} from `@register_attention_backend("x")`."""
+        """{backend class: registry names whose factory returns it} from `@register_attention_backend("x")`;
+        a name whose factory returns the class only under a test carries it: `fa4 (when ...)`."""
         text = tree.get(REGISTRY)
         module = parse(REGISTRY, text) if text else None
         out: dict[str, list[str]] = {}
@@ -100,11 +101,19 @@ class ReleaseFacts:
                 for d in node.decorator_list
                 if isinstance(d, ast.Call) and d.args and isinstance(d.args[0], ast.Constant)
             ]
-            for sub in ast.walk(node):
-                if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Call):
-                    cls = getattr(sub.value.func, "id", getattr(sub.value.func, "attr", None))
-                    if cls:
-                        out[cls] = sorted(set(out.get(cls, [])) | set(names))
+
+            def walk(body: list[ast.stmt], cond: str | None, names: list[str] = names) -> None:
+                for stmt in body:
+                    if isinstance(stmt, ast.If):
+                        walk(stmt.body, ast.unparse(stmt.test)[:80], names)
+                        walk(stmt.orelse, f"not ({ast.unparse(stmt.test)[:80]})", names)
+                    elif isinstance(stmt, ast.Return) and isinstance(stmt.value, ast.Call):
+                        cls = getattr(stmt.value.func, "id", getattr(stmt.value.func, "attr", None))
+                        if cls:
+                            tags = [n if cond is None else f"{n} (when {cond})" for n in names]
+                            out[cls] = sorted(set(out.get(cls, [])) | set(tags))
+
+            walk(node.body, None)
         return out
 
 
