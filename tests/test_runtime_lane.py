@@ -329,6 +329,8 @@ def test_cli_exit_codes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
         ("ok", "crashed", 1),
         ("error", None, 2),
         ("error", "ok", 2),
+        ("limited", None, 2),  # a known upstream limit (0.5.23 on CPU): exit 2, never a pass
+        ("limited", "crashed", 2),
     ):
         rec = {**records[status], "timings": {}, "processes": {"left_running": []}}
         monkeypatch.setattr(run_mod, "run_runtime", lambda *a, _r=rec, **k: _r)
