@@ -2,7 +2,8 @@
 
 Each night: ask PyPI for the newest release (it must answer), lint it, replay its spec inputs,
 give every finding a verdict and judge the findings with `--fail-on new` against the triage file
-(`gate.py`). The night is `pass`, `fail` (findings fail the gate) or `error` (PyPI, the
+(`gate.py`); confirmed findings that pass only on a shipped reproducer are listed as "live, not
+filed upstream". The night is `pass`, `fail` (findings fail the gate) or `error` (PyPI, the
 environment, the lint or the replay could not run: never a pass). Every night is appended to a
 JSON-lines history; `render_html` / `format_text` show a night and the history's last nights.
 """
@@ -15,7 +16,17 @@ import json
 from pathlib import Path
 
 from .context import UpstreamContext, workbench_commit
-from .gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, GateError, judge, load_triage, ran_problems
+from .gate import (
+    EXIT_ERROR,
+    EXIT_FAIL,
+    EXIT_PASS,
+    GateError,
+    judge,
+    load_triage,
+    not_filed,
+    not_filed_lines,
+    ran_problems,
+)
 from .sources.envs import EnvBuildError
 from .sources.releases import ReleaseError, latest_release
 from .sources.trees import SourceError
@@ -41,6 +52,7 @@ def run_lane(
         "problems": [],
         "findings": [],
         "failing": [],
+        "not_filed": [],
     }
     try:
         triage = load_triage(triage_path)
@@ -51,6 +63,7 @@ def run_lane(
         night["problems"] = ran_problems(result, replay=True)
         night["findings"] = [{**f, "triage_entry": triage.get(f["key"])} for f in result["findings"]]
         night["failing"] = judge(result["findings"], triage, "new", newest)
+        night["not_filed"] = not_filed(result["findings"], triage, newest)
         night["replay"] = {k: v for k, v in (result["results"][0].get("replay") or {}).items() if k != "cases"}
     except (GateError, ReleaseError, EnvBuildError, SourceError, OSError, RuntimeError) as exc:
         night["problems"].append(f"{type(exc).__name__}: {exc}")
@@ -77,6 +90,7 @@ def history_line(night: dict) -> dict:
         "workbench_commit": night["workbench_commit"],
         "verdicts": counts,
         "failing": [f"{f['key']}: {f['gate']}" for f in night["failing"]],
+        "not_filed": [r["key"] for r in night.get("not_filed", [])],
         "problems": night["problems"],
     }
 
@@ -111,6 +125,7 @@ def format_text(night: dict) -> str:
             f"  {f['backend']:<15} {f['mode']:<14} {f['spec_class']:<24} {f['attr']:<26} "
             f"{f['read_file'].split('/')[-1]}:{f['read_line']:<6} {f.get('verdict')}"
         )
+    lines += [f"  {line}" for line in not_filed_lines(night.get("not_filed", []))]
     lines += [f"  FAIL {f['key']} at {f['read_file']}:{f['read_line']}: {f['gate']}" for f in night["failing"]]
     return "\n".join(lines)
 
@@ -126,6 +141,7 @@ def render_html(night: dict, nights: list[dict]) -> str:
     )
     fails = "".join(f"<li><code>{esc(f['key'])}</code>: {esc(f['gate'])}</li>" for f in night["failing"])
     probs = "".join(f"<li>{esc(p)}</li>" for p in night["problems"])
+    unfiled = "".join(f"<li>{esc(line)}</li>" for line in not_filed_lines(night.get("not_filed", [])))
     hist = "".join(
         f"<tr><td>{esc(n['finished_at'])}</td><td>{esc(str(n['release']))}</td><td>{esc(n['verdict'])}</td>"
         f"<td>{esc(', '.join(f'{k} {v}' for k, v in n['verdicts'].items()))}</td>"
@@ -139,6 +155,12 @@ def render_html(night: dict, nights: list[dict]) -> str:
         "(CPU, Triton interpreter), judged with <code>--fail-on new</code> against the triage file.</p>"
         + (f"<p><b>The lane could not run</b> (a failure, never a pass):</p><ul>{probs}</ul>" if probs else "")
         + (f"<p><b>Failing the gate:</b></p><ul>{fails}</ul>" if fails else "")
+        + (
+            "<p><b>Live, not filed upstream</b> (confirmed on this release; passing on the reproducer and smallest "
+            f"fix shipped in the repository, no upstream issue recorded):</p><ul>{unfiled}</ul>"
+            if unfiled
+            else ""
+        )
         + "<table><tr><th>backend</th><th>mode</th><th>class</th><th>attribute</th><th>read</th>"
         f"<th>verdict</th><th>why</th></tr>{rows}</table>"
         "<h3>History</h3><table><tr><th>night</th><th>release</th><th>lane</th><th>verdicts</th>"
