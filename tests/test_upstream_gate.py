@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from upstream_fixtures import toy_tree, write_fake_cache
 
-from workbench.upstream import cli, lane
+from workbench.upstream import cli, gate, lane
 from workbench.upstream.context import UpstreamContext, quiet
-from workbench.upstream.gate import GateError, build_triage, judge, load_triage, ran_problems
+from workbench.upstream.gate import GateError, build_triage, judge, load_triage, not_filed, ran_problems
 from workbench.upstream.sources.releases import ReleaseError
 from workbench.upstream.sources.trees import memory_tree
 from workbench.upstream.static.lint import analyse
@@ -68,6 +68,10 @@ def test_fail_on_new_covers_each_rule() -> None:
         ({"verdict": "refuted", "reason": ""}, "no reason"),
         ({"verdict": "refuted", "reason": "x", "fixed_in": "soon"}, "fixed_in 'soon'"),
         ({"verdict": "refuted", "reason": "x", "link": "github.com/x"}, "not an https address"),
+        ({"verdict": "confirmed", "reason": "x", "link": "workbench/assets/r", "live": True}, "filed_upstream: false"),
+        ({"verdict": "confirmed", "reason": "x", "link": "/abs/r", "filed_upstream": False}, "inside it"),
+        ({"verdict": "confirmed", "reason": "x", "link": "../r", "filed_upstream": False}, "inside it"),
+        ({"verdict": "confirmed", "reason": "x", "filed_upstream": "no"}, "filed_upstream is not"),
     ],
 )
 def test_bad_triage_entries_are_refused(tmp_path: Path, entry: dict, message: str) -> None:
@@ -75,6 +79,52 @@ def test_bad_triage_entries_are_refused(tmp_path: Path, entry: dict, message: st
         load_triage(_triage_file(tmp_path, {SEED: entry}))
     with pytest.raises(GateError, match="backend\\|mode"):
         load_triage(_triage_file(tmp_path, {"toy|IDLE": _entry()}))
+
+
+def _reproducer(root: Path, name: str, key: str, files: tuple[str, ...] = gate.REPRO_FILES) -> str:
+    folder = root / "workbench" / "assets" / "upstream_repro" / name
+    folder.mkdir(parents=True)
+    for file in files:
+        (folder / file).write_text(json.dumps({"key": key}) if file == "result.json" else "x")
+    return str(folder.relative_to(root))
+
+
+def test_a_live_finding_not_filed_upstream_passes_only_on_its_shipped_reproducer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gate, "ROOT", tmp_path)
+    found = [_finding("0.5.14", "confirmed")]
+    entry = _entry(verdict="confirmed", live=True, filed_upstream=False)
+    cases = {
+        _reproducer(tmp_path, "ok", SEED): None,
+        "workbench/assets/upstream_repro/absent": "does not exist",
+        _reproducer(tmp_path, "no-script", SEED, ("fix.diff", "result.json")): "lacks repro.py",
+        _reproducer(tmp_path, "other", "toy|IDLE|Other|kv_indptr|f"): "not of this finding",
+        None: "neither an upstream link nor a shipped reproducer folder",
+    }
+    for link, why in cases.items():
+        triage = {SEED: {**entry, "link": link}}
+        failing = judge(found, triage, "new", "0.5.14")
+        if why is None:
+            assert failing == [] and not_filed(found, triage, "0.5.14")[0]["link"] == link
+            assert gate.not_filed_lines(not_filed(found, triage, "0.5.14"))[0].startswith("live, not filed upstream:")
+        else:
+            assert len(failing) == 1 and why in failing[0]["gate"], (link, failing)
+            assert not_filed(found, triage, "0.5.14") == []
+    ok = {SEED: {**entry, "link": "workbench/assets/upstream_repro/ok"}}
+    assert not_filed(found, ok, "0.5.15") == []  # not the newest release: nothing to say
+    assert load_triage(_triage_file(tmp_path, ok))[SEED]["filed_upstream"] is False
+
+
+def test_shipped_not_filed_entries_hold_their_reproducers() -> None:
+    shipped = load_triage()
+    unfiled = {k: e for k, e in shipped.items() if e.get("filed_upstream") is False}
+    assert {k.split("|")[2] for k in unfiled} == {"EagleVerifyInput", "FrozenKVMTPVerifyInput", "PPSpecRelayInput"}
+    for key, e in unfiled.items():
+        assert e["live"] and e["verdict"] == "confirmed" and "not filed upstream" in e["note"]
+        assert gate.reproducer_problem(e["link"], key) is None, key
+        result = json.loads((gate.ROOT / e["link"] / "result.json").read_text())
+        assert result["reproduced"] and result["fixed"], key
 
 
 def test_shipped_triage_file_loads_and_carries_the_seed_fix() -> None:
@@ -207,6 +257,24 @@ def test_lane_passes_fails_and_fails_closed(tmp_path: Path, monkeypatch: pytest.
     assert json.loads((tmp_path / "n2" / lane.LANE_JSON).read_text())["failing"][0]["gate"].startswith(
         "a replay now confirms"
     )
+
+
+def test_the_lane_reports_a_live_finding_not_filed_upstream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from workbench.upstream import guard
+
+    monkeypatch.setattr(gate, "ROOT", tmp_path)
+    ctx = UpstreamContext(cache_dir=write_fake_cache(tmp_path, {}), log=quiet)
+    entry = _entry(verdict="confirmed", live=True, filed_upstream=False, link=_reproducer(tmp_path, "seed", SEED))
+    monkeypatch.setattr(guard, "check", _fake_check([_finding("0.5.14", "confirmed")]))
+    triage = _triage_file(tmp_path, {SEED: entry})
+    night = lane.run_lane(ctx, tmp_path / "n1", tmp_path / "h.jsonl", triage, "0.5.14", render=lane_html)
+    assert night["verdict"] == "pass" and [r["key"] for r in night["not_filed"]] == [SEED]
+    assert "live, not filed upstream: " + SEED in lane.format_text(night)
+    assert "Live, not filed upstream" in (tmp_path / "n1" / lane.LANE_HTML).read_text()
+    assert lane.read_history(tmp_path / "h.jsonl")[0]["not_filed"] == [SEED]
+    (tmp_path / entry["link"] / "repro.py").unlink()  # the reproducer gone: the same night fails
+    night = lane.run_lane(ctx, tmp_path / "n2", None, _triage_file(tmp_path, {SEED: entry}), "0.5.14")
+    assert night["verdict"] == "fail" and "lacks repro.py" in night["failing"][0]["gate"]
 
 
 requires_network = pytest.mark.skipif(

@@ -1,13 +1,16 @@
 """The spec input an idle DP rank's verify pass carries, and how that pass builds its metadata.
 
-Upstream's EAGLE workers (V1 ``eagle_worker.py``, V2 ``eagle_worker_v2.py`` / ``eagle_worker_common.py``,
-0.5.12 to 0.5.23) install ``EagleVerifyInput.create_idle_input(topk, steps, num_draft_tokens)`` on an
-idle rank's verify batch, and ``EagleVerifyInput`` has no ``kv_indptr``. Under DP attention the idle
-batch is padded; run eagerly (``ModelRunner.forward_idle`` / ``EagerRunner._execute_idle``) it reaches
-the triton backend's ``spec_info.kv_indptr`` read and raises ``AttributeError``; replayed from a CUDA
-graph its metadata is built from ``seq_lens`` by the graph path and nothing is read. The upstream
-guard confirms the read on the real triton backend of every release 0.5.10 to 0.5.23
-(``workbench/assets/upstream_findings.json``; reproducer: ``workbench upstream repro``).
+Upstream's EAGLE workers (V1 ``eagle_worker.py``, V2 ``eagle_worker_v2.py``; from 0.5.16 through
+``eagle_worker_common.py``) install ``EagleVerifyInput.create_idle_input(...)`` on an idle rank's verify
+batch, and ``EagleVerifyInput`` has no ``kv_indptr``. Under DP attention the idle batch is padded; run
+eagerly (``ModelRunner.forward_idle``; from 0.5.14 ``EagerRunner._execute_idle``) it reaches the triton
+backend's ``spec_info.kv_indptr`` read and raises ``AttributeError``; replayed from a CUDA graph its
+metadata is built from ``seq_lens`` by the graph path and nothing is read. The upstream guard's replay
+confirms the read on the real triton backend of every release 0.5.10 to 0.5.23
+(``workbench/assets/upstream_findings.json``); the standalone reproducer
+(``workbench/assets/upstream_repro/triton-idle-eagleverifyinput-kv-indptr/``) raises on 0.5.11 to
+0.5.23 and completes with this module's fix applied to 0.5.23 (on 0.5.10 it stops earlier, at the CUDA
+``sgl_kernel`` import that release's memory pools make).
 
 - ``verify_idle_input``: ``eagle-verify`` (upstream's class) or ``eagle-verify-fixed`` (the proposed
   smallest fix: ``kv_indptr: Optional[Tensor] = None``, the shape of PR #28221's draft-extend fix);

@@ -332,7 +332,17 @@ def _write(path: Path | None, data: object) -> None:
 
 def _lint(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
     from .context import workbench_commit
-    from .gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, build_triage, judge, load_triage, ran_problems
+    from .gate import (
+        EXIT_ERROR,
+        EXIT_FAIL,
+        EXIT_PASS,
+        build_triage,
+        judge,
+        load_triage,
+        not_filed,
+        not_filed_lines,
+        ran_problems,
+    )
     from .guard import check
     from .sarif import to_sarif
     from .sources.releases import latest_release
@@ -341,12 +351,19 @@ def _lint(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on 
     triage = load_triage(args.triage) if (args.fail_on or args.update_triage) else {}
     result = check(ctx, args.sglang, args.sglang_src, replay=args.replay, end_to_end=args.end_to_end)
     problems = ran_problems(result, args.replay)
-    failing = judge(result["findings"], triage, args.fail_on, latest_release(ctx)) if args.fail_on else []
+    newest = latest_release(ctx) if args.fail_on else None
+    failing = judge(result["findings"], triage, args.fail_on, newest) if args.fail_on else []
+    unfiled = not_filed(result["findings"], triage, newest) if args.fail_on == "new" else []
     result.update(
-        problems=problems, fail_on=args.fail_on, failing=[{"key": f["key"], "gate": f["gate"]} for f in failing]
+        problems=problems,
+        fail_on=args.fail_on,
+        failing=[{"key": f["key"], "gate": f["gate"]} for f in failing],
+        not_filed=unfiled,
     )
     echo("")
     echo(format_findings(result["findings"]))
+    for line in not_filed_lines(unfiled):
+        echo(line)
     for f in failing:
         echo(f"FAIL {f['key']} at {f['read_file']}:{f['read_line']}: {f['gate']}")
     for p in problems:

@@ -2,7 +2,8 @@
 
 Each night: ask PyPI for the newest release (it must answer), lint it, replay its spec inputs,
 give every finding a verdict and judge the findings with `--fail-on new` against the triage file
-(`gate.py`). The night is `pass`, `fail` (findings fail the gate) or `error` (PyPI, the
+(`gate.py`); confirmed findings that pass only on a shipped reproducer are listed as "live, not
+filed upstream". The night is `pass`, `fail` (findings fail the gate) or `error` (PyPI, the
 environment, the lint or the replay could not run: never a pass). Every night is appended to a
 JSON-lines history; `format_text` shows a night as text (`workbench.views.upstream.lane_html`, the
 night and the history's last nights as HTML, is handed in by the command line as `render`).
@@ -16,7 +17,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .context import UpstreamContext, workbench_commit
-from .gate import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, GateError, judge, load_triage, ran_problems
+from .gate import (
+    EXIT_ERROR,
+    EXIT_FAIL,
+    EXIT_PASS,
+    GateError,
+    judge,
+    load_triage,
+    not_filed,
+    not_filed_lines,
+    ran_problems,
+)
 from .sources.envs import EnvBuildError
 from .sources.releases import ReleaseError, latest_release
 from .sources.trees import SourceError
@@ -44,6 +55,7 @@ def run_lane(
         "problems": [],
         "findings": [],
         "failing": [],
+        "not_filed": [],
     }
     try:
         triage = load_triage(triage_path)
@@ -54,6 +66,7 @@ def run_lane(
         night["problems"] = ran_problems(result, replay=True)
         night["findings"] = [{**f, "triage_entry": triage.get(f["key"])} for f in result["findings"]]
         night["failing"] = judge(result["findings"], triage, "new", newest)
+        night["not_filed"] = not_filed(result["findings"], triage, newest)
         night["replay"] = {k: v for k, v in (result["results"][0].get("replay") or {}).items() if k != "cases"}
     except (GateError, ReleaseError, EnvBuildError, SourceError, OSError, RuntimeError) as exc:
         night["problems"].append(f"{type(exc).__name__}: {exc}")
@@ -81,6 +94,7 @@ def history_line(night: dict) -> dict:
         "workbench_commit": night["workbench_commit"],
         "verdicts": counts,
         "failing": [f"{f['key']}: {f['gate']}" for f in night["failing"]],
+        "not_filed": [r["key"] for r in night.get("not_filed", [])],
         "problems": night["problems"],
     }
 
@@ -115,5 +129,6 @@ def format_text(night: dict) -> str:
             f"  {f['backend']:<15} {f['mode']:<14} {f['spec_class']:<24} {f['attr']:<26} "
             f"{f['read_file'].split('/')[-1]}:{f['read_line']:<6} {f.get('verdict')}"
         )
+    lines += [f"  {line}" for line in not_filed_lines(night.get("not_filed", []))]
     lines += [f"  FAIL {f['key']} at {f['read_file']}:{f['read_line']}: {f['gate']}" for f in night["failing"]]
     return "\n".join(lines)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+from workbench.upstream.gate import not_filed_lines
 from workbench.views.tables import Table
 
 
@@ -153,6 +154,7 @@ def lane_html(night: dict, nights: list[dict]) -> str:
     )
     fails = "".join(f"<li><code>{esc(f['key'])}</code>: {esc(f['gate'])}</li>" for f in night["failing"])
     probs = "".join(f"<li>{esc(p)}</li>" for p in night["problems"])
+    unfiled = "".join(f"<li>{esc(line)}</li>" for line in not_filed_lines(night.get("not_filed", [])))
     hist = "".join(
         f"<tr><td>{esc(n['finished_at'])}</td><td>{esc(str(n['release']))}</td><td>{esc(n['verdict'])}</td>"
         f"<td>{esc(', '.join(f'{k} {v}' for k, v in n['verdicts'].items()))}</td>"
@@ -166,6 +168,12 @@ def lane_html(night: dict, nights: list[dict]) -> str:
         "(CPU, Triton interpreter), judged with <code>--fail-on new</code> against the triage file.</p>"
         + (f"<p><b>The lane could not run</b> (a failure, never a pass):</p><ul>{probs}</ul>" if probs else "")
         + (f"<p><b>Failing the gate:</b></p><ul>{fails}</ul>" if fails else "")
+        + (
+            "<p><b>Live, not filed upstream</b> (confirmed on this release; passing on the reproducer and smallest "
+            f"fix shipped in the repository, no upstream issue recorded):</p><ul>{unfiled}</ul>"
+            if unfiled
+            else ""
+        )
         + "<table><tr><th>backend</th><th>mode</th><th>class</th><th>attribute</th><th>read</th>"
         f"<th>verdict</th><th>why</th></tr>{rows}</table>"
         "<h3>History</h3><table><tr><th>night</th><th>release</th><th>lane</th><th>verdicts</th>"
