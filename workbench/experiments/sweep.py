@@ -16,7 +16,7 @@ from pathlib import Path
 
 from workbench.views.plots.common import backend_sort_key, record_label
 
-SCHEMA = "workbench.experiments.sweep/1"
+SCHEMA = "workbench.sweep/1"  # the shipped acceptance_sweep.json's format name (not a module path)
 SETTINGS: tuple[tuple[int, int, int], ...] = ((1, 1, 2), (3, 1, 4), (3, 2, 6), (5, 4, 16), (6, 10, 32))
 SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "acceptance_sweep.json"
 AGREEMENT = (
