@@ -15,8 +15,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kernels", ("kernels",)),
@@ -30,12 +28,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("faces", ("workbench.cli", "workbench.notebook", "workbench.__main__", "workbench")),
     ("ci", ("ci",)),
 )
-# Faces that still live inside a lower package; each names why it is a face.
-FACES_INSIDE = {
-    "workbench.debug.cli": "`workbench debug`: the command line of the crash-bundle replay",
-    "workbench.upstream.cli": "`workbench upstream ...`: the command line of the upstream guard",
-    "workbench.upstream.__main__": "`python -m workbench.upstream`",
-}
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -45,8 +37,6 @@ def module_name(path: Path, root: Path) -> str:
 
 def layer_of(module: str) -> int:
     """Index of the module's layer in LAYERS (the longest matching prefix wins)."""
-    if module in FACES_INSIDE:
-        return next(i for i, (name, _) in enumerate(LAYERS) if name == "faces")
     best, best_len = -1, -1
     for i, (_, prefixes) in enumerate(LAYERS):
         for p in prefixes:
@@ -160,8 +150,3 @@ def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert upward_imports(tmp_path) == ["workbench/models/bad.py:5 imports workbench.run.api"]
-
-
-@pytest.mark.parametrize("module", ["workbench.debug.cli", "workbench.upstream.cli"])
-def test_faces_inside_lower_packages_are_named(module):
-    assert _is_module(module, ROOT), f"{module} moved: drop it from FACES_INSIDE"
