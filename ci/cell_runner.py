@@ -160,20 +160,20 @@ def _finish(job: Job, out: Path, wall_limit_hit: bool) -> dict:
         )
     execution["wall_s"] = wall
     record_file = out / job.paths["record"]
-    bundle = None
+    nb_record = None
     if record_file.is_file():
-        from workbench.notebook import load_bundle
+        from workbench.notebook import load_record
 
         try:
-            bundle = load_bundle(record_file)
+            nb_record = load_record(record_file)
         except ValueError as e:
             execution.setdefault("record_error", str(e))
-    reasons = check_cell(job.cell.expect, execution, bundle)
+    reasons = check_cell(job.cell.expect, execution, nb_record)
     return {
         **job.cell.to_dict(),
         "parameters": job.parameters,
         "execution": execution,
-        "bundle": bundle,
+        "notebook_record": nb_record,
         "paths": job.paths,
         "reasons": reasons,
         "verdict": "unexpected" if reasons else "expected",
@@ -181,10 +181,10 @@ def _finish(job: Job, out: Path, wall_limit_hit: bool) -> dict:
 
 
 def _progress(done: int, total: int, res: dict, running: int, queued: int, stream: TextIO) -> None:
-    primary = (res["bundle"] or {}).get("primary")
+    primary = (res["notebook_record"] or {}).get("primary")
     got = (
-        describe(((res["bundle"] or {}).get("runs") or {}).get(primary))
-        if res["bundle"]
+        describe(((res["notebook_record"] or {}).get("runs") or {}).get(primary))
+        if res["notebook_record"]
         else res["execution"]["outcome"]
     )
     mark = "ok  " if res["verdict"] == "expected" else "FAIL"

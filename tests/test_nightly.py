@@ -149,7 +149,7 @@ def _run_cell(name: str, mode: str, sha: str) -> dict:
         "topk": 2,
         "draft_tokens": 4,
     }
-    return {"name": name, "bundle": {"runs": {"run": {"status": "ok", "outputs_sha256": sha, "config": cfg}}}}
+    return {"name": name, "notebook_record": {"runs": {"run": {"status": "ok", "outputs_sha256": sha, "config": cfg}}}}
 
 
 def test_lossless_compares_every_eagle_run_with_greedy_and_never_skips():
@@ -181,7 +181,7 @@ import json, sys, time
 from ci.history import History
 path, tag, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
 run = json.loads(sys.argv[4])
-cells = [{"name": f"cell{i}", "notebook": "nb", "verdict": "expected", "bundle": {"runs": {"run": run}}}
+cells = [{"name": f"cell{i}", "notebook": "nb", "verdict": "expected", "notebook_record": {"runs": {"run": run}}}
          for i in range(40)]
 while time.time() < start:
     pass

@@ -20,8 +20,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from workbench.experiments.compare import compare
     from workbench.run.config import config_from_args
 
-    compare(config_from_args(args), backends=args.backends, repeats=args.repeats, dps=args.dps, json_out=args.json)
-    return 0
+    doc = compare(
+        config_from_args(args), backends=args.backends, repeats=args.repeats, dps=args.dps, json_out=args.json
+    )
+    return 1 if doc["failed"] else 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

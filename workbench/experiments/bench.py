@@ -38,17 +38,26 @@ def _phase_table(records: list[dict]) -> str:
     return ", ".join(f"{k} {1000 * statistics.median(v):.1f} ms (n={len(v)})" for k, v in phases.items() if v)
 
 
-def run_interleaved(config: dict, backends: list[str], repeats: int, modes=MODES) -> dict[str, list[RunResult]]:
+def run_interleaved(
+    config: dict, backends: list[str], repeats: int, modes=MODES, keep_failed: bool = False
+) -> dict[str, list[RunResult]]:
     """``repeats`` rounds of every backend × mode, round by round so machine noise spreads evenly.
-    Keys ``"<mode>/<backend>"``; a run that does not end ok stops everything (SystemExit)."""
+    Keys ``"<mode>/<backend>"``. A run that does not end ok stops everything (SystemExit), or with
+    ``keep_failed`` is kept (its key is not run again: the same config fails the same way) while the
+    other keys go on."""
     runs: dict[str, list[RunResult]] = {f"{m}/{b}": [] for b in backends for m in modes}
+    failed: set[str] = set()
     for _ in range(repeats):
         for b in backends:
             for m in modes:
+                if f"{m}/{b}" in failed:
+                    continue
                 r = reproduce({**config, "backend": b, "mode": m})
                 if r.status != "ok":
                     print(r.summary())
-                    raise SystemExit(f"{b} {m} run ended {r.status}")
+                    if not keep_failed:
+                        raise SystemExit(f"{b} {m} run ended {r.status}")
+                    failed.add(f"{m}/{b}")
                 runs[f"{m}/{b}"].append(r)
     return runs
 

@@ -150,6 +150,22 @@ def dp_cost(rows: list[dict]) -> list[dict]:
     return out
 
 
+def failed_row(rec: dict) -> dict:
+    """A run that did not end ok, as a row: its backend, mode and dp, and how it ended."""
+    crash = rec.get("crash") or {}
+    return {
+        "backend": rec["config"]["backend"],
+        "label": record_label(rec, sep=" "),
+        "kernel": rec["config"]["kernel"],
+        "mode": rec["config"]["mode"],
+        "dp": rec["config"]["dp"],
+        "status": rec["status"],
+        "exception": f"{crash.get('exception_type')}: {crash.get('message')}" if crash else None,
+        "phase": crash.get("phase"),
+        "rank": crash.get("rank"),
+    }
+
+
 def compare(
     config: dict,
     backends: Sequence[str],
@@ -161,20 +177,26 @@ def compare(
     records_out: dict | None = None,
 ) -> dict:
     """Run and summarise; returns (and writes to ``json_out``) the comparison document.
-    ``records_out``, given a dict, receives every run record keyed ``<mode>/<backend>/dp<N>#<repeat>``."""
+    ``records_out``, given a dict, receives every run record keyed ``<mode>/<backend>/dp<N>#<repeat>``.
+    A run that does not end ok is kept as a ``failed`` row (its config is not run again); the rest
+    is summarised and shown."""
     if repeats < 2:
         raise ValueError(f"invalid repeats {repeats!r}; valid: an integer >= 2 (an interval needs repeats)")
-    rows, speedups, records = [], [], {}
+    rows, speedups, records, failed = [], [], {}, []
     for dp in dps:
-        runs = run_interleaved({**config, "dp": dp}, list(backends), repeats, modes)
+        runs = run_interleaved({**config, "dp": dp}, list(backends), repeats, modes, keep_failed=True)
         for key, rs in runs.items():
-            records[f"{key}/dp{dp}"] = [r.record for r in rs]
             if records_out is not None:
                 records_out.update({f"{key}/dp{dp}#{i}": r.record for i, r in enumerate(rs)})
-            rows.append(summarize_runs(records[f"{key}/dp{dp}"]))
+            failed += [failed_row(r.record) for r in rs if r.status != "ok"]
+            records[f"{key}/dp{dp}"] = [r.record for r in rs if r.status == "ok"]
+            if records[f"{key}/dp{dp}"]:
+                rows.append(summarize_runs(records[f"{key}/dp{dp}"]))
         if {"greedy", "eagle"} <= set(modes):
             for b in backends:
                 g, e = records[f"greedy/{b}/dp{dp}"], records[f"eagle/{b}/dp{dp}"]
+                if not g or not e:
+                    continue
                 tps = lambda recs: [r["metrics"]["tokens_per_s"] for r in recs]  # noqa: E731
                 speedups.append(
                     {
@@ -194,6 +216,7 @@ def compare(
         "interval": INTERVAL,
         "note": NOTE,
         "rows": rows,
+        "failed": failed,
         "speedup": speedups,
         "pairs": pairs(rows),
         "dp_cost": dp_cost(rows),
@@ -221,6 +244,8 @@ def format_text(doc: dict) -> str:
         )
         if r["collective_ms_per_forward"]:
             lines.append(f"    DP collectives per forward ms: {fmt(r['collective_ms_per_forward'], digits=2)}")
+    for f in doc.get("failed", []):
+        lines.append(f"{f['label']:32s} {f['mode']:6s} dp{f['dp']}  FAILED: {f['status']} {f['exception'] or ''}")
     lines.append("")
     for s in doc["speedup"]:
         lines.append(

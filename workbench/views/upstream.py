@@ -121,7 +121,7 @@ def save_record(path: str, params: dict, data: dict, fid: dict, cells: list[dict
     """The notebook record (``workbench.notebook`` bundle): one run record per replayed release
     (role ``replay/<version>``) and a ``checks`` record whose status is ok when nothing departs
     from upstream (else ``mismatch``, with the problems)."""
-    from workbench.notebook import save_bundle
+    from workbench.notebook import save_record
 
     checks = {
         "status": "ok" if not found else "mismatch",
@@ -133,7 +133,7 @@ def save_record(path: str, params: dict, data: dict, fid: dict, cells: list[dict
     }
     runs = {f"replay/{r['config']['sglang']}": r for r in data["replays"]}
     runs["checks"] = checks
-    return save_bundle(path, "04_upstream_replay", params, runs, primary="checks")
+    return save_record(path, "04_upstream_replay", params, runs, primary="checks")
 
 
 def load_findings(
