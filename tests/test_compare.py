@@ -56,7 +56,7 @@ def test_dp2_generation_comes_from_rank_stamps_and_keeps_idle_ranks_apart():
 def test_compare_reports_medians_intervals_speedup_and_verdicts(tmp_path):
     out = tmp_path / "cmp.json"
     doc = compare(TINY, ["fa3", "torch_native"], repeats=2, json_out=str(out), verbose=False)
-    assert json.loads(out.read_text())["schema"] == "workbench.experiments.compare/1"
+    assert json.loads(out.read_text())["schema"] == "workbench.compare/1"
     assert {(r["backend"], r["mode"]) for r in doc["rows"]} == {
         (b, m) for b in ("fa3", "torch_native") for m in ("greedy", "eagle")
     }

@@ -214,7 +214,7 @@ def test_text_diff_and_class_fields():
         workbench.undo_fix()
     assert "kv_indptr" not in before and after[-1] == {
         "field": "kv_indptr",
-        "type": "Optional[torch.Tensor]",
+        "type": "torch.Tensor | None",
         "default": "None",
     }
 

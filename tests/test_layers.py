@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+INTERNAL = ("kernels", "workbench", "ci")  # the project's top-level packages
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kernels", ("kernels",)),
     ("core", ("workbench.mem", "workbench.models", "workbench.engine", "workbench.backends")),
@@ -45,8 +46,9 @@ def layer_of(module: str) -> int:
     return best
 
 
-def runtime_imports(path: Path, root: Path) -> Iterator[tuple[int, str, bool]]:
-    """(line, module, inside a function) of every import executed at run time, relative ones resolved."""
+def runtime_imports(path: Path, root: Path, nodes: bool = False) -> Iterator[tuple[object, str, bool]]:
+    """(line, module, inside a function) of every import executed at run time, relative ones resolved;
+    with ``nodes`` the import's ast node instead of its line."""
     tree = ast.parse(path.read_text())
     typing_only = {
         id(n)
@@ -67,8 +69,10 @@ def runtime_imports(path: Path, root: Path) -> Iterator[tuple[int, str, bool]]:
         if id(node) in typing_only:
             continue
         if isinstance(node, ast.Import):
-            yield from ((node.lineno, a.name, id(node) in in_function) for a in node.names)
+            where = node if nodes else node.lineno
+            yield from ((where, a.name, id(node) in in_function) for a in node.names)
         elif isinstance(node, ast.ImportFrom):
+            where = node if nodes else node.lineno
             base = node.module or ""
             if node.level:
                 parts = package.split(".")
@@ -76,7 +80,7 @@ def runtime_imports(path: Path, root: Path) -> Iterator[tuple[int, str, bool]]:
             for a in node.names:
                 full = f"{base}.{a.name}"
                 target = full if _is_module(full, root) else base
-                yield node.lineno, target, id(node) in in_function
+                yield where, target, id(node) in in_function
 
 
 def _is_module(name: str, root: Path) -> bool:
@@ -96,9 +100,63 @@ def import_graph(root: Path) -> dict[str, set[str]]:
         for _, target, _ in runtime_imports(path, root):
             while target and not _is_module(target, root):
                 target = target.rpartition(".")[0]
-            if target and target.split(".")[0] in ("kernels", "workbench", "ci"):
+            if target and target.split(".")[0] in INTERNAL:
                 deps.add(target)
     return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of ``graph`` with more than one module (Tarjan's algorithm,
+    iterative), plus any module that imports itself."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in graph.get(node, ()):
+                    found.append(component)
+    return found
+
+
+def reason_of(node: ast.stmt, lines: list[str]) -> str | None:
+    """The one-line reason a function-level import carries: a ``#`` comment ending one of its lines,
+    or a comment line right above it."""
+    for no in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+        code, sep, comment = lines[no - 1].partition("#")
+        if sep and comment.strip() and not comment.strip().startswith("noqa"):
+            return comment.strip()
+    above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+    return above.lstrip("#").strip() or None if above.startswith("#") else None
 
 
 def upward_imports(root: Path) -> list[str]:
@@ -106,11 +164,26 @@ def upward_imports(root: Path) -> list[str]:
     for path in project_files(root):
         src = module_name(path, root)
         for line, target, _ in runtime_imports(path, root):
-            if target.split(".")[0] not in ("kernels", "workbench", "ci") or target == "workbench":
+            if target.split(".")[0] not in INTERNAL or target == "workbench":
                 continue
             if layer_of(target) > layer_of(src):
                 found.append(f"{path.relative_to(root)}:{line} imports {target}")
     return found
+
+
+def unresolved_imports(root: Path) -> list[str]:
+    """Internal imports naming a module that does not exist (a relative import left behind by a move)."""
+    found = []
+    for path in project_files(root):
+        for line, target, _ in runtime_imports(path, root):
+            entry = f"{path.relative_to(root)}:{line} imports {target}"
+            if target.split(".")[0] in INTERNAL and not _is_module(target, root) and entry not in found:
+                found.append(entry)
+    return found
+
+
+def test_every_internal_import_resolves():
+    assert unresolved_imports(ROOT) == []
 
 
 def test_every_project_module_has_a_layer():
