@@ -373,3 +373,14 @@ def test_real_replay(version: str) -> None:
     assert crash["raised_at"]["file"].endswith("layers/attention/triton_backend.py")
     assert "triton_backend.py" in crash["traceback"]
     assert (crash["rank"], crash["phase"], crash["forward_mode"], crash["batch_size"]) == (0, "draft-extend", "IDLE", 2)
+
+
+def test_replay_venvs_take_torch_from_torch_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """$TORCH_INDEX (the Makefile's and the workflow's) reaches the replay venvs' torch install: the pin
+    from that index without its dependencies (which the next install brings from pip's usual indexes)."""
+    from workbench.upstream.env import TORCH_PIN, torch_args
+
+    monkeypatch.delenv("TORCH_INDEX", raising=False)
+    assert torch_args() == [TORCH_PIN]
+    monkeypatch.setenv("TORCH_INDEX", "https://download.pytorch.org/whl/cpu")
+    assert torch_args() == [TORCH_PIN, "--index-url", "https://download.pytorch.org/whl/cpu", "--no-deps"]
