@@ -3,12 +3,15 @@
 #                `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu` (PyPI's torch is the
 #                multi-GB CUDA build). Only torch comes from there; its dependencies come from pip's
 #                usual indexes with the rest. Empty (the default): torch too comes from those.
+#   EXTRAS       the package's extras installed with it (default dev: tests, linters, JupyterLab, browser
+#                test); `make venv EXTRAS=` installs what the notebooks and the nightly runner need, no more.
 #   constraints.txt pins the tested set (`make constraints` regenerates it from the current venv).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_INDEX ?=
+EXTRAS ?= dev
 KERNEL := eagle-workbench
 PIP := $(BIN)/pip install -q -c constraints.txt
 
@@ -16,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(PIP) "torch==2.13.0" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --no-deps)  # its deps come next, pinned
-	$(PIP) -e ".[dev]"
+	$(PIP) -e ".$(if $(EXTRAS),[$(EXTRAS)])"
 	mkdir -p $(VENV)/.tmp    # ipykernel install leaves an empty tmp*_kernels dir in TMPDIR
 	TMPDIR=$(abspath $(VENV))/.tmp $(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) \
 		--display-name "Python 3 ($(KERNEL))"
