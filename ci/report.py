@@ -198,8 +198,8 @@ def write_report(out: Path, summary: dict, cells: list[dict], trend_rows: list[d
         f"{summary['wall_s']:.0f} s · shards {html.escape(', '.join(summary.get('shards', [])) or 'none')} · "
         f"{html.escape(summary.get('history_note', ''))} · "
         f"{html.escape(', '.join(f'{k} {v}' for k, v in env.items()))}</p>"
-        "<p>flashinfer and fa3 compute with torch stand-ins on a machine without their packages, and Triton runs "
-        "in its interpreter without a GPU; every label says so. Latency compares code paths on this machine. "
+        "<p>flashinfer and fa3 compute with torch stand-ins of their kernels (on every machine), and Triton runs "
+        "in its interpreter on CPU; every label says so. Latency compares code paths on this machine. "
         "Also here: <a href='summary.md'>summary.md</a>, <a href='junit.xml'>junit.xml</a>, "
         "<a href='summary.json'>summary.json</a>.</p>"
     )

@@ -37,8 +37,9 @@
 #
 # **Why the fa3 lane stayed green.** fa3 builds its metadata from the page table and
 # `cache_seqlens`; it never reads `spec_info.kv_indptr`. Upstream's CUDA CI runs fa3, so only the
-# AMD lane (`--attention-backend triton`) saw the crash. On this CPU machine flashinfer and fa3
-# compute with torch stand-ins (their metadata contracts are the real ones); labels say so.
+# AMD lane (`--attention-backend triton`) saw the crash. The workbench's flashinfer and fa3 compute
+# with torch stand-ins of those libraries' kernels, on any machine (their metadata contracts are the
+# real ones); labels say so.
 
 # %%
 import workbench

@@ -25,7 +25,7 @@
 # prefill to the last token. Model load, DP rank start and one untimed warm-up request (which takes
 # the Triton interpreter's first launches) are `setup_s`, shown apart.
 #
-# **Read the numbers with their kernels.** On this CPU machine the triton backend runs our Triton
+# **Read the numbers with their kernels.** On CPU the triton backend runs our Triton
 # kernels in Triton's *interpreter* (numpy, slow), and flashinfer and fa3 compute with **torch
 # stand-ins** of their kernels; only their metadata contracts are the real ones. Every label and
 # table says which. Latency compares code paths on this machine, not GPU performance.

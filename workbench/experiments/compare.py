@@ -20,8 +20,8 @@ from workbench.views.plots.common import record_label
 SCHEMA = "workbench.compare/1"  # a format name (not a module path)
 NOTE = (
     "Timing covers generation only (first prefill to last token); setup_s (model load, rank start, warm-up) "
-    "is apart. flashinfer and fa3 compute with torch stand-ins and Triton runs in its interpreter on a "
-    "machine without a GPU: latency compares code paths on this machine, not GPU kernels."
+    "is apart. flashinfer and fa3 compute with torch stand-ins of their kernels (on every machine) and Triton "
+    "runs in its interpreter on CPU: latency compares code paths on this machine, not GPU kernels."
 )
 
 
