@@ -166,3 +166,10 @@ def test_tensors_out_of_range_or_out_of_step_are_refused(idle_bundle, tmp_path, 
 def test_the_genuine_bundle_still_reproduces(idle_bundle):
     with pytest.raises(AttributeError, match="has no attribute 'kv_indptr'"):
         replay_crash(idle_bundle)
+
+
+def test_a_bundle_without_the_optional_forward_batch_entry_still_loads(idle_bundle, tmp_path):
+    """``forward_batch`` (capture mode, is_padded_idle) is optional in format 1: checked only when given."""
+    d = _json(_copy(idle_bundle, tmp_path, "no-fb"), lambda m: m.pop("forward_batch"))
+    with pytest.raises(AttributeError, match="has no attribute 'kv_indptr'"):
+        replay_crash(load_bundle(d))

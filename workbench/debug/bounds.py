@@ -224,8 +224,9 @@ def check_batch(f: Path, meta: dict, t: dict[str, torch.Tensor]) -> None:
             raise _fail(f, f"extend_seq_lens {ext.tolist()} are not draft_token_num {n_draft} per request")
     elif tokens != bs:
         raise _fail(f, f"a {mode.name} batch has one token per row: {tokens} tokens, batch_size {bs}")
-    if mode == ForwardMode.IDLE and bool(meta.get("forward_batch", {}).get("is_padded_idle")) != (bs > 0):
-        raise _fail(f, f"an IDLE batch of size {bs} with is_padded_idle {meta['forward_batch'].get('is_padded_idle')}")
+    padded = (meta.get("forward_batch") or {}).get("is_padded_idle")  # optional in format 1: checked when given
+    if mode == ForwardMode.IDLE and padded is not None and bool(padded) != (bs > 0):
+        raise _fail(f, f"an IDLE batch of size {bs} with is_padded_idle {padded}")
 
 
 def check_spec_indices(f: Path, meta: dict, t: dict[str, torch.Tensor]) -> None:
