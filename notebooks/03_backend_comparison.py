@@ -38,6 +38,7 @@ from workbench.experiments.compare import compare
 from workbench.experiments.sweep import SETTINGS, load_shipped, provenance, sweep
 from workbench.views import comparison as views
 from workbench.views import plots
+from workbench.views.display import progress
 
 # %% tags=["parameters"]
 backends: list[str] = ["triton", "flashinfer", "fa3", "torch_native"]  # compared, greedy and EAGLE3 each (any of these)
@@ -93,7 +94,10 @@ config = notebook.run_config(params)
 
 # %%
 records = {}
-doc = compare(config, backends, repeats=repeats, dps=compare_dps, verbose=False, records_out=records)
+with progress("compare") as on_event:
+    doc = compare(
+        config, backends, repeats=repeats, dps=compare_dps, verbose=False, records_out=records, on_event=on_event
+    )
 views.compare_table(doc)
 
 # %% [markdown]
@@ -103,7 +107,7 @@ views.compare_table(doc)
 
 # %%
 display(views.speedup_table(doc))
-notebook.show(plots.speedup_intervals(doc))
+plots.show(plots.speedup_intervals(doc))
 
 # %% [markdown]
 # ## Tokens/s: every repeat and the interval
@@ -111,7 +115,7 @@ notebook.show(plots.speedup_intervals(doc))
 # are listed as not different.
 
 # %%
-notebook.show(plots.tokens_per_s_spread(doc))
+plots.show(plots.tokens_per_s_spread(doc))
 print("\n".join(views.verdicts(doc)))
 
 # %% [markdown]
@@ -123,10 +127,10 @@ print("\n".join(views.verdicts(doc)))
 
 # %%
 display(views.metadata_table(doc))
-notebook.show(plots.metadata_cost(doc))
+plots.show(plots.metadata_cost(doc))
 
 # %%
-notebook.show(plots.attention_split(doc))
+plots.show(plots.attention_split(doc))
 
 # %% [markdown]
 # ## Latency per phase (all repeats)
@@ -135,7 +139,7 @@ notebook.show(plots.attention_split(doc))
 
 # %%
 runs = [r for r in records.values() if r["status"] == "ok"]  # a failed config is a row of the table above
-notebook.show(plots.phase_latency(runs, mode="eagle"))
+plots.show(plots.phase_latency(runs, mode="eagle"))
 
 # %% [markdown]
 # ## Acceptance over (steps, topk, draft tokens), in float32 and bfloat16
@@ -149,20 +153,22 @@ notebook.show(plots.phase_latency(runs, mode="eagle"))
 
 # %%
 if sweep_live:
-    sweep_doc = sweep(
-        {
-            **config,
-            "prompts": notebook.select_prompts(prompts, sweep_num_prompts),
-            "max_new_tokens": sweep_max_new_tokens,
-        },
-        sweep_backends,
-        SETTINGS,
-        sweep_dtypes,
-    )
+    with progress("sweep") as on_event:
+        sweep_doc = sweep(
+            {
+                **config,
+                "prompts": notebook.select_prompts(prompts, sweep_num_prompts),
+                "max_new_tokens": sweep_max_new_tokens,
+            },
+            sweep_backends,
+            SETTINGS,
+            sweep_dtypes,
+            on_event=on_event,
+        )
     print(provenance(sweep_doc))
     print("\n".join(sweep_doc["findings"]))
     display(views.sweep_table(sweep_doc))
-    notebook.show(plots.acceptance_sweep(sweep_doc))
+    plots.show(plots.acceptance_sweep(sweep_doc))
 else:
     sweep_doc = None
 
@@ -171,7 +177,7 @@ shipped = load_shipped()
 print(provenance(shipped))
 print("\n".join(shipped["findings"]))
 display(views.sweep_table(shipped))
-notebook.show(plots.acceptance_sweep(shipped))
+plots.show(plots.acceptance_sweep(shipped))
 
 # %% [markdown]
 # ## Record and expectation

@@ -1,7 +1,10 @@
 """The ``workbench`` command line: one argparse tree, one module per command family.
 
 Each family module has ``register(sub)``, which adds its sub-commands (with their flags, help and
-``func``) to the tree; ``main`` parses, picks where the Triton kernels run, and calls ``func``.
+``func``) to the tree; ``main`` parses, picks where the Triton kernels run (``kernels.setup``, this
+process's entry point) before any command starts, and calls ``func``. Each command imports what it
+runs when it runs (matplotlib, the engine and the upstream code take seconds to load), so a usage
+error answers before any of it loads.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # imports on use (module docstring)
     """Parse ``argv`` (default ``sys.argv[1:]``) and run the command; returns the exit code (table above)."""
     try:
         args = build_parser().parse_args(argv)

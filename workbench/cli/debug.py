@@ -14,6 +14,8 @@ import traceback
 from pathlib import Path
 
 from workbench.debug.bundle import BundleError
+from workbench.debug.load import load_bundle
+from workbench.debug.replay import replay_crash
 
 
 def _same_frame(exc: BaseException, recorded: dict) -> bool:
@@ -44,9 +46,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_debug(args: argparse.Namespace) -> int:
-    from workbench.debug.load import load_bundle
-    from workbench.debug.replay import replay_crash
-
     try:
         b = load_bundle(args.bundle)
     except BundleError as e:

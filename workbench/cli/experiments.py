@@ -4,46 +4,60 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def cmd_bench(args: argparse.Namespace) -> int:  # imports on use (workbench.cli docstring)
     from workbench.experiments.bench import bench, with_bench_spec
     from workbench.run.config import config_from_args, make_config
+    from workbench.views.display import progress
 
     config = with_bench_spec(config_from_args(args))
-    bench(config, backends=args.backends or [make_config(config).backend], repeats=args.repeats, json_out=args.json)
+    backends = args.backends or [make_config(config).backend]
+    with progress("bench", disable=None) as on_event:  # a bar on a terminal (stderr), none in a log
+        bench(config, backends=backends, repeats=args.repeats, json_out=args.json, on_event=on_event)
     return 0
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    from workbench.experiments.compare import compare
+def cmd_compare(args: argparse.Namespace) -> int:  # imports on use (workbench.cli docstring)
+    from workbench.experiments.compare import compare, format_text
     from workbench.run.config import config_from_args
+    from workbench.views.display import progress
 
-    doc = compare(
-        config_from_args(args), backends=args.backends, repeats=args.repeats, dps=args.dps, json_out=args.json
-    )
+    with progress("compare", disable=None) as on_event:
+        doc = compare(
+            config_from_args(args),
+            backends=args.backends,
+            repeats=args.repeats,
+            dps=args.dps,
+            json_out=args.json,
+            verbose=False,
+            on_event=on_event,
+        )
+    print(format_text(doc))  # after the bar has closed
     return 1 if doc["failed"] else 0
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    from workbench.experiments.sweep import save, sweep
+def cmd_sweep(args: argparse.Namespace) -> int:  # imports on use (workbench.cli docstring)
+    from workbench.experiments.sweep import merge, save, sweep
     from workbench.run.config import config_from_args
+    from workbench.views.display import progress
 
     if args.merge:
-        from workbench.experiments.sweep import merge
-
         doc = merge([json.loads(Path(p).read_text()) for p in args.merge])
     else:
         settings = [tuple(int(x) for x in s.split(",")) for s in args.settings]
-        doc = sweep(config_from_args(args), args.backends, settings, args.dtypes, verbose=True)
+        with progress("sweep", disable=None) as on_event:
+            quiet = sys.stderr.isatty()  # on a terminal the bar names each run; in a log, one line per run
+            doc = sweep(config_from_args(args), args.backends, settings, args.dtypes, not quiet, on_event=on_event)
     print("\n".join(doc["findings"]))
     if args.json:
         print(f"sweep written to {save(doc, Path(args.json))}")
     return 0
 
 
-def cmd_contracts(args: argparse.Namespace) -> int:
+def cmd_contracts(args: argparse.Namespace) -> int:  # imports on use (workbench.cli docstring)
     from workbench.experiments.contracts import format_failures, run_matrix, unexpected
 
     rows = run_matrix(args.backends, args.revisions)
@@ -55,7 +69,7 @@ def cmd_contracts(args: argparse.Namespace) -> int:
     return 1 if unexpected(rows) else 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction) -> None:  # imports on use (workbench.cli docstring)
     """Add ``bench``, ``compare``, ``sweep`` and ``contracts``."""
     from workbench.backends import backend_names
     from workbench.run.config import add_run_args

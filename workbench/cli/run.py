@@ -12,7 +12,7 @@ import argparse
 EXPECT = {"crash": ("crashed",), "ok": ("ok",), "any": ("ok", "crashed")}
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(args: argparse.Namespace) -> int:  # imports on use (workbench.cli docstring)
     from workbench.run.api import reproduce
     from workbench.run.config import config_from_args
 
@@ -28,7 +28,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if met else 1
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction) -> None:  # imports on use (workbench.cli docstring)
     """Add ``run``."""
     from workbench.run.config import add_run_args
 

@@ -1,4 +1,8 @@
-"""``workbench upstream ...``: the real SGLang releases (survey, lint, bisect, replay, fidelity, the guard lane)."""
+"""``workbench upstream survey|replay|lint|bisect|fidelity|nightly``: the real SGLang releases.
+
+Each subcommand imports what it runs when it runs (the replays and the fidelity check load torch,
+the survey plot matplotlib), so ``--help`` and a usage error answer at once.
+"""
 
 from __future__ import annotations
 
@@ -109,7 +113,7 @@ def register(top: argparse._SubParsersAction) -> None:
         p.description = p.description or helps.get(name)
 
 
-def _fidelity(args: argparse.Namespace) -> int:
+def _fidelity(args: argparse.Namespace) -> int:  # imports on use (module docstring)
     from workbench.upstream.fidelity import fidelity, format_fidelity, load_snapshot, snapshot_from
 
     snap = load_snapshot()
@@ -132,7 +136,7 @@ def _check_versions(versions: list[str], cache_dir: Path) -> list[str]:
     return [check_version(v, known) for v in versions]
 
 
-def _survey(args: argparse.Namespace, cache_dir: Path) -> int:
+def _survey(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
     from workbench.upstream.contract_survey import format_details, format_table, survey
     from workbench.views.plots.survey import plot_survey
 
@@ -154,7 +158,7 @@ def _survey(args: argparse.Namespace, cache_dir: Path) -> int:
     return 0
 
 
-def _replay(args: argparse.Namespace, cache_dir: Path) -> int:
+def _replay(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
     from workbench.upstream.release_replay import replay
 
     versions = _check_versions(args.sglang, cache_dir)
@@ -190,7 +194,7 @@ def _write(path: Path | None, data: object) -> None:
         echo(f"wrote {path}")
 
 
-def _lint(args: argparse.Namespace, cache_dir: Path) -> int:
+def _lint(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
     from workbench.upstream.guard import check
     from workbench.upstream.lint import format_findings
 
@@ -210,7 +214,7 @@ def _lint(args: argparse.Namespace, cache_dir: Path) -> int:
     return 0
 
 
-def _bisect(args: argparse.Namespace, cache_dir: Path) -> int:
+def _bisect(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
     from workbench.upstream.bisect import bisect
 
     result = bisect(
@@ -233,7 +237,7 @@ def _bisect(args: argparse.Namespace, cache_dir: Path) -> int:
     return 0
 
 
-def _replay_bundle(args: argparse.Namespace, cache_dir: Path) -> int:
+def _replay_bundle(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
     from workbench.upstream.bundle_replay import replay_bundle
 
     result = replay_bundle(
@@ -267,7 +271,9 @@ def _main(args: argparse.Namespace) -> int:
         if args.command == "lint":
             return _lint(args, cache_dir)
         if args.command == "nightly":
+            # imports on use (module docstring)
             from workbench.upstream.lane import run_lane
+            from workbench.views.upstream import lane_html
 
             night = run_lane(
                 args.out,
@@ -276,6 +282,7 @@ def _main(args: argparse.Namespace) -> int:
                 _check_versions([args.sglang], cache_dir)[0] if args.sglang else None,
                 cache_dir,
             )
+            (args.out / "upstream_lane.html").write_text(lane_html(night))
             return 1 if night["verdict"] == "fail" else 0
         if args.command == "bisect":
             return _bisect(args, cache_dir)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from workbench.debug.bundle import DTYPES, BundleError
+from workbench.engine.forward_mode import ForwardMode
 
 # Each limit is far above what a real crash of the workbench reaches (the shipped models: 8 layers,
 # 4 heads of 64, context 1024; max_running 20 -> a 25-row request table; SGLang's largest settings
@@ -137,8 +138,6 @@ def _range(f: Path, key: str, v: torch.Tensor, lo: int, hi: int, why: str = "") 
 
 def check_batch(f: Path, meta: dict, t: dict[str, torch.Tensor]) -> None:
     """The tensors: integer index tensors in range, and a batch that adds up as the writer builds it."""
-    from workbench.engine.forward_mode import ForwardMode
-
     if meta["forward_mode"] not in ForwardMode.__members__:
         raise _fail(f, f"forward_mode {meta['forward_mode']!r}; valid: {list(ForwardMode.__members__)}")
     mode = ForwardMode[meta["forward_mode"]]

@@ -11,6 +11,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from workbench.backends import backend_names
 from workbench.debug import bounds
 from workbench.debug.bundle import (
     ALLOWED_SPEC_CLASSES,
@@ -85,7 +86,6 @@ def _read_tensors(d: Path, meta: dict) -> dict[str, torch.Tensor]:
 
 
 def _check_backend(f: Path, meta: dict) -> None:
-    from workbench.backends import backend_names
 
     if meta["backend"] not in backend_names():
         raise _fail(f, f"backend {meta['backend']!r}; valid: {backend_names()}")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from workbench.experiments.stats import INTERVAL, fmt, ratio, summarize
 from workbench.run.api import reproduce
+from workbench.run.events import OnEvent
 from workbench.run.record import RunResult
 
 MODES = ("greedy", "eagle")
@@ -39,20 +40,32 @@ def _phase_table(records: list[dict]) -> str:
 
 
 def run_interleaved(
-    config: dict, backends: list[str], repeats: int, modes=MODES, keep_failed: bool = False
+    config: dict,
+    backends: list[str],
+    repeats: int,
+    modes=MODES,
+    on_event: OnEvent | None = None,
+    keep_failed: bool = False,
 ) -> dict[str, list[RunResult]]:
     """``repeats`` rounds of every backend × mode, round by round so machine noise spreads evenly.
     Keys ``"<mode>/<backend>"``. A run that does not end ok stops everything (SystemExit), or with
-    ``keep_failed`` is kept (its key is not run again: the same config fails the same way) while the
-    other keys go on."""
+    ``keep_failed`` is kept (its key is not run again: the same config fails the same way; its later
+    turns are reported as skipped) while the other keys go on. ``on_event`` gets the runs' events and
+    a ``plan`` / ``run`` event per run (``workbench.run.events``)."""
     runs: dict[str, list[RunResult]] = {f"{m}/{b}": [] for b in backends for m in modes}
     failed: set[str] = set()
+    if on_event is not None:
+        on_event("plan", None, {"runs": repeats * len(runs)})
     for _ in range(repeats):
         for b in backends:
             for m in modes:
                 if f"{m}/{b}" in failed:
+                    if on_event is not None:
+                        on_event("run", None, {"label": f"{m}/{b} dp{config.get('dp', 1)}", "status": "skipped"})
                     continue
-                r = reproduce({**config, "backend": b, "mode": m})
+                r = reproduce({**config, "backend": b, "mode": m}, on_event=on_event)
+                if on_event is not None:
+                    on_event("run", None, {"label": f"{m}/{b} dp{r.record['config']['dp']}", "status": r.status})
                 if r.status != "ok":
                     print(r.summary())
                     if not keep_failed:
@@ -88,10 +101,17 @@ def speedup_row(backend: str, greedy: list[dict], eagle: list[dict]) -> dict:
     }
 
 
-def bench(config: dict, backends: list[str], repeats: int = 5, json_out: str | None = None) -> dict:
+def bench(
+    config: dict,
+    backends: list[str],
+    repeats: int = 5,
+    json_out: str | None = None,
+    on_event: OnEvent | None = None,
+) -> dict:
     """Runs greedy and EAGLE3 ``repeats`` times per backend (interleaved); prints and returns
-    {"speedup", "lossless", "backend"} of the first backend plus ``rows`` (one per backend)."""
-    runs = run_interleaved(config, backends, repeats)
+    {"speedup", "lossless", "backend"} of the first backend plus ``rows`` (one per backend).
+    ``on_event``: progress (``workbench.run.events``)."""
+    runs = run_interleaved(config, backends, repeats, on_event=on_event)
     rows = []
     for b in backends:
         row = speedup_row(b, [r.record for r in runs[f"greedy/{b}"]], [r.record for r in runs[f"eagle/{b}"]])

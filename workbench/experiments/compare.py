@@ -15,7 +15,8 @@ from pathlib import Path
 
 from workbench.experiments.bench import MODES, run_interleaved
 from workbench.experiments.stats import INTERVAL, different, fmt, ratio, summarize
-from workbench.views.plots.common import record_label
+from workbench.run.events import OnEvent
+from workbench.run.labels import record_label
 
 SCHEMA = "workbench.compare/1"  # a format name (not a module path)
 NOTE = (
@@ -175,16 +176,17 @@ def compare(
     json_out: str | None = None,
     verbose: bool = True,
     records_out: dict | None = None,
+    on_event: OnEvent | None = None,
 ) -> dict:
     """Run and summarise; returns (and writes to ``json_out``) the comparison document.
-    ``records_out``, given a dict, receives every run record keyed ``<mode>/<backend>/dp<N>#<repeat>``.
-    A run that does not end ok is kept as a ``failed`` row (its config is not run again); the rest
-    is summarised and shown."""
+    ``records_out``, given a dict, receives every run record keyed ``<mode>/<backend>/dp<N>#<repeat>``;
+    ``on_event``: progress (``workbench.run.events``). A run that does not end ok is kept as a
+    ``failed`` row (its config is not run again); the rest is summarised and shown."""
     if repeats < 2:
         raise ValueError(f"invalid repeats {repeats!r}; valid: an integer >= 2 (an interval needs repeats)")
     rows, speedups, records, failed = [], [], {}, []
     for dp in dps:
-        runs = run_interleaved({**config, "dp": dp}, list(backends), repeats, modes, keep_failed=True)
+        runs = run_interleaved({**config, "dp": dp}, list(backends), repeats, modes, on_event, keep_failed=True)
         for key, rs in runs.items():
             if records_out is not None:
                 records_out.update({f"{key}/dp{dp}#{i}": r.record for i, r in enumerate(rs)})
