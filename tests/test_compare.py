@@ -162,7 +162,7 @@ def test_a_failed_run_is_kept_as_a_failed_row_and_the_rest_is_shown(monkeypatch)
     from workbench.views import comparison
 
     real = bench.reproduce
-    faulty = lambda cfg: real({**cfg, "fault": "raise@rank0"} if cfg["backend"] == "fa3" else cfg)  # noqa: E731
+    faulty = lambda cfg, **kw: real({**cfg, "fault": "raise@rank0"} if cfg["backend"] == "fa3" else cfg, **kw)  # noqa: E731
     monkeypatch.setattr(bench, "reproduce", faulty)
     records: dict = {}
     small = {**TINY, "prompts": TINY["prompts"][:1], "max_new_tokens": 4}
