@@ -50,17 +50,18 @@ from workbench.upstream.runtime import measurements
 from workbench.views import runtime as views
 
 # %% tags=["parameters"]
-release = "0.5.14"
-backend = "triton"
-roles = ["dp2", "dp2+verify-input", "dp1", "between+verify-input", "between+verify-input+pr-28221"]
-live = False
-cache_dir = None
-workbench_side = True
-record_path = "runs/notebooks/06_real_runtime.json"
-expect = "any"
+release: str = "0.5.14"  # the SGLang release run (shipped measurement: 0.5.13, 0.5.14 on triton)
+backend: str = "triton"  # the release's attention backend: triton or torch_native
+roles = None  # type: list[str]|None  runs by role (dp2, dp1, between+verify-input, ...); None: all of the backend's
+live: bool = False  # False: the shipped measurement (seconds); True: run the release now (about a minute a run)
+cache_dir = None  # type: str|None  replay cache; None: $WB_UPSTREAM_CACHE or ~/.cache/eagle-workbench/upstream
+workbench_side: bool = True  # also run the workbench's engine on the same crash and fix, side by side
+record_path: str = "runs/notebooks/06_real_runtime.json"  # where the notebook record (JSON) is written
+expect: str = "any"  # ok: every role ends as upstream does, outputs equal HF's, nothing left; any: no check
 
 # %%
 data = measurements.load_runs(release, backend, roles, live=live, cache_dir=cache_dir)
+roles = list(data["runs"])
 print("source:", data["source"])
 runs = data["runs"]
 
@@ -144,7 +145,7 @@ found = measurements.problems(runs, backend)
 params = dict(release=release, backend=backend, roles=roles, live=live, expect=expect)
 wb_roles = {k: v for k, v in wb_runs.items() if k in ("pr-24860", "pr-28221")}
 nb_runs = measurements.notebook_runs(data, wb_roles, found)
-print("record written to", notebook.save_bundle(record_path, "06_real_runtime", params, nb_runs, primary="checks"))
+print("record written to", notebook.save_record(record_path, "06_real_runtime", params, nb_runs, primary="checks"))
 print("problems:", found or "none")
 if expect == "ok" and found:
     raise notebook.ExpectationError("; ".join(found))

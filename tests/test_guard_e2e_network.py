@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.upstream import cli
+from workbench.cli import main as workbench_main
 from workbench.upstream.context import UpstreamContext
 from workbench.upstream.guard import check
 from workbench.upstream.runtime.suite import between_prs_checkout
@@ -24,7 +24,9 @@ KEY = "triton|IDLE|{}|kv_indptr|TritonAttnBackend.init_forward_metadata"
 
 def test_lint_end_to_end_confirms_the_verify_input_on_0_5_14(tmp_path: Path) -> None:
     out = tmp_path / "lint.json"
-    assert cli.main(["lint", "--sglang", "0.5.14", "--replay", "--end-to-end", "--json", str(out)]) == 0
+    assert (
+        workbench_main(["upstream", "lint", "--sglang", "0.5.14", "--replay", "--end-to-end", "--json", str(out)]) == 0
+    )
     result = json.loads(out.read_text())
     f = next(f for f in result["findings"] if f["key"] == KEY.format("EagleVerifyInput"))
     assert (f["read_file"], f["read_line"]) == READ

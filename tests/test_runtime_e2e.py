@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from upstream_fixtures import toy_tree, write_fake_cache
 
-from workbench.upstream import cli, guard
+from workbench.cli import main as workbench_main
+from workbench.upstream import guard
 from workbench.upstream.context import UpstreamContext, quiet
 from workbench.upstream.gate import judge, load_triage
 from workbench.upstream.runtime import e2e
@@ -141,7 +142,7 @@ def test_lint_end_to_end_upgrades_confirmed_findings(
     out = tmp_path / "lint.json"
     argv = ["--cache-dir", str(cache), "lint", "--sglang-src", str(checkout), "--replay", "--end-to-end"]
     argv += ["--env-release", "0.5.14", "--json", str(out), "--fail-on", "confirmed"]
-    assert cli.main(argv) == 1
+    assert workbench_main(["upstream", *argv]) == 1
     src = (checkout / "python").resolve()
     assert calls == [("0.5.14", src, []), ("0.5.14", src, ["verify-input"])]
     result = json.loads(out.read_text())
@@ -163,10 +164,8 @@ def test_a_run_that_cannot_decide_fails_closed(tmp_path: Path, monkeypatch: pyte
     _wire(monkeypatch, [VERIFY], lambda ctx, version, **kw: _rec([], status="error"))
     checkout = toy_tree(with_field=False).write(tmp_path / "c")
     argv = ["--cache-dir", str(write_fake_cache(tmp_path, {})), "lint", "--sglang-src", str(checkout)]
-    assert cli.main([*argv, "--replay", "--end-to-end", "--env-release", "0.5.14"]) == 2
-    with pytest.raises(SystemExit) as bad:
-        cli.main([*argv, "--end-to-end"])  # it upgrades what a replay confirmed: --replay is required
-    assert bad.value.code == 2
+    assert workbench_main(["upstream", *argv, "--replay", "--end-to-end", "--env-release", "0.5.14"]) == 2
+    assert workbench_main(["upstream", *argv, "--end-to-end"]) == 2  # it upgrades what a replay confirmed: --replay
 
 
 def test_the_gate_counts_end_to_end_as_confirmed(tmp_path: Path) -> None:

@@ -100,7 +100,7 @@ def test_runtime_between_prs_reaches_the_seed_crash_and_pr_28221_fixes_it(runs: 
 
 
 def test_runtime_cli_refuses_before_starting(capsys: pytest.CaptureFixture) -> None:
-    from workbench.upstream.cli import main
+    from workbench.cli import main
 
-    assert main(["run", "--sglang", "0.5.99"]) == 2
+    assert main(["upstream", "run", "--sglang", "0.5.99"]) == 2
     assert "0.5.99" in capsys.readouterr().err

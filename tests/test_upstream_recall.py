@@ -79,9 +79,9 @@ requires_network = pytest.mark.skipif(
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("version", ["0.5.14"])
 def test_recall_on_a_real_release(version: str, tmp_path) -> None:
-    from workbench.upstream import cli
+    from workbench.cli import main as workbench_main
 
     out = tmp_path / "recall.json"
-    assert cli.main(["recall", "--sglang", version, "--json", str(out)]) == 0
+    assert workbench_main(["upstream", "recall", "--sglang", version, "--json", str(out)]) == 0
     res = json.loads(out.read_text())["releases"][version]
     assert res["mutants"] >= 50 and all(k["recall"] >= 0.95 for k in res["kinds"].values() if k["recall"] is not None)

@@ -40,23 +40,37 @@ def _phase_table(records: list[dict]) -> str:
 
 
 def run_interleaved(
-    config: dict, backends: list[str], repeats: int, modes=MODES, on_event: OnEvent | None = None
+    config: dict,
+    backends: list[str],
+    repeats: int,
+    modes=MODES,
+    on_event: OnEvent | None = None,
+    keep_failed: bool = False,
 ) -> dict[str, list[RunResult]]:
     """``repeats`` rounds of every backend × mode, round by round so machine noise spreads evenly.
-    Keys ``"<mode>/<backend>"``; a run that does not end ok stops everything (SystemExit).
-    ``on_event`` gets the runs' events and a ``plan`` / ``run`` event per run (``workbench.run.events``)."""
+    Keys ``"<mode>/<backend>"``. A run that does not end ok stops everything (SystemExit), or with
+    ``keep_failed`` is kept (its key is not run again: the same config fails the same way; its later
+    turns are reported as skipped) while the other keys go on. ``on_event`` gets the runs' events and
+    a ``plan`` / ``run`` event per run (``workbench.run.events``)."""
     runs: dict[str, list[RunResult]] = {f"{m}/{b}": [] for b in backends for m in modes}
+    failed: set[str] = set()
     if on_event is not None:
         on_event("plan", None, {"runs": repeats * len(runs)})
     for _ in range(repeats):
         for b in backends:
             for m in modes:
+                if f"{m}/{b}" in failed:
+                    if on_event is not None:
+                        on_event("run", None, {"label": f"{m}/{b} dp{config.get('dp', 1)}", "status": "skipped"})
+                    continue
                 r = reproduce({**config, "backend": b, "mode": m}, on_event=on_event)
                 if on_event is not None:
                     on_event("run", None, {"label": f"{m}/{b} dp{r.record['config']['dp']}", "status": r.status})
                 if r.status != "ok":
                     print(r.summary())
-                    raise SystemExit(f"{b} {m} run ended {r.status}")
+                    if not keep_failed:
+                        raise SystemExit(f"{b} {m} run ended {r.status}")
+                    failed.add(f"{m}/{b}")
                 runs[f"{m}/{b}"].append(r)
     return runs
 
