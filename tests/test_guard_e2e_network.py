@@ -1,8 +1,8 @@
 """The guard's end-to-end step on the real 0.5.14 (network: WB_NETWORK_TESTS=1): `workbench upstream lint
 --sglang 0.5.14 --replay --end-to-end` confirms the verify input's finding end to end, and on the
 between-PRs checkout the draft-extend input's (after the verify pass is fixed). Lint, replays and three
-runtime runs, about 5 min on 2 cores: left out of .ci/run's budget, which runs the same runtime paths in
-tests/test_runtime_network.py."""
+runtime runs: 65 s at commit 2a53c5c on 2 cores (load 1-2; minutes on a busy box), left out of .ci/run's
+budget, which runs the same runtime paths in tests/test_runtime_network.py; the nightly's network job runs it."""
 
 from __future__ import annotations
 
