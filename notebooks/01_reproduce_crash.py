@@ -37,32 +37,33 @@
 #
 # **Why the fa3 lane stayed green.** fa3 builds its metadata from the page table and
 # `cache_seqlens`; it never reads `spec_info.kv_indptr`. Upstream's CUDA CI runs fa3, so only the
-# AMD lane (`--attention-backend triton`) saw the crash. On this CPU machine flashinfer and fa3
-# compute with torch stand-ins (their metadata contracts are the real ones); labels say so.
+# AMD lane (`--attention-backend triton`) saw the crash. The workbench's flashinfer and fa3 compute
+# with torch stand-ins of those libraries' kernels, on any machine (their metadata contracts are the
+# real ones); labels say so.
 
 # %%
 import workbench
 from workbench import notebook
-from workbench.views import plots
+from workbench.views import display, plots, tables
 
 # %% tags=["parameters"]
-backend = "triton"
-revision = "pr-24860"
-dp = 2
-dp_policy = "pack"
-steps = 3
-topk = 2
-draft_tokens = 4
-num_prompts = 1
-prompts = None
-max_new_tokens = 16
-model_dir = None
-timeout_s = 300.0
-verify_idle_input = "eagle-verify"  # or "eagle-verify-fixed": the idle verify input with a None kv_indptr
-idle_verify = "graph"  # or "eager": the idle rank's verify batch runs init_forward_metadata on its spec_info
-compare_backends = ["flashinfer", "fa3", "torch_native"]
-record_path = "runs/notebooks/01_reproduce_crash.json"
-expect = "any"
+backend: str = "triton"  # attention backend: triton, flashinfer, fa3 or torch_native
+revision: str = "pr-24860"  # code state: pre-24860, pr-24860 (the regression) or pr-28221 (the fix)
+dp: int = 2  # DP attention ranks, one process each (at least 1; the crash needs 2)
+dp_policy: str = "pack"  # prompts to DP ranks: balanced, or pack (fill rank 0 first: later ranks idle)
+steps: int = 3  # EAGLE draft steps per round (at least 1)
+topk: int = 2  # branches kept per draft step (at least 1)
+draft_tokens: int = 4  # tree tokens verified per request (2 .. steps * topk + 1)
+num_prompts: int = 1  # how many shipped prompts (at least 1; unused when prompts is given)
+prompts = None  # type: list[str]|None  prompt strings; None: num_prompts of the shipped set
+max_new_tokens: int = 16  # tokens generated per prompt (at least 1)
+model_dir = None  # type: str|None  folder with target/ and draft/; None: the shipped models
+timeout_s: float = 300.0  # whole-run limit in seconds; past it the run ends as timeout
+verify_idle_input: str = "eagle-verify"  # idle verify input: eagle-verify, or eagle-verify-fixed (None kv_indptr)
+idle_verify: str = "graph"  # graph, or eager: the idle rank's verify batch runs init_forward_metadata on its spec_info
+compare_backends: list[str] = ["flashinfer", "fa3", "torch_native"]  # also run (EAGLE3): which crash; [] for none
+record_path: str = "runs/notebooks/01_reproduce_crash.json"  # where the notebook record (JSON) is written
+expect: str = "any"  # crash, ok or any: the last cell fails unless the run ended so
 
 # %%
 params = dict(
@@ -101,14 +102,14 @@ result
 # `IDLE` and batch size 1: the padded idle batch.
 
 # %%
-notebook.where_table(result)
+tables.where_table(result)
 
 # %% [markdown]
 # ## Traceback from the failing rank
 # The frames end in the backend's `init_forward_metadata`, at the `spec_info.kv_indptr` read.
 
 # %%
-print(notebook.traceback_text(result))
+print(display.traceback_text(result))
 
 # %% [markdown]
 # ## The same settings on the other backends
@@ -116,10 +117,10 @@ print(notebook.traceback_text(result))
 
 # %%
 runs = {"run": result, **notebook.compare_backends(config, compare_backends, modes=["eagle"])}
-notebook.summary_table(runs)
+tables.summary_table(runs)
 
 # %%
-notebook.show(
+plots.show(
     plots.crash_matrix(
         [r.record for r in runs.values()], title=f"Revision {revision}, dp {dp} ({dp_policy}): run status per backend"
     )
@@ -131,7 +132,7 @@ notebook.show(
 # `expect` is `"crash"`, `"ok"` or `"any"`; only the first two fail the notebook.
 
 # %%
-print("record written to", notebook.save_bundle(record_path, "01_reproduce_crash", params, runs, primary="run"))
+print("record written to", notebook.save_record(record_path, "01_reproduce_crash", params, runs, primary="run"))
 
 # %%
 print(notebook.require(expect, result))

@@ -25,7 +25,7 @@
 # prefill to the last token. Model load, DP rank start and one untimed warm-up request (which takes
 # the Triton interpreter's first launches) are `setup_s`, shown apart.
 #
-# **Read the numbers with their kernels.** On this CPU machine the triton backend runs our Triton
+# **Read the numbers with their kernels.** On CPU the triton backend runs our Triton
 # kernels in Triton's *interpreter* (numpy, slow), and flashinfer and fa3 compute with **torch
 # stand-ins** of their kernels; only their metadata contracts are the real ones. Every label and
 # table says which. Latency compares code paths on this machine, not GPU performance.
@@ -38,35 +38,34 @@ from workbench.experiments.compare import compare
 from workbench.experiments.sweep import SETTINGS, load_shipped, provenance, sweep
 from workbench.views import comparison as views
 from workbench.views import plots
+from workbench.views.display import progress
 
 # %% tags=["parameters"]
-backends = ["triton", "flashinfer", "fa3", "torch_native"]
-revision = "pr-28221"
-dp = 1
-dp_policy = "balanced"
-steps = 3
-topk = 2
-draft_tokens = 4
-num_prompts = 2
-prompts = None
-max_new_tokens = 16
-model_dir = None
-timeout_s = 300.0
-repeats = 3
-compare_dps = [1]
-sweep_live = True
-sweep_backends = ["torch_native", "fa3"]
-sweep_dtypes = ["float32", "bfloat16"]
-sweep_num_prompts = 2
-sweep_max_new_tokens = 24
-record_path = "runs/notebooks/03_backend_comparison.json"
-expect = "any"
+backends: list[str] = ["triton", "flashinfer", "fa3", "torch_native"]  # compared, greedy and EAGLE3 each (any of these)
+revision: str = "pr-28221"  # code state: pre-24860, pr-24860 (the regression) or pr-28221 (the fix)
+dp_policy: str = "balanced"  # prompts to DP ranks at compare_dps > 1: balanced or pack
+steps: int = 3  # EAGLE draft steps per round (at least 1)
+topk: int = 2  # branches kept per draft step (at least 1)
+draft_tokens: int = 4  # tree tokens verified per request (2 .. steps * topk + 1)
+num_prompts: int = 2  # how many shipped prompts (at least 1; unused when prompts is given)
+prompts = None  # type: list[str]|None  prompt strings; None: num_prompts of the shipped set
+max_new_tokens: int = 16  # tokens generated per prompt (at least 1)
+model_dir = None  # type: str|None  folder with target/ and draft/; None: the shipped models
+timeout_s: float = 300.0  # whole-run limit in seconds; past it the run ends as timeout
+repeats: int = 3  # runs per backend, mode and dp, interleaved (at least 2)
+compare_dps: list[int] = [1]  # DP sizes compared, e.g. [1, 2]
+sweep_live: bool = True  # True: run a small acceptance sweep now; False: only the shipped one
+sweep_backends: list[str] = ["torch_native", "fa3"]  # backends of the live sweep (the torch paths are fast)
+sweep_dtypes: list[str] = ["float32", "bfloat16"]  # float32 and/or bfloat16
+sweep_num_prompts: int = 2  # prompts of the live sweep (at least 1)
+sweep_max_new_tokens: int = 24  # tokens per prompt in the live sweep (at least 1)
+record_path: str = "runs/notebooks/03_backend_comparison.json"  # where the notebook record (JSON) is written
+expect: str = "any"  # ok: every run ends ok and EAGLE3 equals greedy; any: no check
 
 # %%
 params = dict(
     backends=backends,
     revision=revision,
-    dp=dp,
     dp_policy=dp_policy,
     steps=steps,
     topk=topk,
@@ -95,7 +94,10 @@ config = notebook.run_config(params)
 
 # %%
 records = {}
-doc = compare(config, backends, repeats=repeats, dps=compare_dps, verbose=False, records_out=records)
+with progress("compare") as on_event:
+    doc = compare(
+        config, backends, repeats=repeats, dps=compare_dps, verbose=False, records_out=records, on_event=on_event
+    )
 views.compare_table(doc)
 
 # %% [markdown]
@@ -105,7 +107,7 @@ views.compare_table(doc)
 
 # %%
 display(views.speedup_table(doc))
-notebook.show(plots.speedup_intervals(doc))
+plots.show(plots.speedup_intervals(doc))
 
 # %% [markdown]
 # ## Tokens/s: every repeat and the interval
@@ -113,7 +115,7 @@ notebook.show(plots.speedup_intervals(doc))
 # are listed as not different.
 
 # %%
-notebook.show(plots.tokens_per_s_spread(doc))
+plots.show(plots.tokens_per_s_spread(doc))
 print("\n".join(views.verdicts(doc)))
 
 # %% [markdown]
@@ -125,10 +127,10 @@ print("\n".join(views.verdicts(doc)))
 
 # %%
 display(views.metadata_table(doc))
-notebook.show(plots.metadata_cost(doc))
+plots.show(plots.metadata_cost(doc))
 
 # %%
-notebook.show(plots.attention_split(doc))
+plots.show(plots.attention_split(doc))
 
 # %% [markdown]
 # ## Latency per phase (all repeats)
@@ -136,8 +138,8 @@ notebook.show(plots.attention_split(doc))
 # without requests are kept apart and not shown here.
 
 # %%
-runs = list(records.values())
-notebook.show(plots.phase_latency(runs, mode="eagle"))
+runs = [r for r in records.values() if r["status"] == "ok"]  # a failed config is a row of the table above
+plots.show(plots.phase_latency(runs, mode="eagle"))
 
 # %% [markdown]
 # ## Acceptance over (steps, topk, draft tokens), in float32 and bfloat16
@@ -151,20 +153,22 @@ notebook.show(plots.phase_latency(runs, mode="eagle"))
 
 # %%
 if sweep_live:
-    sweep_doc = sweep(
-        {
-            **config,
-            "prompts": notebook.select_prompts(prompts, sweep_num_prompts),
-            "max_new_tokens": sweep_max_new_tokens,
-        },
-        sweep_backends,
-        SETTINGS,
-        sweep_dtypes,
-    )
+    with progress("sweep") as on_event:
+        sweep_doc = sweep(
+            {
+                **config,
+                "prompts": notebook.select_prompts(prompts, sweep_num_prompts),
+                "max_new_tokens": sweep_max_new_tokens,
+            },
+            sweep_backends,
+            SETTINGS,
+            sweep_dtypes,
+            on_event=on_event,
+        )
     print(provenance(sweep_doc))
     print("\n".join(sweep_doc["findings"]))
     display(views.sweep_table(sweep_doc))
-    notebook.show(plots.acceptance_sweep(sweep_doc))
+    plots.show(plots.acceptance_sweep(sweep_doc))
 else:
     sweep_doc = None
 
@@ -173,7 +177,7 @@ shipped = load_shipped()
 print(provenance(shipped))
 print("\n".join(shipped["findings"]))
 display(views.sweep_table(shipped))
-notebook.show(plots.acceptance_sweep(shipped))
+plots.show(plots.acceptance_sweep(shipped))
 
 # %% [markdown]
 # ## Record and expectation
@@ -183,7 +187,7 @@ notebook.show(plots.acceptance_sweep(shipped))
 # %%
 print(
     "record written to",
-    notebook.save_bundle(
+    notebook.save_record(
         record_path,
         "03_backend_comparison",
         params,

@@ -15,8 +15,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import workbench
+from workbench.cli import main as workbench_main
 from workbench.debug.bundle import BundleError
-from workbench.debug.cli import main as debug_main
 from workbench.debug.load import load_bundle
 from workbench.debug.replay import replay_crash
 from workbench.views.display import class_fields, run_all, text_diff
@@ -48,19 +48,19 @@ def events():
 @pytest.fixture(scope="module")
 def crashes(events):
     """One pr-24860 crash per (backend, dp): dp - 1 idle ranks, each with a bundle. Run under the
-    notebooks' progress bar, with one more listener recording what the ranks report."""
-    from workbench.run.dp import launch
+    notebooks' progress bar, its ``on_event`` also recording what the ranks report."""
 
-    launch.listeners.append(lambda *e: events.append(e))
-    try:
-        runs = run_all(
-            {
-                (b, dp): (lambda b=b, dp=dp: workbench.reproduce(backend=b, revision="pr-24860", dp=dp, **SMALL))
-                for b, dp in CASES
-            }
-        )
-    finally:
-        launch.listeners.pop()
+    def job(b: str, dp: int):
+        def run(on_event):
+            def both(*e):
+                events.append(e)
+                on_event(*e)
+
+            return workbench.reproduce(backend=b, revision="pr-24860", dp=dp, on_event=both, **SMALL)
+
+        return run
+
+    runs = run_all({(b, dp): job(b, dp) for b, dp in CASES})
     yield runs
     for res in runs.values():
         shutil.rmtree(res.record["dp"]["logs"], ignore_errors=True)
@@ -86,7 +86,7 @@ def test_replay_raises_at_the_ranks_frame_and_the_fix_matches_the_reference(cras
         assert fixed.fix and fixed.matches_reference is True, fixed.summary()
         assert fixed.metadata["kv_indptr"] == fixed.reference["kv_indptr"] == [0, 1]
         assert fixed.metadata["kv_indices"] == fixed.reference["kv_indices"]
-    assert not workbench.fix_applied(), "replay with fix=True must leave the class as it found it"
+    assert not workbench.is_fix_applied(), "replay with fix=True must leave the class as it found it"
 
 
 def test_run_result_replay_and_apply_fix_take_the_fallback(crashes):
@@ -134,9 +134,9 @@ def test_dp1_forward_failure_writes_a_verify_bundle(monkeypatch):
 
 def test_cli_replays_and_writes_json(crashes, tmp_path, capsys):
     bundle = crashes[("triton", 3)].crash["bundle"]
-    assert debug_main([bundle]) == 0
+    assert workbench_main(["debug", bundle]) == 0
     assert "same exception and innermost frame as recorded" in capsys.readouterr().out
-    assert debug_main([bundle, "--fix", "--json", str(tmp_path / "o.json")]) == 0
+    assert workbench_main(["debug", bundle, "--fix", "--json", str(tmp_path / "o.json")]) == 0
     out = json.loads((tmp_path / "o.json").read_text())
     assert out["result"]["matches_reference"] is True and out["result"]["metadata"]["kv_indptr"] == [0, 1]
 
@@ -187,7 +187,7 @@ def test_bad_bundles_are_refused_naming_file_and_fault(crashes, tmp_path):
     _edit_json(newer, lambda m: m.update(format_version=2))
     with pytest.raises(BundleError, match=r"bundle\.json: format_version 2 is newer than this workbench reads \(1\)"):
         load_bundle(newer)
-    assert debug_main([str(newer)]) == 2
+    assert workbench_main(["debug", str(newer)]) == 2
 
 
 def test_progress_sees_rank_events_and_the_run_renders_as_html(crashes, events):

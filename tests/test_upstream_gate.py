@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 from upstream_fixtures import toy_tree, write_fake_cache
 
-from workbench.upstream import cli, gate, lane
+from workbench.cli import main as workbench_main
+from workbench.upstream import gate, lane
 from workbench.upstream.context import UpstreamContext, quiet
 from workbench.upstream.gate import GateError, build_triage, judge, load_triage, not_filed, ran_problems
 from workbench.upstream.sources.releases import ReleaseError
 from workbench.upstream.sources.trees import memory_tree
 from workbench.upstream.static.lint import analyse
+from workbench.views.upstream import lane_html
 
 SEED = "toy|IDLE|DraftExtendInput|kv_indptr|Backend.init_forward_metadata"
 
@@ -175,7 +177,12 @@ def test_lint_exit_codes_and_sarif(tmp_path: Path, capsys: pytest.CaptureFixture
     regressed = _checkout(tmp_path, with_field=False)
     sarif = tmp_path / "out.sarif"
     empty = _triage_file(tmp_path, {})
-    assert cli.main([*base, str(regressed), "--fail-on", "new", "--triage", str(empty), "--sarif", str(sarif)]) == 1
+    assert (
+        workbench_main(
+            ["upstream", *base, str(regressed), "--fail-on", "new", "--triage", str(empty), "--sarif", str(sarif)]
+        )
+        == 1
+    )
     assert f"FAIL {SEED}" in capsys.readouterr().out
     log = json.loads(sarif.read_text())
     assert log["version"] == "2.1.0" and log["$schema"].endswith("sarif-2.1.0.json")
@@ -193,22 +200,25 @@ def test_lint_exit_codes_and_sarif(tmp_path: Path, capsys: pytest.CaptureFixture
     )
     assert run["originalUriBaseIds"]["SRCROOT"]["uri"] == regressed.resolve().as_uri() + "/"
     known = _triage_file(tmp_path, {SEED: _entry()})
-    assert cli.main([*base, str(regressed), "--fail-on", "new", "--triage", str(known)]) == 0
-    assert cli.main([*base, str(regressed), "--fail-on", "any", "--triage", str(known)]) == 1
-    assert cli.main([*base, str(_checkout(tmp_path, with_field=True)), "--fail-on", "any"]) == 0
-    assert cli.main([*base, str(regressed)]) == 0  # no --fail-on: findings are reported, not judged
+    assert workbench_main(["upstream", *base, str(regressed), "--fail-on", "new", "--triage", str(known)]) == 0
+    assert workbench_main(["upstream", *base, str(regressed), "--fail-on", "any", "--triage", str(known)]) == 1
+    assert workbench_main(["upstream", *base, str(_checkout(tmp_path, with_field=True)), "--fail-on", "any"]) == 0
+    assert workbench_main(["upstream", *base, str(regressed)]) == 0  # no --fail-on: findings are reported, not judged
 
 
 def test_lint_that_reads_nothing_or_a_bad_triage_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     cache = write_fake_cache(tmp_path, {})
     bare = memory_tree({"sglang/srt/speculative/eagle_info.py": "class SpecInput: ...\n"}).write(tmp_path / "bare")
-    assert cli.main(["--cache-dir", str(cache), "lint", "--sglang-src", str(bare), "--fail-on", "new"]) == 2
+    assert (
+        workbench_main(["upstream", "--cache-dir", str(cache), "lint", "--sglang-src", str(bare), "--fail-on", "new"])
+        == 2
+    )
     assert "read no attention backend" in capsys.readouterr().out
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     regressed = _checkout(tmp_path, with_field=False)
     argv = ["--cache-dir", str(cache), "lint", "--sglang-src", str(regressed), "--fail-on", "new", "--triage", str(bad)]
-    assert cli.main(argv) == 2
+    assert workbench_main(["upstream", *argv]) == 2
     assert "schema None" in capsys.readouterr().err
 
 
@@ -251,7 +261,7 @@ def test_lane_passes_fails_and_fails_closed(tmp_path: Path, monkeypatch: pytest.
     assert night["verdict"] == "error" and "offline" in night["problems"][0]
     nights = lane.read_history(history)
     assert [n["verdict"] for n in nights] == ["pass", "fail", "error", "error"]
-    page = (tmp_path / "n4" / lane.LANE_HTML).read_text()
+    page = lane_html(night, nights)
     assert "could not run" in page and page.count("<tr><td>") >= 4  # the history shows every night
     assert json.loads((tmp_path / "n2" / lane.LANE_JSON).read_text())["failing"][0]["gate"].startswith(
         "a replay now confirms"
@@ -268,7 +278,7 @@ def test_the_lane_reports_a_live_finding_not_filed_upstream(tmp_path: Path, monk
     night = lane.run_lane(ctx, tmp_path / "n1", tmp_path / "h.jsonl", _triage_file(tmp_path, {SEED: entry}), "0.5.14")
     assert night["verdict"] == "pass" and [r["key"] for r in night["not_filed"]] == [SEED]
     assert "live, not filed upstream: " + SEED in lane.format_text(night)
-    assert "Live, not filed upstream" in (tmp_path / "n1" / lane.LANE_HTML).read_text()
+    assert "Live, not filed upstream" in lane_html(night, lane.read_history(tmp_path / "h.jsonl"))
     assert lane.read_history(tmp_path / "h.jsonl")[0]["not_filed"] == [SEED]
     (tmp_path / entry["link"] / "repro.py").unlink()  # the reproducer gone: the same night fails
     night = lane.run_lane(ctx, tmp_path / "n2", None, _triage_file(tmp_path, {SEED: entry}), "0.5.14")
@@ -290,7 +300,10 @@ def test_the_gate_fails_a_newest_release_checkout_that_drops_the_fix(tmp_path: P
     between = make_checkout(NEWEST, tmp_path / "between", ("EagleDraftExtendInput", "kv_indptr"))
     clean = make_checkout(NEWEST, tmp_path / "clean")
     sarif = tmp_path / "between.sarif"
-    assert cli.main(["lint", "--sglang-src", str(between), "--fail-on", "new", "--sarif", str(sarif)]) == 1
+    assert (
+        workbench_main(["upstream", "lint", "--sglang-src", str(between), "--fail-on", "new", "--sarif", str(sarif)])
+        == 1
+    )
     results = json.loads(sarif.read_text())["runs"][0]["results"]
     failing = [r for r in results if r["properties"]["gate"]]
     seed = [
@@ -302,4 +315,4 @@ def test_the_gate_fails_a_newest_release_checkout_that_drops_the_fix(tmp_path: P
     assert "python/sglang/srt/layers/attention/triton_backend.py" in uris
     assert all(r["properties"]["gate"].startswith("reappeared: fixed in") for r in seed)
     assert any("0.5.14" in r["properties"]["gate"] and "28221" in r["properties"]["gate"] for r in seed)
-    assert cli.main(["lint", "--sglang-src", str(clean), "--fail-on", "new"]) == 0
+    assert workbench_main(["upstream", "lint", "--sglang-src", str(clean), "--fail-on", "new"]) == 0

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from upstream_fixtures import KNOWN, write_fake_cache
 
-from workbench.upstream import cli
+from workbench.cli import main as workbench_main
 from workbench.upstream.context import UpstreamContext, quiet
 from workbench.upstream.sources.envs import dependency_specs
 from workbench.upstream.sources.releases import ReleaseError, check_version, check_versions, version_key
@@ -46,7 +46,7 @@ def test_version_checks_name_the_bad_value(tmp_path: Path, capsys: pytest.Captur
     cache = write_fake_cache(tmp_path, {"0.5.13": FILES})
     with pytest.raises(ReleaseError, match="0.5.99"):
         check_versions(UpstreamContext(cache_dir=cache, log=quiet), ["0.5.13", "0.5.99"])
-    assert cli.main(["--cache-dir", str(cache), "replay", "--sglang", "0.5.99"]) == 2
+    assert workbench_main(["upstream", "--cache-dir", str(cache), "replay", "--sglang", "0.5.99"]) == 2
     err = capsys.readouterr().err
     assert "0.5.99" in err and "known releases" in err and "0.5.13.post1" in err
 

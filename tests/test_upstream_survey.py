@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from upstream_fixtures import ATTN_DIR, MODES, MODES_FILE, SPEC_DIR, write_fake_cache
 
-from workbench.upstream import cli
+from workbench.cli import main as workbench_main
 from workbench.upstream.context import UpstreamContext, quiet
 from workbench.upstream.sources.trees import memory_tree
 from workbench.upstream.static.lint import analyse
@@ -150,7 +150,12 @@ def test_survey_offline_table_and_plot(tmp_path: Path) -> None:
     assert result["releases"]["0.5.13"]["facts"]["EagleDraftExtendInput has kv_indptr"]["text"] == "no"
     assert result["releases"]["0.5.14"]["facts"]["EagleDraftExtendInput has kv_indptr"]["text"] == "yes"
     out = tmp_path / "out"
-    assert cli.main(["--cache-dir", str(cache), "survey", "--versions", "0.5.13", "0.5.14", "--out", str(out)]) == 0
+    assert (
+        workbench_main(
+            ["upstream", "--cache-dir", str(cache), "survey", "--versions", "0.5.13", "0.5.14", "--out", str(out)]
+        )
+        == 0
+    )
     for suffix in ("json", "png", "svg"):
         assert (out / f"upstream_survey.{suffix}").stat().st_size > 0
 

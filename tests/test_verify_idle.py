@@ -13,6 +13,7 @@ import torch
 from workbench import reproduce
 from workbench.backends import BackendContext, create_backend
 from workbench.backends.fallback import seq_lens_kv_metadata
+from workbench.engine.hooks import NO_HOOKS
 from workbench.engine.model_runner import Memory, ModelRunner
 from workbench.mem.pool import KVCache, ReqToTokenPool, TokenSlotAllocator
 from workbench.run.config import ConfigError, RunConfig
@@ -30,6 +31,8 @@ def _runner(backend: str) -> ModelRunner:
     runner.memory = Memory(ReqToTokenPool(4, 16), TokenSlotAllocator(32))
     runner.kv_cache = KVCache(1, 32, 1, 16, torch.float32)
     runner.dp_comm = _Padded()
+    runner.hooks = NO_HOOKS  # what the constructor sets when nothing watches the run
+    runner.name = "target"
     runner.attn_backend = create_backend(
         backend, BackendContext(runner.memory.req_to_token_pool, runner.kv_cache, 2, 1, 16)
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from workbench.experiments.stats import INTERVAL, fmt, ratio, summarize
 from workbench.run.api import reproduce
+from workbench.run.events import OnEvent
 from workbench.run.record import RunResult
 
 MODES = ("greedy", "eagle")
@@ -38,17 +39,38 @@ def _phase_table(records: list[dict]) -> str:
     return ", ".join(f"{k} {1000 * statistics.median(v):.1f} ms (n={len(v)})" for k, v in phases.items() if v)
 
 
-def run_interleaved(config: dict, backends: list[str], repeats: int, modes=MODES) -> dict[str, list[RunResult]]:
+def run_interleaved(
+    config: dict,
+    backends: list[str],
+    repeats: int,
+    modes=MODES,
+    on_event: OnEvent | None = None,
+    keep_failed: bool = False,
+) -> dict[str, list[RunResult]]:
     """``repeats`` rounds of every backend × mode, round by round so machine noise spreads evenly.
-    Keys ``"<mode>/<backend>"``; a run that does not end ok stops everything (SystemExit)."""
+    Keys ``"<mode>/<backend>"``. A run that does not end ok stops everything (SystemExit), or with
+    ``keep_failed`` is kept (its key is not run again: the same config fails the same way; its later
+    turns are reported as skipped) while the other keys go on. ``on_event`` gets the runs' events and
+    a ``plan`` / ``run`` event per run (``workbench.run.events``)."""
     runs: dict[str, list[RunResult]] = {f"{m}/{b}": [] for b in backends for m in modes}
+    failed: set[str] = set()
+    if on_event is not None:
+        on_event("plan", None, {"runs": repeats * len(runs)})
     for _ in range(repeats):
         for b in backends:
             for m in modes:
-                r = reproduce({**config, "backend": b, "mode": m})
+                if f"{m}/{b}" in failed:
+                    if on_event is not None:
+                        on_event("run", None, {"label": f"{m}/{b} dp{config.get('dp', 1)}", "status": "skipped"})
+                    continue
+                r = reproduce({**config, "backend": b, "mode": m}, on_event=on_event)
+                if on_event is not None:
+                    on_event("run", None, {"label": f"{m}/{b} dp{r.record['config']['dp']}", "status": r.status})
                 if r.status != "ok":
                     print(r.summary())
-                    raise SystemExit(f"{b} {m} run ended {r.status}")
+                    if not keep_failed:
+                        raise SystemExit(f"{b} {m} run ended {r.status}")
+                    failed.add(f"{m}/{b}")
                 runs[f"{m}/{b}"].append(r)
     return runs
 
@@ -79,10 +101,17 @@ def speedup_row(backend: str, greedy: list[dict], eagle: list[dict]) -> dict:
     }
 
 
-def bench(config: dict, backends: list[str], repeats: int = 5, json_out: str | None = None) -> dict:
+def bench(
+    config: dict,
+    backends: list[str],
+    repeats: int = 5,
+    json_out: str | None = None,
+    on_event: OnEvent | None = None,
+) -> dict:
     """Runs greedy and EAGLE3 ``repeats`` times per backend (interleaved); prints and returns
-    {"speedup", "lossless", "backend"} of the first backend plus ``rows`` (one per backend)."""
-    runs = run_interleaved(config, backends, repeats)
+    {"speedup", "lossless", "backend"} of the first backend plus ``rows`` (one per backend).
+    ``on_event``: progress (``workbench.run.events``)."""
+    runs = run_interleaved(config, backends, repeats, on_event=on_event)
     rows = []
     for b in backends:
         row = speedup_row(b, [r.record for r in runs[f"greedy/{b}"]], [r.record for r in runs[f"eagle/{b}"]])

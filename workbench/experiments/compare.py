@@ -15,13 +15,14 @@ from pathlib import Path
 
 from workbench.experiments.bench import MODES, run_interleaved
 from workbench.experiments.stats import INTERVAL, different, fmt, ratio, summarize
-from workbench.views.plots.common import record_label
+from workbench.run.events import OnEvent
+from workbench.run.labels import record_label
 
 SCHEMA = "workbench.compare/1"  # a format name (not a module path)
 NOTE = (
     "Timing covers generation only (first prefill to last token); setup_s (model load, rank start, warm-up) "
-    "is apart. flashinfer and fa3 compute with torch stand-ins and Triton runs in its interpreter on a "
-    "machine without a GPU: latency compares code paths on this machine, not GPU kernels."
+    "is apart. flashinfer and fa3 compute with torch stand-ins of their kernels (on every machine) and Triton "
+    "runs in its interpreter on CPU: latency compares code paths on this machine, not GPU kernels."
 )
 
 
@@ -150,6 +151,22 @@ def dp_cost(rows: list[dict]) -> list[dict]:
     return out
 
 
+def failed_row(rec: dict) -> dict:
+    """A run that did not end ok, as a row: its backend, mode and dp, and how it ended."""
+    crash = rec.get("crash") or {}
+    return {
+        "backend": rec["config"]["backend"],
+        "label": record_label(rec, sep=" "),
+        "kernel": rec["config"]["kernel"],
+        "mode": rec["config"]["mode"],
+        "dp": rec["config"]["dp"],
+        "status": rec["status"],
+        "exception": f"{crash.get('exception_type')}: {crash.get('message')}" if crash else None,
+        "phase": crash.get("phase"),
+        "rank": crash.get("rank"),
+    }
+
+
 def compare(
     config: dict,
     backends: Sequence[str],
@@ -159,22 +176,29 @@ def compare(
     json_out: str | None = None,
     verbose: bool = True,
     records_out: dict | None = None,
+    on_event: OnEvent | None = None,
 ) -> dict:
     """Run and summarise; returns (and writes to ``json_out``) the comparison document.
-    ``records_out``, given a dict, receives every run record keyed ``<mode>/<backend>/dp<N>#<repeat>``."""
+    ``records_out``, given a dict, receives every run record keyed ``<mode>/<backend>/dp<N>#<repeat>``;
+    ``on_event``: progress (``workbench.run.events``). A run that does not end ok is kept as a
+    ``failed`` row (its config is not run again); the rest is summarised and shown."""
     if repeats < 2:
         raise ValueError(f"invalid repeats {repeats!r}; valid: an integer >= 2 (an interval needs repeats)")
-    rows, speedups, records = [], [], {}
+    rows, speedups, records, failed = [], [], {}, []
     for dp in dps:
-        runs = run_interleaved({**config, "dp": dp}, list(backends), repeats, modes)
+        runs = run_interleaved({**config, "dp": dp}, list(backends), repeats, modes, on_event, keep_failed=True)
         for key, rs in runs.items():
-            records[f"{key}/dp{dp}"] = [r.record for r in rs]
             if records_out is not None:
                 records_out.update({f"{key}/dp{dp}#{i}": r.record for i, r in enumerate(rs)})
-            rows.append(summarize_runs(records[f"{key}/dp{dp}"]))
+            failed += [failed_row(r.record) for r in rs if r.status != "ok"]
+            records[f"{key}/dp{dp}"] = [r.record for r in rs if r.status == "ok"]
+            if records[f"{key}/dp{dp}"]:
+                rows.append(summarize_runs(records[f"{key}/dp{dp}"]))
         if {"greedy", "eagle"} <= set(modes):
             for b in backends:
                 g, e = records[f"greedy/{b}/dp{dp}"], records[f"eagle/{b}/dp{dp}"]
+                if not g or not e:
+                    continue
                 tps = lambda recs: [r["metrics"]["tokens_per_s"] for r in recs]  # noqa: E731
                 speedups.append(
                     {
@@ -194,6 +218,7 @@ def compare(
         "interval": INTERVAL,
         "note": NOTE,
         "rows": rows,
+        "failed": failed,
         "speedup": speedups,
         "pairs": pairs(rows),
         "dp_cost": dp_cost(rows),
@@ -221,6 +246,8 @@ def format_text(doc: dict) -> str:
         )
         if r["collective_ms_per_forward"]:
             lines.append(f"    DP collectives per forward ms: {fmt(r['collective_ms_per_forward'], digits=2)}")
+    for f in doc.get("failed", []):
+        lines.append(f"{f['label']:32s} {f['mode']:6s} dp{f['dp']}  FAILED: {f['status']} {f['exception'] or ''}")
     lines.append("")
     for s in doc["speedup"]:
         lines.append(

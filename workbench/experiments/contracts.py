@@ -10,19 +10,18 @@ upstream finding; the engine reaches it only when that batch runs eagerly (``idl
 Each cell also carries the outcome the declared contracts predict (``expected_outcome``): a
 backend that declares ``reads_spec_kv_indptr`` must fail on a non-empty decode/idle batch whose
 spec_info lacks ``kv_indptr``, every other cell must pass. A cell that differs either way is
-*unexpected*, and ``workbench contracts`` exits 1.
+*unexpected*, and ``workbench contracts`` (``workbench/cli/experiments.py``) exits 1.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from workbench.backends import AttentionBackend, BackendContext, backend_names, create_backend
+from workbench.backends.fallback import seq_lens_kv_metadata
 from workbench.engine.forward_batch import ForwardBatch
 from workbench.engine.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.engine.model_runner import init_metadata_for
@@ -50,7 +49,6 @@ def _draft_decode_input(mode: str, fb: ForwardBatch):
         return EagleDraftInput.create_idle_input("cpu", H, torch.float32, 1, CaptureHiddenMode.NULL)
     if mode == "EXTEND":
         return EagleDraftInput(hidden_states=torch.zeros(fb.num_tokens, 3 * H), verified_id=fb.input_ids)
-    from workbench.backends.fallback import seq_lens_kv_metadata
 
     kv_indptr, kv_indices = seq_lens_kv_metadata(fb.req_to_token_pool.req_to_token, fb.req_pool_indices, fb.seq_lens)
     return EagleDraftInput(
@@ -197,17 +195,3 @@ def format_failures(rows: list[dict]) -> str:
         for r in bad
     ]
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="workbench contracts", description=__doc__)
-    ap.add_argument("--backends", nargs="+", default=None)
-    ap.add_argument("--revisions", nargs="+", default=None)
-    ap.add_argument("--json", default=None, help="write every cell here")
-    args = ap.parse_args(argv)
-    rows = run_matrix(args.backends, args.revisions)
-    print(format_failures(rows))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
-    return 1 if unexpected(rows) else 0

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 from .context import UpstreamContext
+from .replay.cases import SEED_CASE
+from .replay.front import replay
 from .sources.releases import check_version, known_releases
 from .sources.trees import checkout_tree, nearest_release
 from .static.lint import analyse, finding_key
@@ -76,8 +78,6 @@ def is_bad(ctx: UpstreamContext, tree: Path, finding: str | None, env_release: s
         hits = [f for f in analyse(checkout_tree(tree))["findings"] if _matches(f, finding)]
         where = f"{hits[0]['read_file'].split('/')[-1]}:{hits[0]['read_line']}" if hits else ""
         return bool(hits), (f"lint finding at {where}" if hits else "no such finding")
-    from .replay.cases import SEED_CASE
-    from .replay.front import replay
 
     result = replay(ctx.replace(env_release=env_release), checkout_tree(tree), [{**SEED_CASE, "answer_missing": False}])
     case = (result["cases"] or [{}])[0]

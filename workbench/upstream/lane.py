@@ -5,16 +5,17 @@ give every finding a verdict and judge the findings with `--fail-on new` against
 (`gate.py`); confirmed findings that pass only on a shipped reproducer are listed as "live, not
 filed upstream". The night is `pass`, `fail` (findings fail the gate) or `error` (PyPI, the
 environment, the lint or the replay could not run: never a pass). Every night is appended to a
-JSON-lines history; `render_html` / `format_text` show a night and the history's last nights.
+JSON-lines history; `format_text` shows a night as text (`workbench.views.upstream.lane_html` as
+HTML, with the history's last nights).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import html
 import json
 from pathlib import Path
 
+from . import guard
 from .context import UpstreamContext, workbench_commit
 from .gate import (
     EXIT_ERROR,
@@ -42,9 +43,8 @@ def run_lane(
     triage_path: Path | None = None,
     version: str | None = None,
 ) -> dict:
-    """One night of the lane; writes `out/upstream_lane.json` and `.html`, appends to `history`."""
-    from .guard import check
-
+    """One night of the lane; writes `out/upstream_lane.json`, appends to `history` (the HTML:
+    ``workbench.views.upstream.lane_html``)."""
     night: dict = {
         "started_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "workbench_commit": workbench_commit(),
@@ -59,7 +59,7 @@ def run_lane(
         newest = version or latest_release(ctx, refresh=True, strict=True)
         night["release"] = newest
         ctx.log(f"[upstream lane] newest sglang release: {newest}")
-        result = check(ctx, [newest], replay=True)
+        result = guard.check(ctx, [newest], replay=True)
         night["problems"] = ran_problems(result, replay=True)
         night["findings"] = [{**f, "triage_entry": triage.get(f["key"])} for f in result["findings"]]
         night["failing"] = judge(result["findings"], triage, "new", newest)
@@ -72,8 +72,8 @@ def run_lane(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / LANE_JSON).write_text(json.dumps(night, indent=1))
-    nights = append_history(history, night) if history is not None else [history_line(night)]
-    (out / LANE_HTML).write_text(render_html(night, nights))
+    if history is not None:
+        append_history(history, night)
     ctx.log(format_text(night))
     return night
 
@@ -128,41 +128,3 @@ def format_text(night: dict) -> str:
     lines += [f"  {line}" for line in not_filed_lines(night.get("not_filed", []))]
     lines += [f"  FAIL {f['key']} at {f['read_file']}:{f['read_line']}: {f['gate']}" for f in night["failing"]]
     return "\n".join(lines)
-
-
-def render_html(night: dict, nights: list[dict]) -> str:
-    """An HTML section for the nightly report: the night's verdict, findings, and the history."""
-    esc = html.escape
-    rows = "".join(
-        f"<tr><td>{esc(f['backend'])}</td><td>{esc(f['mode'])}</td><td>{esc(f['spec_class'])}</td>"
-        f"<td><code>{esc(f['attr'])}</code></td><td><code>{esc(f['read_file'].split('/')[-1])}:{f['read_line']}"
-        f"</code></td><td>{esc(str(f.get('verdict')))}</td><td>{esc(str(f.get('verdict_reason')))}</td></tr>"
-        for f in night["findings"]
-    )
-    fails = "".join(f"<li><code>{esc(f['key'])}</code>: {esc(f['gate'])}</li>" for f in night["failing"])
-    probs = "".join(f"<li>{esc(p)}</li>" for p in night["problems"])
-    unfiled = "".join(f"<li>{esc(line)}</li>" for line in not_filed_lines(night.get("not_filed", [])))
-    hist = "".join(
-        f"<tr><td>{esc(n['finished_at'])}</td><td>{esc(str(n['release']))}</td><td>{esc(n['verdict'])}</td>"
-        f"<td>{esc(', '.join(f'{k} {v}' for k, v in n['verdicts'].items()))}</td>"
-        f"<td>{len(n['failing'])}</td><td><code>{esc(str(n.get('workbench_commit')))[:12]}</code></td></tr>"
-        for n in reversed(nights[-14:])
-    )
-    return (
-        f"<section><h2>Upstream lane: sglang {esc(str(night['release']))} ({esc(night['verdict'])})</h2>"
-        f"<p>Run {esc(night['started_at'])} at workbench {esc(str(night['workbench_commit']))}: the contract "
-        "lint of the newest release's sources, every finding given a verdict by replays on the real backends "
-        "(CPU, Triton interpreter), judged with <code>--fail-on new</code> against the triage file.</p>"
-        + (f"<p><b>The lane could not run</b> (a failure, never a pass):</p><ul>{probs}</ul>" if probs else "")
-        + (f"<p><b>Failing the gate:</b></p><ul>{fails}</ul>" if fails else "")
-        + (
-            "<p><b>Live, not filed upstream</b> (confirmed on this release; passing on the reproducer and smallest "
-            f"fix shipped in the repository, no upstream issue recorded):</p><ul>{unfiled}</ul>"
-            if unfiled
-            else ""
-        )
-        + "<table><tr><th>backend</th><th>mode</th><th>class</th><th>attribute</th><th>read</th>"
-        f"<th>verdict</th><th>why</th></tr>{rows}</table>"
-        "<h3>History</h3><table><tr><th>night</th><th>release</th><th>lane</th><th>verdicts</th>"
-        f"<th>failing</th><th>workbench</th></tr>{hist}</table></section>"
-    )

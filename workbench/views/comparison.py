@@ -8,11 +8,14 @@ import html
 from pathlib import Path
 
 from workbench.experiments.stats import fmt
-from workbench.notebook import Table
+from workbench.experiments.sweep import groups, load_shipped, provenance
+from workbench.views import plots
+from workbench.views.tables import Table
 
 
 def compare_table(doc: dict) -> Table:
-    """One row per backend × mode × dp: tokens/s, generation and setup time, attention share, verdict columns."""
+    """One row per backend × mode × dp: tokens/s, generation and setup time, attention share, verdict columns;
+    a config whose run failed is a row saying how it ended."""
     rows = []
     for r in doc["rows"]:
         rows.append(
@@ -20,6 +23,7 @@ def compare_table(doc: dict) -> Table:
                 "backend (kernel)": f"{r['label']}: {r['kernel']}",
                 "mode": r["mode"],
                 "dp": r["dp"],
+                "status": f"ok ({r['repeats']} runs)",
                 "device": r["device"],
                 "threads per rank": r.get("torch_threads_per_rank"),
                 "tokens/s": fmt(r["tokens_per_s"]),
@@ -31,6 +35,13 @@ def compare_table(doc: dict) -> Table:
                 else "",
                 "accept length": fmt(r["accept_length_mean"], digits=2) if r["mode"] == "eagle" else "",
             }
+        )
+    for f in doc.get("failed", []):
+        status = f"{f['status']}" + (
+            f" on rank {f['rank']} in {f['phase']}: {f['exception']}" if f["exception"] else ""
+        )
+        rows.append(
+            {"backend (kernel)": f"{f['label']}: {f['kernel']}", "mode": f["mode"], "dp": f["dp"], "status": status}
         )
     return Table(rows)
 
@@ -81,8 +92,6 @@ def verdicts(doc: dict) -> list[str]:
 
 def sweep_table(doc: dict) -> Table:
     """One row per dtype × setting × group of backends with identical results."""
-    from workbench.experiments.sweep import groups
-
     rows = []
     for g in groups(doc["rows"]):
         a = g["agreement_with_fp32_greedy"] or {}
@@ -111,9 +120,6 @@ def _img(path: Path) -> str:
 def comparison_section(cells: list[dict], folder: Path, shipped_sweep: dict | None = None) -> str:
     """HTML for the nightly report: each cell's comparison (tables, spread and metadata plots) and
     acceptance sweep (live, and the shipped full measurement labelled with its date and versions)."""
-    from workbench.experiments.sweep import load_shipped
-    from workbench.views import plots
-
     parts = []
     folder.mkdir(parents=True, exist_ok=True)
     for c in cells:
@@ -138,9 +144,6 @@ def comparison_section(cells: list[dict], folder: Path, shipped_sweep: dict | No
 
 
 def _sweep_html(doc: dict, path: Path, title: str) -> str:
-    from workbench.experiments.sweep import provenance
-    from workbench.views import plots
-
     plots.acceptance_sweep(doc, path)
     findings = "".join(f"<li>{html.escape(f)}</li>" for f in doc["findings"])
     return (

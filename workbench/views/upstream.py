@@ -1,50 +1,15 @@
-"""What notebook 04 shows: the survey, the replays, the fidelity check, the contract fuzzer, the
-guard's verdicts and its reproducers for confirmed live findings, either from the shipped
-measurements (offline, labelled with their date and the commit that made them) or measured now
-(``live``)."""
+"""What notebook 04 and the upstream lane show: the survey, the replays, the fidelity check, the
+contract fuzzer, the guard's verdicts and its reproducers as tables (the data:
+``workbench.upstream.measurements``), and one night of the upstream lane, with its history, as an
+HTML section."""
 
 from __future__ import annotations
 
-import json
-import tempfile
-from collections.abc import Callable
+import html
 from pathlib import Path
 
-from workbench.notebook import Table
-
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
-
-
-def load_measurements(
-    releases: list[str],
-    replay_releases: list[str],
-    live: bool = False,
-    cache_dir: str | None = None,
-    log: Callable[[str], None] = print,
-) -> dict:
-    """{"survey": full survey result, "replays": [run records], "source": ...}.
-
-    Offline: the survey and replays shipped in workbench/assets (measured with the commands in
-    upstream_snapshot.json's provenance). Live: download, build and run them now."""
-    if not live:
-        survey = json.loads((ASSETS / "upstream_survey.json").read_text())
-        replays = [
-            r
-            for r in json.loads((ASSETS / "upstream_replays.json").read_text())
-            if r["config"]["sglang"] in replay_releases
-        ]
-        kept = [v for v in survey["versions"] if v in releases] or survey["versions"]
-        survey = {**survey, "versions": kept, "releases": {v: survey["releases"][v] for v in kept}}
-        prov = json.loads((ASSETS / "upstream_snapshot.json").read_text())["provenance"]
-        return {"survey": survey, "replays": replays, "source": f"shipped measurements ({prov['generated_at']})"}
-    from workbench.upstream.context import UpstreamContext
-    from workbench.upstream.replay.records import seed_record
-    from workbench.upstream.static.survey import survey
-
-    ctx = UpstreamContext(log=log) if cache_dir is None else UpstreamContext(cache_dir=Path(cache_dir), log=log)
-    result = survey(ctx, releases)
-    recs = [seed_record(ctx, v) for v in replay_releases]
-    return {"survey": result, "replays": recs, "source": f"measured now (cache {ctx.cache_dir})"}
+from workbench.upstream.gate import not_filed_lines
+from workbench.views.tables import Table
 
 
 def survey_table(survey: dict) -> Table:
@@ -97,67 +62,6 @@ def fuzzer_table(rows: list[dict]) -> Table:
     return Table([{**c, "failing": "; ".join(c["failing"]) or "-"} for c in out.values()])
 
 
-def replay_failures(replays: list[dict], expected: dict) -> list[str]:
-    """Releases whose replay status differs from ``expected`` {release: status}."""
-    got = {r["config"]["sglang"]: r["status"] for r in replays}
-    return [f"sglang {v}: expected {want}, got {got.get(v)}" for v, want in expected.items() if got.get(v) != want]
-
-
-def problems(data: dict, fid: dict, cells: list[dict], replay_releases: list[str]) -> list[str]:
-    """What departs from upstream: replays not ending as released (0.5.12 / 0.5.13 crashed, later
-    ok), fidelity differences, fuzzer cells that differ from what the declared contracts predict
-    (a failure outside the pr-24860 hole, or a hole cell that passes)."""
-    from workbench.experiments.contracts import unexpected
-
-    expected = {
-        v: ("crashed" if v in ("0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1") else "ok") for v in replay_releases
-    }
-    out = replay_failures(data["replays"], expected)
-    out += [f"fidelity: {d['check']}" for d in fid["differences"]]
-    out += [
-        f"fuzzer: {c['revision']} {c['backend']} {c['spec_input']} {c['mode']}: {c['outcome']}, "
-        f"contracts predict {c['expected']}"
-        for c in unexpected(cells)
-    ]
-    return out
-
-
-def save_record(path: str, params: dict, data: dict, fid: dict, cells: list[dict], found: list[str]) -> Path:
-    """The notebook record (``workbench.notebook`` bundle): one run record per replayed release
-    (role ``replay/<version>``) and a ``checks`` record whose status is ok when nothing departs
-    from upstream (else ``mismatch``, with the problems)."""
-    from workbench.notebook import save_bundle
-
-    checks = {
-        "status": "ok" if not found else "mismatch",
-        "crash": None,
-        "problems": found,
-        "config": {"backend": "workbench contracts", "kernel": None, "source": data["source"]},
-        "fidelity": fid,
-        "fuzzer_failing": [c for c in cells if c["outcome"] != "pass"],
-    }
-    runs = {f"replay/{r['config']['sglang']}": r for r in data["replays"]}
-    runs["checks"] = checks
-    return save_bundle(path, "04_upstream_replay", params, runs, primary="checks")
-
-
-def load_findings(
-    releases: list[str], live: bool = False, cache_dir: str | None = None, log: Callable[[str], None] = print
-) -> dict:
-    """Lint findings of every release, each triaged by a replay: shipped (dated) or measured now."""
-    if not live:
-        data = json.loads((ASSETS / "upstream_findings.json").read_text())
-        data["source"] = f"shipped measurement ({data['generated_at']}, {data['measured_on']})"
-        return data
-    from workbench.upstream.context import UpstreamContext
-    from workbench.upstream.guard import check
-
-    ctx = UpstreamContext(log=log) if cache_dir is None else UpstreamContext(cache_dir=Path(cache_dir), log=log)
-    data = check(ctx, releases, replay=True)
-    data["source"] = "measured now"
-    return data
-
-
 def findings_table(findings: list[dict]) -> Table:
     """One row per (finding, releases it appears in): backend, mode, class, attribute, verdict."""
     merged: dict = {}
@@ -196,33 +100,6 @@ def verdict_counts(findings: list[dict]) -> Table:
     return Table(list(rows.values()), ["source", "findings", *VERDICTS, "unverified %"])
 
 
-def load_reproducers(
-    live: bool = False, version: str | None = None, cache_dir: str | None = None, log: Callable[[str], None] = print
-) -> dict:
-    """The reproducer index (``workbench upstream repro``) with each folder's result under ``results``
-    and a ``label``: the shipped one, or one made now for `version` into a temporary folder."""
-    if live:
-        from workbench.upstream.context import UpstreamContext
-        from workbench.upstream.replay.repro import reproducers
-        from workbench.upstream.sources.releases import latest_release
-
-        ctx = UpstreamContext(log=log) if cache_dir is None else UpstreamContext(cache_dir=Path(cache_dir), log=log)
-        folder = Path(tempfile.mkdtemp(prefix="wb-repro-"))
-        index = reproducers(ctx, version or latest_release(ctx), folder)
-        label = f"made now in {folder} (sglang {index['release']})"
-    else:
-        folder = ASSETS / "upstream_repro"
-        index = json.loads((folder / "index.json").read_text())
-        label = (
-            f"shipped measurement of {index['measured_at'][:10]} on sglang {index['release']} "
-            f"by eagle-workbench {index['workbench_commit']}, not a live run"
-        )
-    results = {
-        key: json.loads((folder / r["folder"] / "result.json").read_text()) for key, r in index["reproducers"].items()
-    }
-    return {**index, "folder": str(folder), "results": results, "label": label}
-
-
 def _reach(r: dict) -> str:
     reach = r.get("reachability") or {}
     return "; ".join(f"{k}: {v}" for k, v in reach.items()) or "not analysed"
@@ -253,4 +130,44 @@ def reproducer_files(data: dict, key: str) -> str:
         f"{folder}/repro.py  (standalone: imports only sglang and torch)\n"
         f"  PYTHONPATH=<sglang {data['release']} sources> TRITON_INTERPRET=1 python repro.py\n\n"
         f"{folder}/fix.diff:\n{(folder / 'fix.diff').read_text()}"
+    )
+
+
+def lane_html(night: dict, nights: list[dict] | None = None) -> str:
+    """One night of the upstream lane (``workbench.upstream.lane.run_lane``) as an HTML section for the
+    nightly report: its verdict, what could not run, what fails the gate, the live findings not filed
+    upstream, every finding with its verdict, and the last 14 nights of ``nights`` (the history)."""
+    esc = html.escape
+    rows = "".join(
+        f"<tr><td>{esc(f['backend'])}</td><td>{esc(f['mode'])}</td><td>{esc(f['spec_class'])}</td>"
+        f"<td><code>{esc(f['attr'])}</code></td><td><code>{esc(f['read_file'].split('/')[-1])}:{f['read_line']}"
+        f"</code></td><td>{esc(str(f.get('verdict')))}</td><td>{esc(str(f.get('verdict_reason')))}</td></tr>"
+        for f in night["findings"]
+    )
+    fails = "".join(f"<li><code>{esc(f['key'])}</code>: {esc(f['gate'])}</li>" for f in night["failing"])
+    probs = "".join(f"<li>{esc(p)}</li>" for p in night["problems"])
+    unfiled = "".join(f"<li>{esc(line)}</li>" for line in not_filed_lines(night.get("not_filed", [])))
+    hist = "".join(
+        f"<tr><td>{esc(n['finished_at'])}</td><td>{esc(str(n['release']))}</td><td>{esc(n['verdict'])}</td>"
+        f"<td>{esc(', '.join(f'{k} {v}' for k, v in n['verdicts'].items()))}</td>"
+        f"<td>{len(n['failing'])}</td><td><code>{esc(str(n.get('workbench_commit')))[:12]}</code></td></tr>"
+        for n in reversed((nights or [])[-14:])
+    )
+    return (
+        f"<section><h2>Upstream lane: sglang {esc(str(night['release']))} ({esc(night['verdict'])})</h2>"
+        f"<p>Run {esc(night['started_at'])} at workbench {esc(str(night['workbench_commit']))}: the contract "
+        "lint of the newest release's sources, every finding given a verdict by replays on the real backends "
+        "(CPU, Triton interpreter), judged with <code>--fail-on new</code> against the triage file.</p>"
+        + (f"<p><b>The lane could not run</b> (a failure, never a pass):</p><ul>{probs}</ul>" if probs else "")
+        + (f"<p><b>Failing the gate:</b></p><ul>{fails}</ul>" if fails else "")
+        + (
+            "<p><b>Live, not filed upstream</b> (confirmed on this release; passing on the reproducer and smallest "
+            f"fix shipped in the repository, no upstream issue recorded):</p><ul>{unfiled}</ul>"
+            if unfiled
+            else ""
+        )
+        + "<table><tr><th>backend</th><th>mode</th><th>class</th><th>attribute</th><th>read</th>"
+        f"<th>verdict</th><th>why</th></tr>{rows}</table>"
+        "<h3>History</h3><table><tr><th>night</th><th>release</th><th>lane</th><th>verdicts</th>"
+        f"<th>failing</th><th>workbench</th></tr>{hist}</table></section>"
     )

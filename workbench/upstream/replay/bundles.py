@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 
 from workbench.debug.bundle import JSON_NAME, TENSORS_NAME
+from workbench.debug.load import load_bundle as read_bundle
+from workbench.debug.replay import reference_metadata as reference
 
 from ..context import UpstreamContext
 from ..sources.releases import check_versions
@@ -30,8 +32,6 @@ META_KEYS = ("rank", "dp", "phase", "forward_mode", "batch_size", "backend", "re
 def load_bundle(path: Path) -> dict:
     """bundle.json + tensors (as lists) of a `crash-bundle-rank<R>/` folder, validated by the
     workbench's one bundle reader (`workbench.debug.load`); raises `BundleError` naming the file."""
-    from workbench.debug.load import load_bundle as read_bundle
-
     path = Path(path)
     bundle = read_bundle(path)
     digest = hashlib.sha256((path / JSON_NAME).read_bytes() + (path / TENSORS_NAME).read_bytes()).hexdigest()
@@ -46,8 +46,6 @@ def load_bundle(path: Path) -> dict:
 
 def reference_metadata(bundle: dict) -> dict:
     """The seq_lens fallback's (kv_indptr, kv_indices), computed from the bundle alone."""
-    from workbench.debug.replay import reference_metadata as reference
-
     return reference(bundle["bundle"])
 
 

@@ -26,8 +26,10 @@ import tempfile
 from pathlib import Path
 
 from ..context import UpstreamContext
+from ..guard import check_tree
 from ..sources.envs import EnvBuildError, ensure_env
-from ..sources.trees import SourceTree
+from ..sources.releases import check_versions, known_releases
+from ..sources.trees import SourceTree, release_tree
 from .cases import module_of
 
 SCRIPT = Path(__file__).with_name("repro_script.py")
@@ -230,10 +232,6 @@ def reproducers(ctx: UpstreamContext, version: str, out: Path, range_versions: l
     each run on every release of `range_versions` (default: the final releases 0.5.10 to `version`).
     Writes `out/index.json`; returns it."""
     from packaging.version import Version
-
-    from ..guard import check_tree
-    from ..sources.releases import check_versions, known_releases
-    from ..sources.trees import release_tree
 
     version = check_versions(ctx, [version])[0]
     if range_versions is None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from ..context import UpstreamContext
+from .envs import ensure_sources
 
 SRT = "sglang/srt/"
 _VERSION = re.compile(r"""^\s*(?:__version__|version)\b[^\n'"]*=\s*['"](\d+\.\d+[^'"]*)['"]""", re.M)
@@ -151,7 +152,6 @@ def checkout_tree(path: Path) -> SourceTree:
 
 def release_tree(ctx: UpstreamContext, version: str) -> SourceTree:
     """The tree of a release: its wheel unpacked once under the cache (`src/sglang-<version>`)."""
-    from .envs import ensure_sources
 
     root = ensure_sources(ctx, version)
     return SourceTree(f"sglang {version}", _LazyFiles(root), version, root, base=root)

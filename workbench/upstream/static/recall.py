@@ -27,7 +27,8 @@ import datetime as _dt
 from dataclasses import dataclass, field
 
 from ..context import UpstreamContext, workbench_commit
-from ..sources.trees import SourceTree
+from ..sources.releases import check_versions
+from ..sources.trees import SourceTree, release_tree
 from .classes import collect, mro
 from .lint import SPEC_DIR, _reaches, analyse
 from .mutate import MOVES, MutationError, add_attribute, move_install, remove_attribute, remove_guard
@@ -274,8 +275,6 @@ def release_recall(ctx: UpstreamContext, tree: SourceTree) -> dict:
 def recall(ctx: UpstreamContext, versions: list[str], command: str) -> dict:
     """Recall on each release (its sources from the cache); JSON-ready. A release not in
     `DEVELOPED_ON` is marked held out."""
-    from ..sources.releases import check_versions
-    from ..sources.trees import release_tree
 
     commit = workbench_commit()  # the code that runs, taken before it runs
     releases = {}

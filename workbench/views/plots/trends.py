@@ -9,15 +9,8 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from workbench.views.plots.common import (
-    LINE_STYLES,
-    backend_label,
-    backend_sort_key,
-    empty,
-    group_by_backend,
-    new_figure,
-    save,
-)
+from workbench.run.labels import backend_label, backend_sort_key
+from workbench.views.plots.common import LINE_STYLES, empty, group_by_backend, new_figure, save
 
 
 def _pairs(records: list[dict]) -> dict[str, list[tuple[float, float]]]:

@@ -231,7 +231,7 @@ def _run_once(ctx, case: dict, backend_cls: type, bundle: dict | None, out: dict
 
 def _value(ctx, case: dict, attr: str, bundle: dict | None):
     """A value of `attr` consistent with the case's batch (`inputs.value_for`), or None."""
-    from .inputs import _known, value_for
+    from .inputs import _known, value_for  # on use: only a replay that answers an attribute fills one
 
     shape = {**shape_of(case["batch"], bundle), "mode": case["mode"], "spec_class": case["spec_class"]}
     if not shape["seq_lens"] and case["batch"] == "IDLE padded":

@@ -1,4 +1,8 @@
-"""`workbench upstream survey|replay` (also `python -m workbench.upstream ...`)."""
+"""``workbench upstream survey|lint|recall|bisect|replay|repro|fidelity|nightly``: the real SGLang releases.
+
+Each subcommand imports what it runs when it runs (the replays and the fidelity check load torch,
+the survey plot matplotlib), so ``--help`` and a usage error answer at once.
+"""
 
 from __future__ import annotations
 
@@ -9,33 +13,32 @@ import time
 from pathlib import Path
 
 from workbench.debug.bundle import BundleError
+from workbench.upstream.bisect import BisectError
+from workbench.upstream.context import UpstreamContext, default_cache_dir, echo
+from workbench.upstream.gate import GateError
+from workbench.upstream.sources.releases import ReleaseError, check_versions
+from workbench.upstream.sources.trees import SourceError
 
-from .bisect import BisectError
-from .context import UpstreamContext, default_cache_dir, echo
-from .gate import GateError
-from .sources.releases import ReleaseError, check_versions
-from .sources.trees import SourceError
 
-
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    """The argument parser (also usable as a sub-parser source by the main CLI)."""
-    if prog is None:
-        argv0 = Path(sys.argv[0])
-        via_main = argv0.name == "workbench" or argv0.parent.name == "workbench"
-        prog = "workbench upstream" if via_main else "python -m workbench.upstream"
-    parser = argparse.ArgumentParser(
-        prog=prog,
+def register(top: argparse._SubParsersAction) -> None:
+    """Add ``upstream`` and its sub-commands; ``--cache-dir`` is taken before or after the sub-command."""
+    parser = top.add_parser(
+        "upstream",
+        help="the real SGLang releases: survey, lint and its gate, recall, bisect, replay, repro, fidelity, "
+        "nightly guard lane",
         description=(
-            "Real sglang releases: a static contract survey of their wheels, and a replay of the "
-            "kv_indptr crash on their real code (CPU, Triton interpreter)."
+            "Real sglang releases: a static contract survey of their wheels, the contract lint of releases "
+            "or a checkout with a real-code verdict per finding and a gate, recall by mutation, bisection, "
+            "reproducers, and replays of the kv_indptr crash on their real code (CPU, Triton interpreter)."
         ),
+        epilog="exit codes: 0 as asked (every replay conclusive, nothing fails the gate, no fidelity difference); "
+        "1 otherwise (lint --fail-on / nightly: findings fail the gate); 2 a usage or environment error "
+        "(unknown release, not an sglang checkout, refused bundle, bad triage file, a lint or lane that "
+        "could not run)",
     )
-    parser.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=None,
-        help=f"wheels, sources and dependency venvs (default {default_cache_dir()})",
-    )
+    parser.set_defaults(func=_main, kernels=False)
+    cache_help = f"wheels, sources and dependency venvs (default $WB_UPSTREAM_CACHE or {default_cache_dir()})"
+    parser.add_argument("--cache-dir", type=Path, default=None, help=cache_help)
     sub = parser.add_subparsers(dest="command", required=True)
     sv = sub.add_parser("survey", help="static survey of release wheels (ast only, no import)")
     sv.add_argument(
@@ -143,11 +146,14 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     fd.add_argument("--survey", type=Path, default=None, help="upstream_survey.json from `survey --out`")
     fd.add_argument("--replay", type=Path, default=None, help="replay records JSON (a list) from `replay --json`")
     fd.add_argument("--json", type=Path, default=None, dest="json_out")
-    return parser
+    helps = {a.dest: a.help for a in sub._choices_actions}
+    for name, p in sub.choices.items():  # also after the sub-command (SUPPRESS: a value given before it stays)
+        p.add_argument("--cache-dir", type=Path, default=argparse.SUPPRESS, help=cache_help)
+        p.description = p.description or helps.get(name)
 
 
-def _fidelity(args: argparse.Namespace) -> int:
-    from .fidelity import fidelity, format_fidelity, load_snapshot, snapshot_from
+def _fidelity(args: argparse.Namespace) -> int:  # imports on use (module docstring)
+    from workbench.upstream.fidelity import fidelity, format_fidelity, load_snapshot, snapshot_from
 
     snap = load_snapshot()
     if args.survey or args.replay:
@@ -160,13 +166,13 @@ def _fidelity(args: argparse.Namespace) -> int:
     echo(format_fidelity(result))
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=1))
-    return 0
+    compared = any(c["equal"] is not None for c in result["checks"])  # nothing compared is no pass
+    return 1 if result["differences"] or not compared else 0
 
 
-def _survey(args: argparse.Namespace, ctx: UpstreamContext) -> int:
+def _survey(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.static.survey import format_details, format_table, survey
     from workbench.views.plots.survey import plot_survey
-
-    from .static.survey import format_details, format_table, survey
 
     start = time.perf_counter()
     result = survey(ctx, args.versions)
@@ -185,8 +191,8 @@ def _survey(args: argparse.Namespace, ctx: UpstreamContext) -> int:
     return 0
 
 
-def _replay(args: argparse.Namespace, ctx: UpstreamContext) -> int:
-    from .replay.records import seed_record
+def _replay(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.replay.records import seed_record
 
     versions = check_versions(ctx, args.sglang)
     records = []
@@ -221,9 +227,9 @@ def _write(path: Path | None, data: object) -> None:
         echo(f"wrote {path}")
 
 
-def _lint(args: argparse.Namespace, ctx: UpstreamContext) -> int:
-    from .context import workbench_commit
-    from .gate import (
+def _lint(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.context import workbench_commit
+    from workbench.upstream.gate import (
         EXIT_ERROR,
         EXIT_FAIL,
         EXIT_PASS,
@@ -234,10 +240,10 @@ def _lint(args: argparse.Namespace, ctx: UpstreamContext) -> int:
         not_filed_lines,
         ran_problems,
     )
-    from .guard import check
-    from .sarif import to_sarif
-    from .sources.releases import latest_release
-    from .static.lint import format_findings
+    from workbench.upstream.guard import check
+    from workbench.upstream.sarif import to_sarif
+    from workbench.upstream.sources.releases import latest_release
+    from workbench.upstream.static.lint import format_findings
 
     triage = load_triage(args.triage) if (args.fail_on or args.update_triage) else {}
     result = check(ctx, args.sglang, args.sglang_src, replay=args.replay)
@@ -264,18 +270,18 @@ def _lint(args: argparse.Namespace, ctx: UpstreamContext) -> int:
         roots = {r["source"]: (r["base"], r["prefix"]) for r in result["results"]}
         _write(args.sarif, to_sarif(result, roots, failing, workbench_commit() or "unknown"))
     if args.update_triage:
-        command = "workbench upstream " + " ".join(args.argv)
+        command = "workbench " + " ".join(args.argv)
         _write(args.update_triage, build_triage(result, triage, command, workbench_commit()))
     if problems:
         return EXIT_ERROR
     return EXIT_FAIL if failing else EXIT_PASS
 
 
-def _recall(args: argparse.Namespace, ctx: UpstreamContext) -> int:
-    from .static.recall import format_recall, recall
+def _recall(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.static.recall import format_recall, recall
 
     start = time.perf_counter()
-    result = recall(ctx, args.sglang, "workbench upstream " + " ".join(args.argv))
+    result = recall(ctx, args.sglang, "workbench " + " ".join(args.argv))
     result["run_s"] = round(time.perf_counter() - start, 1)
     echo("")
     echo(format_recall(result))
@@ -299,8 +305,8 @@ def _recall(args: argparse.Namespace, ctx: UpstreamContext) -> int:
     return 1 if low else 0
 
 
-def _bisect(args: argparse.Namespace, ctx: UpstreamContext) -> int:
-    from .bisect import bisect
+def _bisect(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.bisect import bisect
 
     result = bisect(ctx, args.sglang_src, args.good, args.bad, args.finding)
     first = result["first_bad"]
@@ -313,8 +319,8 @@ def _bisect(args: argparse.Namespace, ctx: UpstreamContext) -> int:
     return 0
 
 
-def _replay_bundle(args: argparse.Namespace, ctx: UpstreamContext) -> int:
-    from .replay.bundles import replay_bundle
+def _replay_bundle(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.replay.bundles import replay_bundle
 
     result = replay_bundle(ctx, args.bundle, args.sglang)
     echo(f"reference (from the bundle): {result['reference']}")
@@ -324,15 +330,51 @@ def _replay_bundle(args: argparse.Namespace, ctx: UpstreamContext) -> int:
             + (r.get("exception") or f"equal to reference: {r.get('equal_to_reference')}")
         )
     _write(args.json_out, result)
-    return 0 if all(r["outcome"] in ("ok", "crashed") for r in result["releases"].values()) else 1
+    return 0 if all(_bundle_conclusive(r) for r in result["releases"].values()) else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code: 0 pass, 1 findings fail the gate (or a replay failed), 2 a usage
-    or environment error (a bad version, source folder or triage file; a lint or lane that could not run)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded in what the command writes
+def _bundle_conclusive(r: dict) -> bool:
+    """A release's replay of a bundle agrees with it: the bundle's own exception, or the reference metadata."""
+    if r["outcome"] == "crashed":
+        return bool(r.get("same_exception_as_bundle"))
+    return r["outcome"] == "ok" and bool(r.get("equal_to_reference"))
+
+
+def _nightly(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.lane import EXIT, LANE_HTML, history_line, read_history, run_lane
+    from workbench.views.upstream import lane_html
+
+    version = check_versions(ctx, [args.sglang])[0] if args.sglang else None
+    night = run_lane(ctx, args.out, args.history, args.triage, version)
+    nights = read_history(args.history) if args.history is not None else [history_line(night)]
+    (args.out / LANE_HTML).write_text(lane_html(night, nights))
+    return EXIT[night["verdict"]]
+
+
+def _repro(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.replay.repro import reproducers
+
+    index = reproducers(ctx, args.sglang, args.out, args.range)
+    for key, r in index["reproducers"].items():
+        echo(f"{key}: reproduced {r['reproduced']}, fixed {r['fixed']}, raises on {', '.join(r['raises'])}")
+    echo(f"wrote {args.out / 'index.json'}")
+    return 0 if all(r["reproduced"] and r["fixed"] for r in index["reproducers"].values()) else 1
+
+
+COMMANDS = {
+    "survey": _survey,
+    "lint": _lint,
+    "nightly": _nightly,
+    "bisect": _bisect,
+    "recall": _recall,
+    "repro": _repro,
+}
+
+
+def _main(args: argparse.Namespace) -> int:
+    """Run the parsed ``workbench upstream`` command; returns the exit code: 0 pass, 1 findings fail the
+    gate (or a replay was not conclusive), 2 a usage or environment error (a bad version, source folder or
+    triage file; a lint or lane that could not run)."""
     ctx = UpstreamContext(
         cache_dir=args.cache_dir or default_cache_dir(),
         log=echo,
@@ -341,37 +383,13 @@ def main(argv: list[str] | None = None) -> int:
         env_release=getattr(args, "env_release", None),
     )
     try:
-        if args.command == "survey":
-            return _survey(args, ctx)
         if args.command == "fidelity":
             return _fidelity(args)
-        if args.command == "lint":
-            return _lint(args, ctx)
-        if args.command == "nightly":
-            from .lane import EXIT, run_lane
-
-            version = check_versions(ctx, [args.sglang])[0] if args.sglang else None
-            night = run_lane(ctx, args.out, args.history, args.triage, version)
-            return EXIT[night["verdict"]]
-        if args.command == "bisect":
-            return _bisect(args, ctx)
-        if args.command == "recall":
-            return _recall(args, ctx)
-        if args.command == "repro":
-            from .replay.repro import reproducers
-
-            index = reproducers(ctx, args.sglang, args.out, args.range)
-            for key, r in index["reproducers"].items():
-                echo(f"{key}: reproduced {r['reproduced']}, fixed {r['fixed']}, raises on {', '.join(r['raises'])}")
-            echo(f"wrote {args.out / 'index.json'}")
-            return 0 if all(r["reproduced"] and r["fixed"] for r in index["reproducers"].values()) else 1
+        if args.command in COMMANDS:
+            return COMMANDS[args.command](args, ctx)
         if args.bundle is not None:
             return _replay_bundle(args, ctx)
         return _replay(args, ctx)
     except (ReleaseError, SourceError, BisectError, BundleError, GateError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
