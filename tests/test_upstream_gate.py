@@ -257,11 +257,11 @@ def test_lane_passes_fails_and_fails_closed(tmp_path: Path, monkeypatch: pytest.
         raise ReleaseError("could not ask PyPI for the sglang releases: offline")
 
     monkeypatch.setattr(lane, "latest_release", no_pypi)
-    night = lane.run_lane(ctx, tmp_path / "n4", history, triage, render=lane_html)
+    night = lane.run_lane(ctx, tmp_path / "n4", history, triage)
     assert night["verdict"] == "error" and "offline" in night["problems"][0]
     nights = lane.read_history(history)
     assert [n["verdict"] for n in nights] == ["pass", "fail", "error", "error"]
-    page = (tmp_path / "n4" / lane.LANE_HTML).read_text()
+    page = lane_html(night, nights)
     assert "could not run" in page and page.count("<tr><td>") >= 4  # the history shows every night
     assert json.loads((tmp_path / "n2" / lane.LANE_JSON).read_text())["failing"][0]["gate"].startswith(
         "a replay now confirms"
@@ -275,11 +275,10 @@ def test_the_lane_reports_a_live_finding_not_filed_upstream(tmp_path: Path, monk
     ctx = UpstreamContext(cache_dir=write_fake_cache(tmp_path, {}), log=quiet)
     entry = _entry(verdict="confirmed", live=True, filed_upstream=False, link=_reproducer(tmp_path, "seed", SEED))
     monkeypatch.setattr(guard, "check", _fake_check([_finding("0.5.14", "confirmed")]))
-    triage = _triage_file(tmp_path, {SEED: entry})
-    night = lane.run_lane(ctx, tmp_path / "n1", tmp_path / "h.jsonl", triage, "0.5.14", render=lane_html)
+    night = lane.run_lane(ctx, tmp_path / "n1", tmp_path / "h.jsonl", _triage_file(tmp_path, {SEED: entry}), "0.5.14")
     assert night["verdict"] == "pass" and [r["key"] for r in night["not_filed"]] == [SEED]
     assert "live, not filed upstream: " + SEED in lane.format_text(night)
-    assert "Live, not filed upstream" in (tmp_path / "n1" / lane.LANE_HTML).read_text()
+    assert "Live, not filed upstream" in lane_html(night, lane.read_history(tmp_path / "h.jsonl"))
     assert lane.read_history(tmp_path / "h.jsonl")[0]["not_filed"] == [SEED]
     (tmp_path / entry["link"] / "repro.py").unlink()  # the reproducer gone: the same night fails
     night = lane.run_lane(ctx, tmp_path / "n2", None, _triage_file(tmp_path, {SEED: entry}), "0.5.14")

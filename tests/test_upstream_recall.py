@@ -10,6 +10,7 @@ import os
 import pytest
 from upstream_fixtures import SPEC_DIR, toy_tree
 
+from workbench.cli import main as workbench_main
 from workbench.upstream.context import UpstreamContext, quiet
 from workbench.upstream.static import flow
 from workbench.upstream.static.mutate import MOVES, add_attribute, move_install, remove_attribute, remove_guard
@@ -79,8 +80,6 @@ requires_network = pytest.mark.skipif(
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("version", ["0.5.14"])
 def test_recall_on_a_real_release(version: str, tmp_path) -> None:
-    from workbench.cli import main as workbench_main
-
     out = tmp_path / "recall.json"
     assert workbench_main(["upstream", "recall", "--sglang", version, "--json", str(out)]) == 0
     res = json.loads(out.read_text())["releases"][version]

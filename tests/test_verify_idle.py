@@ -31,7 +31,8 @@ def _runner(backend: str) -> ModelRunner:
     runner.memory = Memory(ReqToTokenPool(4, 16), TokenSlotAllocator(32))
     runner.kv_cache = KVCache(1, 32, 1, 16, torch.float32)
     runner.dp_comm = _Padded()
-    runner.hooks, runner.name = NO_HOOKS, "target"  # main's hook seam: nothing watches this runner
+    runner.hooks = NO_HOOKS  # what the constructor sets when nothing watches the run
+    runner.name = "target"
     runner.attn_backend = create_backend(
         backend, BackendContext(runner.memory.req_to_token_pool, runner.kv_cache, 2, 1, 16)
     )

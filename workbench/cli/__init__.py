@@ -48,7 +48,6 @@ def main(argv: list[str] | None = None) -> int:  # imports on use (module docstr
         args = build_parser().parse_args(argv)
     except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
         return e.code if isinstance(e.code, int) else 2
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, recorded in what a command writes
     from workbench.models.loader import CheckpointError
     from workbench.run.config import ConfigError
 
@@ -56,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:  # imports on use (module docstr
         import kernels
 
         kernels.setup(getattr(args, "device", None) or "cpu")  # where the Triton kernels run, chosen once
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for what a command records
     try:
         return args.func(args)
     except (ConfigError, CheckpointError, ValueError) as e:  # bad values found after parsing

@@ -1,6 +1,6 @@
-"""``workbench upstream survey|lint|recall|bisect|nightly|replay|repro|run|fidelity``: the real SGLang releases.
+"""``workbench upstream survey|lint|recall|bisect|replay|repro|run|fidelity|nightly``: the real SGLang releases.
 
-Each subcommand imports what it runs when it runs (the replays, the real runtime and the fidelity
+Each subcommand imports what it runs when it runs (the replays, the released runtime and the fidelity
 check load torch, the survey plot matplotlib), so ``--help`` and a usage error answer at once.
 """
 
@@ -25,18 +25,18 @@ def register(top: argparse._SubParsersAction) -> None:
     """Add ``upstream`` and its sub-commands; ``--cache-dir`` is taken before or after the sub-command."""
     parser = top.add_parser(
         "upstream",
-        help="the real SGLang releases: survey, lint (the gate), recall, bisect, replay, repro, the released "
-        "runtime (run), fidelity, the nightly guard lane",
+        help="the real SGLang releases: survey, lint and its gate, recall, bisect, replay, repro, the released "
+        "runtime (run), fidelity, nightly guard lane",
         description=(
             "Real sglang releases: a static contract survey of their wheels, the contract lint of releases "
-            "or a checkout with a verdict per finding and the gate, its recall by mutation, bisection, replays "
-            "of the kv_indptr crash on their real code, standalone reproducers, and the released runtime itself "
+            "or a checkout with a real-code verdict per finding and a gate, recall by mutation, bisection, "
+            "reproducers, replays of the kv_indptr crash on their real code, and the released runtime itself "
             "(scheduler, EAGLE worker, DP attention) on this CPU (Triton interpreter)."
         ),
-        epilog="exit codes: 0 as asked (every replay conclusive, no finding failing the gate, no fidelity "
-        "difference; run: as --expect says); 1 otherwise; 2 a usage or environment error (unknown release, not an "
-        "sglang checkout, refused bundle, an environment or lint that could not run, a release that cannot run "
-        "that configuration here)",
+        epilog="exit codes: 0 as asked (every replay conclusive, nothing fails the gate, no fidelity difference); "
+        "1 otherwise (lint --fail-on / nightly: findings fail the gate); 2 a usage or environment error "
+        "(unknown release, not an sglang checkout, refused bundle, bad triage file, a lint or lane that "
+        "could not run; run: a release that cannot run that configuration here)",
     )
     parser.set_defaults(func=_main, kernels=False)
     cache_help = f"wheels, sources and dependency venvs (default $WB_UPSTREAM_CACHE or {default_cache_dir()})"
@@ -445,10 +445,42 @@ def _bundle_conclusive(r: dict) -> bool:
     return r["outcome"] == "ok" and bool(r.get("equal_to_reference"))
 
 
+def _nightly(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.lane import EXIT, LANE_HTML, history_line, read_history, run_lane
+    from workbench.views.upstream import lane_html
+
+    version = check_versions(ctx, [args.sglang])[0] if args.sglang else None
+    night = run_lane(ctx, args.out, args.history, args.triage, version)
+    nights = read_history(args.history) if args.history is not None else [history_line(night)]
+    (args.out / LANE_HTML).write_text(lane_html(night, nights))
+    return EXIT[night["verdict"]]
+
+
+def _repro(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.replay.repro import reproducers
+
+    index = reproducers(ctx, args.sglang, args.out, args.range)
+    for key, r in index["reproducers"].items():
+        echo(f"{key}: reproduced {r['reproduced']}, fixed {r['fixed']}, raises on {', '.join(r['raises'])}")
+    echo(f"wrote {args.out / 'index.json'}")
+    return 0 if all(r["reproduced"] and r["fixed"] for r in index["reproducers"].values()) else 1
+
+
+COMMANDS = {
+    "survey": _survey,
+    "lint": _lint,
+    "nightly": _nightly,
+    "bisect": _bisect,
+    "recall": _recall,
+    "repro": _repro,
+    "run": _run,
+}
+
+
 def _main(args: argparse.Namespace) -> int:
-    """Run the parsed ``workbench upstream`` command; returns the exit code: 0 pass, 1 findings fail the gate
-    (or a replay failed), 2 a usage or environment error (a bad version, source folder or triage file; a
-    lint or lane that could not run)."""
+    """Run the parsed ``workbench upstream`` command; returns the exit code: 0 pass, 1 findings fail the
+    gate (or a replay was not conclusive), 2 a usage or environment error (a bad version, source folder or
+    triage file; a lint or lane that could not run; a release that cannot run that configuration here)."""
     if getattr(args, "end_to_end", False) and not args.replay:
         print(
             "workbench upstream lint: error: --end-to-end needs --replay (it upgrades the findings a replay confirmed)",
@@ -464,34 +496,10 @@ def _main(args: argparse.Namespace) -> int:
         env_release=getattr(args, "env_release", None),
     )
     try:
-        if args.command == "survey":
-            return _survey(args, ctx)
         if args.command == "fidelity":
             return _fidelity(args)
-        if args.command == "lint":
-            return _lint(args, ctx)
-        if args.command == "nightly":
-            # imports on use (module docstring)
-            from workbench.upstream.lane import EXIT, run_lane
-            from workbench.views.upstream import lane_html
-
-            version = check_versions(ctx, [args.sglang])[0] if args.sglang else None
-            night = run_lane(ctx, args.out, args.history, args.triage, version, render=lane_html)
-            return EXIT[night["verdict"]]
-        if args.command == "bisect":
-            return _bisect(args, ctx)
-        if args.command == "recall":
-            return _recall(args, ctx)
-        if args.command == "run":
-            return _run(args, ctx)
-        if args.command == "repro":
-            from workbench.upstream.replay.repro import reproducers  # imports on use (module docstring)
-
-            index = reproducers(ctx, args.sglang, args.out, args.range)
-            for key, r in index["reproducers"].items():
-                echo(f"{key}: reproduced {r['reproduced']}, fixed {r['fixed']}, raises on {', '.join(r['raises'])}")
-            echo(f"wrote {args.out / 'index.json'}")
-            return 0 if all(r["reproduced"] and r["fixed"] for r in index["reproducers"].values()) else 1
+        if args.command in COMMANDS:
+            return COMMANDS[args.command](args, ctx)
         if args.bundle is not None:
             return _replay_bundle(args, ctx)
         return _replay(args, ctx)

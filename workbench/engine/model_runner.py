@@ -126,11 +126,8 @@ class ModelRunner:
         request table, never from ``spec_info`` (upstream's ``init_forward_metadata_replay_cuda_graph``
         path); the engine has no graphs, so the seq_lens path of ``init_forward_metadata`` stands in."""
         view = dataclasses.replace(fb, spec_info=None)
-        t0 = self.hooks.clock() if self.hooks.times_metadata else 0.0
         if init_metadata_for(self.attn_backend, view):
             fb.attn_metadata = view.attn_metadata
-            if self.hooks.times_metadata:
-                self.hooks.on_metadata(self.name, fb, self.hooks.clock() - t0)
 
     def _run(self, fb: ForwardBatch, hidden: torch.Tensor | None):
         if self.is_draft:

@@ -5,17 +5,17 @@ give every finding a verdict and judge the findings with `--fail-on new` against
 (`gate.py`); confirmed findings that pass only on a shipped reproducer are listed as "live, not
 filed upstream". The night is `pass`, `fail` (findings fail the gate) or `error` (PyPI, the
 environment, the lint or the replay could not run: never a pass). Every night is appended to a
-JSON-lines history; `format_text` shows a night as text (`workbench.views.upstream.lane_html`, the
-night and the history's last nights as HTML, is handed in by the command line as `render`).
+JSON-lines history; `format_text` shows a night as text (`workbench.views.upstream.lane_html` as
+HTML, with the history's last nights).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
-from collections.abc import Callable
 from pathlib import Path
 
+from . import guard
 from .context import UpstreamContext, workbench_commit
 from .gate import (
     EXIT_ERROR,
@@ -42,12 +42,9 @@ def run_lane(
     history: Path | None = None,
     triage_path: Path | None = None,
     version: str | None = None,
-    render: Callable[[dict, list[dict]], str] | None = None,
 ) -> dict:
-    """One night of the lane; writes `out/upstream_lane.json` (and `.html`: `render(night, nights)`,
-    the history's nights with this one last), appends to `history`."""
-    from .guard import check  # looked up at call time: the tests replace guard.check
-
+    """One night of the lane; writes `out/upstream_lane.json`, appends to `history` (the HTML:
+    ``workbench.views.upstream.lane_html``)."""
     night: dict = {
         "started_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "workbench_commit": workbench_commit(),
@@ -62,7 +59,7 @@ def run_lane(
         newest = version or latest_release(ctx, refresh=True, strict=True)
         night["release"] = newest
         ctx.log(f"[upstream lane] newest sglang release: {newest}")
-        result = check(ctx, [newest], replay=True)
+        result = guard.check(ctx, [newest], replay=True)
         night["problems"] = ran_problems(result, replay=True)
         night["findings"] = [{**f, "triage_entry": triage.get(f["key"])} for f in result["findings"]]
         night["failing"] = judge(result["findings"], triage, "new", newest)
@@ -75,9 +72,8 @@ def run_lane(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / LANE_JSON).write_text(json.dumps(night, indent=1))
-    nights = append_history(history, night) if history is not None else [history_line(night)]
-    if render is not None:
-        (out / LANE_HTML).write_text(render(night, nights))
+    if history is not None:
+        append_history(history, night)
     ctx.log(format_text(night))
     return night
 

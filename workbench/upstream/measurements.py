@@ -1,7 +1,7 @@
-"""What notebook 04 reads about the real releases: the survey, the replays, the lint findings with
+"""What notebook 04 reads about the real releases: the survey, the replays, the guard's findings with
 their verdicts and the reproducers of confirmed live findings, from the shipped measurements
-(offline, labelled with their date and the commit that made them) or measured now (``live``); what
-departs from upstream; the notebook record's runs. ``workbench.views.upstream`` shows them."""
+(offline, dated, with the commit that made them) or measured now (``live``); what departs from
+upstream; the notebook record's runs. ``workbench.views.upstream`` shows them."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """What notebook 04 and the upstream lane show: the survey, the replays, the fidelity check, the
-contract fuzzer, the guard's findings with their verdicts and the reproducers of confirmed live
-findings as tables (the data: ``workbench.upstream.measurements``), and one night of the upstream
-lane with its history as an HTML section."""
+contract fuzzer, the guard's verdicts and its reproducers as tables (the data:
+``workbench.upstream.measurements``), and one night of the upstream lane, with its history, as an
+HTML section."""
 
 from __future__ import annotations
 
@@ -141,10 +141,10 @@ def reproducer_files(data: dict, key: str) -> str:
     )
 
 
-def lane_html(night: dict, nights: list[dict]) -> str:
+def lane_html(night: dict, nights: list[dict] | None = None) -> str:
     """One night of the upstream lane (``workbench.upstream.lane.run_lane``) as an HTML section for the
-    nightly report: its verdict, findings, what failed the gate or could not run, and ``nights`` (the
-    history, oldest first; the last 14 shown)."""
+    nightly report: its verdict, what could not run, what fails the gate, the live findings not filed
+    upstream, every finding with its verdict, and the last 14 nights of ``nights`` (the history)."""
     esc = html.escape
     rows = "".join(
         f"<tr><td>{esc(f['backend'])}</td><td>{esc(f['mode'])}</td><td>{esc(f['spec_class'])}</td>"
@@ -159,7 +159,7 @@ def lane_html(night: dict, nights: list[dict]) -> str:
         f"<tr><td>{esc(n['finished_at'])}</td><td>{esc(str(n['release']))}</td><td>{esc(n['verdict'])}</td>"
         f"<td>{esc(', '.join(f'{k} {v}' for k, v in n['verdicts'].items()))}</td>"
         f"<td>{len(n['failing'])}</td><td><code>{esc(str(n.get('workbench_commit')))[:12]}</code></td></tr>"
-        for n in reversed(nights[-14:])
+        for n in reversed((nights or [])[-14:])
     )
     return (
         f"<section><h2>Upstream lane: sglang {esc(str(night['release']))} ({esc(night['verdict'])})</h2>"

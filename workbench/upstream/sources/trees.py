@@ -152,6 +152,7 @@ def checkout_tree(path: Path) -> SourceTree:
 
 def release_tree(ctx: UpstreamContext, version: str) -> SourceTree:
     """The tree of a release: its wheel unpacked once under the cache (`src/sglang-<version>`)."""
+
     root = ensure_sources(ctx, version)
     return SourceTree(f"sglang {version}", _LazyFiles(root), version, root, base=root)
 

@@ -275,6 +275,7 @@ def release_recall(ctx: UpstreamContext, tree: SourceTree) -> dict:
 def recall(ctx: UpstreamContext, versions: list[str], command: str) -> dict:
     """Recall on each release (its sources from the cache); JSON-ready. A release not in
     `DEVELOPED_ON` is marked held out."""
+
     commit = workbench_commit()  # the code that runs, taken before it runs
     releases = {}
     for v in check_versions(ctx, versions):

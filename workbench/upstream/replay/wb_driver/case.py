@@ -23,7 +23,7 @@ from . import stubs
 from .batches import fill_rows, make_batch, shape_of
 from .devices import CudaToCpu
 from .idle import IdlePathError, idle_path, run_idle
-from .inputs import _known, build, spec_class, value_for
+from .inputs import build, spec_class
 from .proxy import SpecProxy, reads_of
 
 MAX_ANSWERS = 4
@@ -231,6 +231,8 @@ def _run_once(ctx, case: dict, backend_cls: type, bundle: dict | None, out: dict
 
 def _value(ctx, case: dict, attr: str, bundle: dict | None):
     """A value of `attr` consistent with the case's batch (`inputs.value_for`), or None."""
+    from .inputs import _known, value_for  # on use: only a replay that answers an attribute fills one
+
     shape = {**shape_of(case["batch"], bundle), "mode": case["mode"], "spec_class": case["spec_class"]}
     if not shape["seq_lens"] and case["batch"] == "IDLE padded":
         shape.update(seq_lens=[1, 1], req_pool_indices=[0, 0])  # the padding's rows

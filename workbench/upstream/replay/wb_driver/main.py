@@ -36,7 +36,7 @@ def main(cfg_path: str) -> None:
         cfg = json.load(fh)
     if cfg.get("src_root"):
         sys.path.insert(0, cfg["src_root"])
-    # after the release's sources are first on sys.path: case and setup import sglang
+    # after the release's sources go first on sys.path (case and setup import sglang)
     from .case import run_case, sglang_frames
     from .setup import setup
 

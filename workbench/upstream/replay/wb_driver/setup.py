@@ -10,8 +10,6 @@ import socket
 import tempfile
 from types import SimpleNamespace
 
-from .devices import CudaToCpu
-
 NUM_DRAFT = 4  # speculative_num_draft_tokens
 NUM_STEPS = 3  # speculative_num_steps
 TOPK = 1  # speculative_eagle_topk
@@ -197,6 +195,8 @@ def _hybrid_pool(cfg: dict, model_config, rows: int):
     """The release's HybridReqToTokenPool (request rows + a Mamba state pool) for the hybrid profile,
     built as the model runner builds it, its CUDA tensors on the CPU."""
     from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
+
+    from .devices import CudaToCpu  # on use: only the hybrid profile builds CUDA tensors
 
     params = model_config.hf_config.mamba2_cache_params
     kwargs = dict(
