@@ -19,15 +19,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from workbench.models.config import ModelConfig, eagle3_aux_layers  # noqa: E402
-from workbench.models.loader import ASSETS, save_checkpoint  # noqa: E402
-from workbench.models.training import (  # noqa: E402
+from scripts.training import (  # noqa: E402
     eval_bits_per_byte,
     is_held_out,
     stdlib_files,
     train_head,
     train_target,
 )
+from workbench.models.config import ModelConfig, eagle3_aux_layers  # noqa: E402
+from workbench.models.loader import ASSETS, save_checkpoint  # noqa: E402
 
 
 def pick_prompts(n: int, length: int, per_file: int = 2) -> list:

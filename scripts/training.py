@@ -2,7 +2,8 @@
 then the EAGLE3 head on the frozen target's hidden states with training-time test (the head is
 unrolled ``ttt_steps`` draft steps on its own states, as at inference).
 
-Run through ``scripts/train_models.py``; seeds and step counts fix the result.
+Run through ``scripts/train_models.py``; seeds and step counts fix the result. A script, not part of the
+package: nothing the workbench runs imports it.
 """
 
 from __future__ import annotations
