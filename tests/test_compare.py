@@ -50,6 +50,7 @@ def test_dp2_generation_comes_from_rank_stamps_and_keeps_idle_ranks_apart():
     assert rec["status"] == "ok" and m["setup_s"] > m["generation_s"] > 0  # rank start is setup, not generation
     assert m["latency_s_idle"]["verify"] and m["forward_s_idle"]  # rank 1 holds nothing
     assert len(m["latency_s_idle"]["verify"]) == len(m["latency_s"]["verify"])
+    assert 0 < m["warmup_s"] < m["setup_s"]  # every rank warmed up (in setup, not in generation)
     assert m["collective_s"]["forward/busy"] and set(rec["dp"]["rank_setup_s"]) == {"0", "1"}
 
 

@@ -104,8 +104,8 @@ def _run_rank(
         out["device"], out["torch_threads"] = tensor_device(worker), torch.get_num_threads()
         if on_start is not None:
             on_start(worker)
-        if cfg.warmup and dp_comm is None:  # under DP the warm-up's last round would run the regressed path
-            out["warmup_s"] = warm_up(worker, metrics, lambda: Scheduler(worker, cfg.max_running, any_rank), Req)
+        if cfg.warmup:  # every rank, the same request (timing.warm_up)
+            out["warmup_s"] = warm_up(worker, metrics, Req)
         reqs = [Req(i, encode(prompts[i]), cfg.max_new_tokens) for i in prompt_ids]
         sched = Scheduler(worker, cfg.max_running, any_rank)
         sched.add(reqs)

@@ -1,8 +1,8 @@
 """Timing hooks wrapped around a built worker from outside (no engine or backend file edited).
 
 ``instrument`` times every forward pass, every ``init_forward_metadata`` call and the attention
-layers of each forward; ``instrument_comm`` the DP collectives. ``warm_up`` runs one short request
-with the metrics muted so the first launches count as setup, not generation.
+layers of each forward; ``instrument_comm`` the DP collectives. ``warm_up`` runs one request's prefill
+and decode round with the metrics muted (on every rank) so the first launches count as setup, not generation.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from workbench.metrics import Metrics
 
 WARMUP_PROMPT = "Warm-up."
-WARMUP_NEW_TOKENS = 2  # prefill + one decode round: every forward mode of a round launches once
+WARMUP_NEW_TOKENS = 64  # more than prefill + one round produce: the round ends with a draft-extend
 
 
 def _runners(worker: Any) -> dict[str, Any]:
@@ -126,18 +126,23 @@ def tensor_device(worker: Any) -> str:
     return str(worker.target.kv_cache.k_buffers[0].device)
 
 
-def warm_up(worker: Any, metrics: Metrics, make_scheduler: Callable[[], Any], make_req: Callable[..., Any]) -> float:
-    """One short request through a throwaway scheduler, nothing recorded; returns its seconds.
+def warm_up(worker: Any, metrics: Metrics, make_req: Callable[..., Any]) -> float:
+    """One request's prefill and one decode round, nothing recorded, its memory freed; returns seconds.
 
-    Under DP every rank warms up with the same request, so the ranks run the same forwards."""
+    The request is long enough not to finish in that round, so the round runs every forward mode a
+    busy rank runs (EAGLE3: target and draft EXTEND, draft DECODE, TARGET_VERIFY, DRAFT_EXTEND;
+    greedy: EXTEND, DECODE). It bypasses the scheduler, so under DP every rank runs exactly these
+    forwards with the same request and the collectives line up; no rank is idle, so the warm-up
+    never takes the idle draft-extend path a regressed revision crashes on (that stays in generation).
+    IDLE forwards are not warmed."""
     from workbench.models.tokenizer import encode
 
     t0 = time.perf_counter()
     metrics.muted = True
     try:
-        sched = make_scheduler()
-        sched.add([make_req(-1, encode(WARMUP_PROMPT), WARMUP_NEW_TOKENS)])
-        sched.run()
+        batch = worker.prefill([make_req(-1, encode(WARMUP_PROMPT), WARMUP_NEW_TOKENS)])
+        batch = worker.decode(batch)
+        worker.release(batch, torch.ones(len(batch), dtype=torch.bool))
     finally:
         metrics.muted = False
     return time.perf_counter() - t0

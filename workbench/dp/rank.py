@@ -65,7 +65,7 @@ def _hooks(cfg: RunConfig, rank: int, queue):
                     },
                 )
             )
-            if fault is not None and worker.current.get("phase") == "verify":
+            if fault is not None and worker.current.get("phase") == "verify" and not worker.metrics.muted:
                 runner, fault = _FaultyRunner(fault, rank, cfg.fault), None
             return run(runner, fb, hidden)
 
