@@ -140,9 +140,10 @@ def warm_up(worker: Any, metrics: Metrics, make_req: Callable[..., Any]) -> floa
     t0 = time.perf_counter()
     metrics.muted = True
     try:
-        batch = worker.prefill([make_req(-1, encode(WARMUP_PROMPT), WARMUP_NEW_TOKENS)])
-        batch = worker.decode(batch)
-        worker.release(batch, torch.ones(len(batch), dtype=torch.bool))
+        with torch.inference_mode():  # as Scheduler.run
+            batch = worker.prefill([make_req(-1, encode(WARMUP_PROMPT), WARMUP_NEW_TOKENS)])
+            batch = worker.decode(batch)
+            worker.release(batch, torch.ones(len(batch), dtype=torch.bool))
     finally:
         metrics.muted = False
     return time.perf_counter() - t0
