@@ -17,7 +17,7 @@ from ci.execute import execution_result
 from ci.expect import check_cell, describe
 from ci.kernelspec import kernel_name
 from ci.matrix import Cell, Matrix, notebook_expect
-from workbench.dp import LOG_DIR_ENV
+from workbench.run.dp import LOG_DIR_ENV
 
 POLL_S = 0.2
 HEARTBEAT_S = 60.0

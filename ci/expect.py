@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 from ci.matrix import EXPECT_FIELDS, PRIMARY
-from workbench.record import CRASH_FIELDS as RECORD_CRASH_FIELDS
+from workbench.run.record import CRASH_FIELDS as RECORD_CRASH_FIELDS
 
 CRASH_FIELDS = tuple(f for f in EXPECT_FIELDS if f in RECORD_CRASH_FIELDS)  # compared with the record's crash as is
 

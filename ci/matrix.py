@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.record import STATUSES
+from workbench.run.record import STATUSES
 
 EXPECT_FIELDS = ("status", "exception_type", "rank", "phase", "forward_mode", "batch_size", "message_contains")
 PRIMARY = "primary"

@@ -42,7 +42,8 @@
 
 # %%
 import workbench
-from workbench import notebook, plots
+from workbench import notebook
+from workbench.views import plots
 
 # %% tags=["parameters"]
 backend = "triton"

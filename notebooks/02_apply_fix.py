@@ -39,8 +39,9 @@
 
 # %%
 import workbench
-from workbench import display, notebook
+from workbench import notebook
 from workbench.speculative.eagle_draft_extend_pr24860 import EagleDraftExtendInput
+from workbench.views import display
 
 # %% tags=["parameters"]
 backend = "triton"

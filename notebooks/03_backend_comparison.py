@@ -33,10 +33,11 @@
 # %%
 from IPython.display import display
 
-from workbench import comparison_report as views
-from workbench import notebook, plots
-from workbench.compare import compare
-from workbench.sweep import SETTINGS, load_shipped, provenance, sweep
+from workbench import notebook
+from workbench.experiments.compare import compare
+from workbench.experiments.sweep import SETTINGS, load_shipped, provenance, sweep
+from workbench.views import comparison as views
+from workbench.views import plots
 
 # %% tags=["parameters"]
 backends = ["triton", "flashinfer", "fa3", "torch_native"]

@@ -40,8 +40,10 @@
 # and ~2.3 GiB per range of releases the first time, cached afterwards).
 
 # %%
-from workbench import contracts, notebook
-from workbench.upstream import fidelity, views
+from workbench import notebook
+from workbench.experiments import contracts
+from workbench.upstream import fidelity
+from workbench.views import upstream as views
 
 # %% tags=["parameters"]
 releases = ["0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.23"]
@@ -70,7 +72,7 @@ from pathlib import Path  # noqa: E402
 
 from IPython.display import Image  # noqa: E402
 
-from workbench.upstream import plot_survey  # noqa: E402
+from workbench.views.plots.survey import plot_survey  # noqa: E402
 
 Image(filename=str(plot_survey(data["survey"], Path(record_path).parent)[0]))
 

@@ -30,7 +30,7 @@ import traceback
 
 import workbench
 from workbench import notebook
-from workbench.debug import view
+from workbench.views import crash_bundle as view
 
 # %% tags=["parameters"]
 backend = "triton"

@@ -29,8 +29,8 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     kernels.setup("cuda")
-    from workbench.api import reproduce
     from workbench.models.loader import load_prompts
+    from workbench.run.api import reproduce
 
     base = {"prompts": load_prompts()[: args.num_prompts], "max_new_tokens": args.max_new_tokens, "max_running": 1}
     rows, failures, outputs = [], [], {}

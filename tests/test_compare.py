@@ -8,12 +8,12 @@ import statistics
 
 import pytest
 
-from workbench import plots
-from workbench.api import make_config, reproduce
-from workbench.compare import compare
-from workbench.config import ConfigError
-from workbench.stats import different, ratio, summarize
-from workbench.sweep import agreement, findings, groups, load_shipped
+from workbench.experiments.compare import compare
+from workbench.experiments.stats import different, ratio, summarize
+from workbench.experiments.sweep import agreement, findings, groups, load_shipped
+from workbench.run.api import make_config, reproduce
+from workbench.run.config import ConfigError
+from workbench.views import plots
 
 TINY = dict(steps=3, topk=2, draft_tokens=4, prompts=["The capital of France is", "Once upon a time"], max_new_tokens=8)
 
@@ -141,7 +141,7 @@ def test_bfloat16_runs_and_the_shipped_sweep_is_labelled():
 
 
 def test_bench_runs_the_cpu_chain_unless_a_spec_setting_is_given():
-    from workbench.bench import BENCH_SPEC, with_bench_spec
+    from workbench.experiments.bench import BENCH_SPEC, with_bench_spec
 
     assert with_bench_spec({"backend": "torch_native"}) == {"backend": "torch_native", **BENCH_SPEC}
     assert BENCH_SPEC == {"steps": 5, "topk": 1, "draft_tokens": 6}

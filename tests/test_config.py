@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
-from workbench.config import DP_POLICIES, ConfigError, RunConfig, add_run_args, config_from_args, make_config
-from workbench.dp import policy
+from workbench.run.config import DP_POLICIES, ConfigError, RunConfig, add_run_args, config_from_args, make_config
+from workbench.run.dp import policy
 
 
 def _parse(argv, **kw):
@@ -83,7 +83,7 @@ def test_notebook_run_config_takes_the_run_fields_and_validates():
 def test_threads_apply_to_the_run_and_are_restored_afterwards():
     import torch
 
-    from workbench.api import reproduce
+    from workbench.run.api import reproduce
 
     before = torch.get_num_threads()
     want = 1 if before != 1 else 2
@@ -111,7 +111,7 @@ def test_cuda_is_refused_without_a_gpu_and_at_dp_above_one(monkeypatch):
 def test_a_cpu_triton_run_is_refused_where_the_kernels_were_compiled(monkeypatch):
     """On a GPU machine whose process set the kernels up compiled, CPU tensors cannot reach them."""
     import kernels.runtime
-    from workbench.config import check_kernels
+    from workbench.run.config import check_kernels
 
     monkeypatch.setitem(kernels.runtime._STATE, "interpreted", False)
     with pytest.raises(ConfigError, match="invalid device 'cpu' for backend triton in this process"):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.contracts import SpecCase, run_matrix, unexpected
+from workbench.experiments.contracts import SpecCase, run_matrix, unexpected
 from workbench.speculative.spec_info import SpecInput, SpecInputType
 
 

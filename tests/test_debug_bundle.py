@@ -19,7 +19,7 @@ from workbench.debug.bundle import BundleError
 from workbench.debug.cli import main as debug_main
 from workbench.debug.load import load_bundle
 from workbench.debug.replay import replay_crash
-from workbench.display import class_fields, run_all, text_diff
+from workbench.views.display import class_fields, run_all, text_diff
 
 SMALL = dict(
     steps=3,
@@ -49,7 +49,7 @@ def events():
 def crashes(events):
     """One pr-24860 crash per (backend, dp): dp - 1 idle ranks, each with a bundle. Run under the
     notebooks' progress bar, with one more listener recording what the ranks report."""
-    from workbench.dp import launch
+    from workbench.run.dp import launch
 
     launch.listeners.append(lambda *e: events.append(e))
     try:
@@ -214,7 +214,7 @@ def test_text_diff_and_class_fields():
         workbench.undo_fix()
     assert "kv_indptr" not in before and after[-1] == {
         "field": "kv_indptr",
-        "type": "Optional[torch.Tensor]",
+        "type": "torch.Tensor | None",
         "default": "None",
     }
 

@@ -12,7 +12,7 @@ import pytest
 
 import workbench
 from workbench import reproduce
-from workbench.record import CRASH_FIELDS
+from workbench.run.record import CRASH_FIELDS
 
 MODEL_DIR = os.environ.get("WB_MODEL_DIR")
 PROMPTS = ["def fib(n):\n    ", "class Stack:\n    def __init__(self):\n"]
@@ -47,7 +47,7 @@ def leftover_rank_processes(res) -> list:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
             except OSError:
                 continue
-            if "workbench.dp.rank" in cmd and tag in cmd:
+            if "workbench.run.dp.rank" in cmd and tag in cmd:
                 found.append(int(pid))
     return found
 
@@ -146,8 +146,8 @@ def test_the_same_ranks_run_under_torchrun(tmp_path):
     import subprocess
     import sys
 
-    from workbench.dp.launch import free_port
-    from workbench.dp.torchrun import merge
+    from workbench.run.dp.launch import free_port
+    from workbench.run.dp.torchrun import merge
 
     # --log-dir: without it torchrun leaves a torchelastic_* folder in the temp dir
     args = [
@@ -161,7 +161,7 @@ def test_the_same_ranks_run_under_torchrun(tmp_path):
         "--log-dir",
         str(tmp_path / "torchrun-logs"),
         "-m",
-        "workbench.dp.torchrun",
+        "workbench.run.dp.torchrun",
         "--out",
         str(tmp_path),
         "--backend",
@@ -217,7 +217,7 @@ def test_three_ranks_with_two_idle_pass_on_the_fixed_revision(greedy_sha):
 def test_a_taken_rendezvous_port_is_retried_on_a_new_one(monkeypatch):
     import socket
 
-    from workbench.dp import launch
+    from workbench.run.dp import launch
 
     held = socket.socket()
     held.bind(("127.0.0.1", 0))

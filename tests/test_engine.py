@@ -11,13 +11,13 @@ import sys
 import pytest
 import torch
 
-from workbench.api import reproduce
-from workbench.config import ConfigError
 from workbench.engine.schedule_batch import Req
 from workbench.engine.scheduler import Scheduler
 from workbench.engine.worker import GreedyWorker
 from workbench.models.loader import CheckpointError, load_models
 from workbench.models.tokenizer import EOS_ID, encode
+from workbench.run.api import reproduce
+from workbench.run.config import ConfigError
 
 MODEL_DIR = os.environ.get("WB_MODEL_DIR")
 NEW_TOKENS = 40

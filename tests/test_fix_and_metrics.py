@@ -8,11 +8,11 @@ import typing
 import pytest
 import torch
 
-from workbench.forward_mode import CaptureHiddenMode
-from workbench.metrics import Metrics, loop_period, loop_summary
-from workbench.revisions import REVISIONS, get_revision
+from workbench.engine.forward_mode import CaptureHiddenMode
+from workbench.engine.metrics import Metrics, loop_period, loop_summary
 from workbench.speculative import eagle_draft_extend_pr24860 as regressed
 from workbench.speculative import eagle_draft_extend_pr28221 as fix
+from workbench.speculative.revisions import REVISIONS, get_revision
 
 
 def test_revisions_decide_the_draft_extend_class_and_the_field():
@@ -31,8 +31,8 @@ def test_revisions_decide_the_draft_extend_class_and_the_field():
 def test_fixed_class_declares_an_optional_tensor_field_defaulting_to_none():
     f = {x.name: x for x in dataclasses.fields(fix.EagleDraftExtendInput)}["kv_indptr"]
     assert f.default is None
-    assert f.type == "Optional[torch.Tensor]"  # as the review of PR #28221 asked
-    assert eval(f.type, vars(fix)) == typing.Optional[torch.Tensor]  # noqa: UP045 (the annotation PR #28221's review asked for)
+    assert f.type == "torch.Tensor | None"  # PEP 604 spelling of the Optional the review of PR #28221 asked for
+    assert eval(f.type, vars(fix)) == typing.Optional[torch.Tensor]  # noqa: UP045 (the same type, in the review's words)
     idle = fix.EagleDraftExtendInput.create_idle_input("cpu", 8, torch.float32, CaptureHiddenMode.LAST)
     assert idle.kv_indptr is None
 

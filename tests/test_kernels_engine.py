@@ -10,7 +10,7 @@ import pytest
 import kernels
 from workbench import reproduce
 from workbench.backends.triton import TritonBackend
-from workbench.forward_mode import ForwardMode
+from workbench.engine.forward_mode import ForwardMode
 
 MODEL_DIR = os.environ.get("WB_MODEL_DIR")
 

@@ -25,7 +25,7 @@ import nbformat
 import psutil
 import pytest
 
-from workbench.dp.launch import free_port
+from workbench.run.dp.launch import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"

@@ -12,8 +12,8 @@ import papermill
 import pytest
 
 from ci.kernelspec import KernelSpecError, kernel_name
-from workbench import plots
 from workbench.notebook import load_bundle
+from workbench.views import plots
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"

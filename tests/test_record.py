@@ -13,7 +13,7 @@ from ci.execute import OUTCOMES, execution_result
 from ci.expect import CRASH_FIELDS as CHECKED_FIELDS
 from ci.expect import check_cell, check_run
 from ci.matrix import EXPECT_FIELDS
-from workbench.record import CRASH_FIELDS, STATUSES, crash_from_exception, crash_record
+from workbench.run.record import CRASH_FIELDS, STATUSES, crash_from_exception, crash_record
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGE = "'EagleDraftExtendInput' object has no attribute 'kv_indptr'"
@@ -31,7 +31,7 @@ def _dict_key_sets(tree: ast.AST):
 @pytest.mark.parametrize(
     "keys,owner,dirs",
     [
-        ({"exception_type", "message"}, "workbench/record.py", ("workbench", "ci", "kernels", "benchmarks")),
+        ({"exception_type", "message"}, "workbench/run/record.py", ("workbench", "ci", "kernels", "benchmarks")),
         ({"outcome", "error"}, "ci/execute.py", ("ci",)),
     ],
 )
@@ -47,10 +47,10 @@ def test_no_module_builds_the_record_by_hand(keys, owner, dirs):
 
 
 def test_every_crash_producer_emits_exactly_the_constructors_fields(tmp_path):
-    from workbench.config import RunConfig
-    from workbench.dp.collect import Collector, signal_crash
-    from workbench.dp.rank import rank_main
-    from workbench.runner import run_rank
+    from workbench.run.config import RunConfig
+    from workbench.run.dp.collect import Collector, signal_crash
+    from workbench.run.dp.rank import rank_main
+    from workbench.run.runner import run_rank
     from workbench.upstream.release_replay import _fill_from_result, _record
 
     produced = {}

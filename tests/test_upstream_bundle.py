@@ -28,10 +28,10 @@ def write_bundle(dest: Path) -> Path:
     """crash-bundle-rank1/ from a real workbench crash (pr-24860, triton, padded IDLE, bs 2)."""
     from workbench.backends import BackendContext, create_backend
     from workbench.engine.forward_batch import ForwardBatch
+    from workbench.engine.forward_mode import CaptureHiddenMode, ForwardMode
     from workbench.engine.model_runner import init_metadata_for
-    from workbench.forward_mode import CaptureHiddenMode, ForwardMode
     from workbench.mem.pool import KVCache, ReqToTokenPool
-    from workbench.revisions import get_revision
+    from workbench.speculative.revisions import get_revision
 
     pool = ReqToTokenPool(4, 64)
     pool.req_to_token[0, : len(SLOTS)] = torch.tensor(SLOTS, dtype=pool.req_to_token.dtype)

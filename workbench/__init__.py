@@ -20,15 +20,15 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "reproduce":
-        from workbench.api import reproduce
+        from workbench.run.api import reproduce
 
         return reproduce
     if name == "RunConfig":
-        from workbench.config import RunConfig
+        from workbench.run.config import RunConfig
 
         return RunConfig
     if name == "RunResult":
-        from workbench.record import RunResult
+        from workbench.run.record import RunResult
 
         return RunResult
     if name in ("apply_fix", "undo_fix", "fix_applied"):
@@ -44,7 +44,7 @@ def __getattr__(name: str) -> Any:
 
         return load_bundle
     if name == "REVISIONS":
-        from workbench.revisions import REVISIONS
+        from workbench.speculative.revisions import REVISIONS
 
         return REVISIONS
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")

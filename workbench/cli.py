@@ -9,8 +9,8 @@ from pathlib import Path
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from workbench.api import reproduce
-    from workbench.config import config_from_args
+    from workbench.run.api import reproduce
+    from workbench.run.config import config_from_args
 
     res = reproduce(config_from_args(args))
     print(res.summary())
@@ -22,8 +22,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from workbench.bench import bench, with_bench_spec
-    from workbench.config import config_from_args, make_config
+    from workbench.experiments.bench import bench, with_bench_spec
+    from workbench.run.config import config_from_args, make_config
 
     config = with_bench_spec(config_from_args(args))
     bench(config, backends=args.backends or [make_config(config).backend], repeats=args.repeats, json_out=args.json)
@@ -31,19 +31,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from workbench.compare import compare
-    from workbench.config import config_from_args
+    from workbench.experiments.compare import compare
+    from workbench.run.config import config_from_args
 
     compare(config_from_args(args), backends=args.backends, repeats=args.repeats, dps=args.dps, json_out=args.json)
     return 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from workbench.config import config_from_args
-    from workbench.sweep import save, sweep
+    from workbench.experiments.sweep import save, sweep
+    from workbench.run.config import config_from_args
 
     if args.merge:
-        from workbench.sweep import merge
+        from workbench.experiments.sweep import merge
 
         doc = merge([json.loads(Path(p).read_text()) for p in args.merge])
     else:
@@ -56,8 +56,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from workbench.config import ConfigError, add_run_args
     from workbench.models.loader import CheckpointError
+    from workbench.run.config import ConfigError, add_run_args
 
     ap = argparse.ArgumentParser(prog="workbench", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         "contracts", help="fuzz every backend x spec-input x forward mode through init_forward_metadata"
     )
     ct.add_argument("rest", nargs=argparse.REMAINDER)
-    ct.set_defaults(func=lambda a: _delegate("workbench.contracts", a.rest))
+    ct.set_defaults(func=lambda a: _delegate("workbench.experiments.contracts", a.rest))
     dbg = sub.add_parser("debug", help="replay a crash bundle in this process (see workbench.debug.cli)")
     dbg.add_argument("rest", nargs=argparse.REMAINDER)
     dbg.set_defaults(func=lambda a: _delegate("workbench.debug.cli", a.rest))

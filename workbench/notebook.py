@@ -1,6 +1,6 @@
 """Notebook-facing helpers: the run config from a notebook's parameters, prompt choice, tables of
 run records, the notebook record, the expectation gate. Notebook 04's views of the real releases
-are ``workbench.notebook.upstream`` (``workbench/upstream/views.py``).
+are ``workbench.notebook.upstream`` (``workbench/views/upstream.py``).
 
 A notebook writes one *notebook record* (``save_bundle``) at its ``record_path``: its parameters
 and every run record it made, by role (e.g. ``run``; ``reference`` / ``fixed`` / ``undo``;
@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workbench.plots.common import record_label
+from workbench.views.plots.common import record_label
 
 SCHEMA = "workbench.notebook-record/1"
 EXPECT_CHOICES = ("crash", "ok", "any")
@@ -74,7 +74,7 @@ def run_config(params: Mapping[str, Any], **overrides: Any) -> dict:
     ``num_prompts`` resolved to the prompt list (``select_prompts``), then ``overrides``. Other
     keys (``backends``, ``expect``, ``record_path``, ...) are the notebook's own. Validated now:
     a bad value raises ConfigError naming it and the valid ones, before anything runs."""
-    from workbench.config import RunConfig, make_config
+    from workbench.run.config import RunConfig, make_config
 
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     config = {k: v for k, v in params.items() if k in fields}
@@ -247,8 +247,8 @@ def compare_backends(
 ) -> dict[str, Any]:
     """``reproduce`` once per backend and mode, under a progress bar; RunResults keyed ``"<mode>/<backend>"``.
     Crashes are data."""
-    from workbench.api import reproduce
-    from workbench.display import run_all
+    from workbench.run.api import reproduce
+    from workbench.views.display import run_all
 
     return run_all(
         {
@@ -262,7 +262,7 @@ def compare_backends(
 
 def __getattr__(name: str) -> Any:
     if name == "upstream":  # imported on use: views.py builds on this module's Table
-        from workbench.upstream import views
+        from workbench.views import upstream as views
 
         return views
     raise AttributeError(f"module 'workbench.notebook' has no attribute {name!r}")

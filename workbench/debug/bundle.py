@@ -57,7 +57,7 @@ ALLOWED_SPEC_CLASSES = {
     ("workbench.speculative.eagle_info", "EagleDraftInput"),
     ("workbench.speculative.eagle_info", "EagleVerifyInput"),
 }
-ENUMS = {"CaptureHiddenMode": ("workbench.forward_mode", "CaptureHiddenMode")}
+ENUMS = {"CaptureHiddenMode": ("workbench.engine.forward_mode", "CaptureHiddenMode")}
 DTYPES = {
     "int64": torch.int64,
     "int32": torch.int32,

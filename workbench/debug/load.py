@@ -24,7 +24,7 @@ from workbench.debug.bundle import (
     CrashBundle,
     dtype_name,
 )
-from workbench.forward_mode import ForwardMode
+from workbench.engine.forward_mode import ForwardMode
 
 FIELD_KINDS = ("tensor", "tensor_omitted", "value", "enum", "none")
 

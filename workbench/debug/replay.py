@@ -23,8 +23,8 @@ from workbench.backends import AttentionBackend, BackendContext, create_backend
 from workbench.debug.bundle import DTYPES, BundleError, CrashBundle
 from workbench.debug.load import load_bundle
 from workbench.engine.forward_batch import ForwardBatch
+from workbench.engine.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.engine.model_runner import init_metadata_for
-from workbench.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.mem.pool import KVCache, ReqToTokenPool
 from workbench.speculative.eagle_draft_extend_pr28221 import apply_fix, fix_applied, undo_fix
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from kernels.ragged import indptr_from_lens
-from workbench.forward_mode import CaptureHiddenMode, ForwardMode
+from workbench.engine.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.mem.pool import KVCache, ReqToTokenPool
 
 
@@ -37,7 +37,7 @@ class ForwardBatch:
     extend_prefix_lens: torch.Tensor | None = None  # (bs,) int64, extend modes
     spec_info: Any | None = None
     capture_hidden_mode: CaptureHiddenMode = CaptureHiddenMode.NULL
-    dp_comm: Any | None = None  # workbench.dp.comm.DPCommunicator under DP attention
+    dp_comm: Any | None = None  # workbench.run.dp.comm.DPCommunicator under DP attention
     is_padded_idle: bool = False
     attn_metadata: Any | None = field(default=None, repr=False)  # set by init_forward_metadata
 

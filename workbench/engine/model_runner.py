@@ -12,7 +12,7 @@ import torch
 
 from workbench.backends import AttentionBackend, BackendContext, MultiStepDraftBackend, create_backend
 from workbench.engine.forward_batch import ForwardBatch
-from workbench.forward_mode import CaptureHiddenMode, ForwardMode
+from workbench.engine.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.mem.pool import KVCache, ReqToTokenPool, TokenSlotAllocator
 from workbench.models.eagle3 import Eagle3Head
 

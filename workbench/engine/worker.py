@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from workbench.engine.forward_mode import CaptureHiddenMode, ForwardMode
+from workbench.engine.metrics import Metrics
 from workbench.engine.model_runner import Memory, ModelRunner
 from workbench.engine.ops import gather_req_to_token, indptr_from_lens, ragged_arange
 from workbench.engine.schedule_batch import Req, ScheduleBatch
-from workbench.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.mem.pool import ReqToTokenPool, TokenSlotAllocator
-from workbench.metrics import Metrics
 
 if TYPE_CHECKING:
     from workbench.backends.base import AttentionBackend

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.forward_mode import CaptureHiddenMode
+from workbench.engine.forward_mode import CaptureHiddenMode
 from workbench.speculative.spec_info import SpecInput, SpecInputType
 
 

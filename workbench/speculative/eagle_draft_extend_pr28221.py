@@ -43,10 +43,11 @@ def fix_applied(cls: type = regressed.EagleDraftExtendInput) -> bool:
 
 
 def apply_fix(cls: type = regressed.EagleDraftExtendInput) -> bool:
-    """Add ``kv_indptr: Optional[torch.Tensor] = None`` to ``cls`` in place. Returns False if present."""
+    """Add ``kv_indptr: torch.Tensor | None = None`` (Optional, as PR #28221's review asked) to ``cls`` in
+    place. Returns False if present."""
     if fix_applied(cls):
         return False
-    cls.__annotations__[FIELD] = "Optional[torch.Tensor]"
+    cls.__annotations__[FIELD] = "torch.Tensor | None"
     setattr(cls, FIELD, None)
     _rebuild_dataclass(cls)
     return True

@@ -12,12 +12,12 @@ from contextlib import contextmanager
 
 import torch
 
+from workbench.engine.forward_mode import CaptureHiddenMode, ForwardMode
+from workbench.engine.metrics import Metrics
 from workbench.engine.model_runner import ModelRunner
 from workbench.engine.ops import indptr_from_lens
 from workbench.engine.schedule_batch import Req, ScheduleBatch
 from workbench.engine.worker import WorkerBase
-from workbench.forward_mode import CaptureHiddenMode, ForwardMode
-from workbench.metrics import Metrics
 from workbench.speculative.eagle_info import EagleDraftInput, EagleVerifyInput, EagleVerifyOutput
 from workbench.speculative.eagle_tree import DraftBranches, DraftTree, greedy_verify
 from workbench.speculative.spec_config import SpecConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.revisions import Revision
+from workbench.speculative.revisions import Revision
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,12 @@
 """
 
 from .contract_survey import format_details, format_table, survey
-from .plot import plot_survey
 from .release_replay import replay
 from .releases import ReleaseError, default_cache_dir, default_versions, known_releases
 
 __all__ = [
     "survey",
     "replay",
-    "plot_survey",
     "format_table",
     "format_details",
     "known_releases",

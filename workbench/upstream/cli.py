@@ -133,8 +133,9 @@ def _check_versions(versions: list[str], cache_dir: Path) -> list[str]:
 
 
 def _survey(args: argparse.Namespace, cache_dir: Path) -> int:
+    from workbench.views.plots.survey import plot_survey
+
     from .contract_survey import format_details, format_table, survey
-    from .plot import plot_survey
 
     versions = _check_versions(args.versions, cache_dir) if args.versions else None
     start = time.perf_counter()

@@ -8,6 +8,8 @@ release's environment and 18 releases need five venvs, not eighteen.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import re
 import shutil
@@ -161,13 +163,32 @@ def _not_installed(python: Path, specs: list[str]) -> list[str]:
     return [names[n] for n in json.loads(proc.stdout)] if proc.returncode == 0 else []
 
 
+@contextlib.contextmanager
+def cache_lock(cache_dir: Path, name: str):
+    """An exclusive lock on one entry of the cache, so that two processes (two sessions, two CI jobs
+    on one runner) never build or delete the same environment at once; the second waits."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with open(cache_dir / f".{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def ensure_sources(version: str, cache_dir: Path, log: Log = echo) -> Path:
     """The release's wheel unpacked under `<cache>/src/sglang-<version>` (holds `sglang/`)."""
+    with cache_lock(cache_dir, f"src-{version}"):
+        return _ensure_sources(version, cache_dir, log)
+
+
+def _ensure_sources(version: str, cache_dir: Path, log: Log) -> Path:
     root = cache_dir / "src" / f"sglang-{version}"
     if (root / READY_MARKER).exists():
         return root
     try:
-        wheel, _ = ensure_wheel(version, cache_dir, log)
+        with cache_lock(cache_dir, f"wheel-{version}"):
+            wheel, _ = ensure_wheel(version, cache_dir, log)
     except RuntimeError as exc:
         raise EnvBuildError("download", f"sglang=={version}", str(exc)) from None
     if root.exists():
@@ -182,10 +203,16 @@ def ensure_sources(version: str, cache_dir: Path, log: Log = echo) -> Path:
 def ensure_deps(version: str, cache_dir: Path, log: Log = echo, rebuild: bool = False) -> ReplayEnv:
     """Build (or reuse) the dependency venv of `version`'s range; no sglang inside."""
     try:
-        wheel, _ = ensure_wheel(version, cache_dir, log)
+        with cache_lock(cache_dir, f"wheel-{version}"):
+            wheel, _ = ensure_wheel(version, cache_dir, log)
     except RuntimeError as exc:
         raise EnvBuildError("download", f"sglang=={version}", str(exc)) from None
     group = dependency_group(version, wheel)
+    with cache_lock(cache_dir, group):
+        return _ensure_deps(version, cache_dir, log, rebuild, wheel, group)
+
+
+def _ensure_deps(version: str, cache_dir: Path, log: Log, rebuild: bool, wheel: Path, group: str) -> ReplayEnv:
     root = cache_dir / group
     python, marker, tag = root / "bin" / "python", root / READY_MARKER, f"[{group}]"
     specs = dependency_specs(version, wheel)

@@ -17,7 +17,7 @@ import torch
 
 from workbench.backends import backend_names
 from workbench.backends.fallback import seq_lens_kv_metadata
-from workbench.contracts import minimal_batch, probe, spec_cases
+from workbench.experiments.contracts import minimal_batch, probe, spec_cases
 from workbench.speculative.spec_info import SpecInput, SpecInputType
 
 SNAPSHOT = Path(__file__).resolve().parent.parent / "assets" / "upstream_snapshot.json"

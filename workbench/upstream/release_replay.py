@@ -10,7 +10,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from workbench.record import crash_record
+from workbench.run.record import crash_record
 
 from .env import EnvBuildError, ensure_env
 from .releases import Log, ReleaseError, check_version, default_cache_dir, echo, known_releases

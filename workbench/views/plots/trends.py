@@ -9,7 +9,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from workbench.plots.common import (
+from workbench.views.plots.common import (
     LINE_STYLES,
     backend_label,
     backend_sort_key,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from workbench.plots.common import empty, new_figure, save
+from workbench.views.plots.common import empty, new_figure, save
 
 MODE_COLORS = {"greedy": "#757575", "eagle": "#1e88e5"}
 

@@ -13,11 +13,11 @@ import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from workbench.bench import MODES, run_interleaved
-from workbench.plots.common import record_label
-from workbench.stats import INTERVAL, different, fmt, ratio, summarize
+from workbench.experiments.bench import MODES, run_interleaved
+from workbench.experiments.stats import INTERVAL, different, fmt, ratio, summarize
+from workbench.views.plots.common import record_label
 
-SCHEMA = "workbench.compare/1"
+SCHEMA = "workbench.compare/1"  # a format name (not a module path)
 NOTE = (
     "Timing covers generation only (first prefill to last token); setup_s (model load, rank start, warm-up) "
     "is apart. flashinfer and fa3 compute with torch stand-ins and Triton runs in its interpreter on a "

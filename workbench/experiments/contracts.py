@@ -22,11 +22,11 @@ import torch
 
 from workbench.backends import AttentionBackend, BackendContext, backend_names, create_backend
 from workbench.engine.forward_batch import ForwardBatch
+from workbench.engine.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.engine.model_runner import init_metadata_for
-from workbench.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.mem.pool import KVCache, ReqToTokenPool
-from workbench.revisions import REVISIONS, get_revision
 from workbench.speculative.eagle_info import EagleDraftInput, EagleVerifyInput
+from workbench.speculative.revisions import REVISIONS, get_revision
 
 MODES = ("DECODE", "IDLE (padded)", "IDLE (size 0)", "TARGET_VERIFY", "DRAFT_EXTEND", "EXTEND")
 PREFIX = torch.tensor([3, 5])  # two requests with cached prefixes

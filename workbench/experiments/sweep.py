@@ -14,11 +14,11 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from workbench.plots.common import backend_sort_key, record_label
+from workbench.views.plots.common import backend_sort_key, record_label
 
-SCHEMA = "workbench.sweep/1"
+SCHEMA = "workbench.sweep/1"  # the shipped acceptance_sweep.json's format name (not a module path)
 SETTINGS: tuple[tuple[int, int, int], ...] = ((1, 1, 2), (3, 1, 4), (3, 2, 6), (5, 4, 16), (6, 10, 32))
-SHIPPED = Path(__file__).parent / "assets" / "acceptance_sweep.json"
+SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "acceptance_sweep.json"
 AGREEMENT = (
     "identical_prompts: prompts whose EAGLE3 output equals the fp32 greedy output token for token; "
     "prefix_share: tokens before the first difference over all tokens generated"
@@ -135,7 +135,7 @@ def sweep(
 ) -> dict:
     """Run every backend × dtype × setting once (acceptance is deterministic: no repeats needed),
     plus one fp32 greedy reference run; returns the sweep document."""
-    from workbench.api import reproduce  # the engine (torch) only when running: reading a sweep needs none
+    from workbench.run.api import reproduce  # the engine (torch) only when running: reading a sweep needs none
 
     ref = reproduce({**config, "backend": reference_backend, "mode": "greedy", "dtype": "float32"})
     if ref.status != "ok":

@@ -26,16 +26,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workbench.config import RunConfig
 from workbench.debug.bundle import new_bundle_dir
-from workbench.dp import LOG_DIR_ENV
-from workbench.dp.collect import Collector
-from workbench.dp.policy import assign
+from workbench.run.config import RunConfig
+from workbench.run.dp import LOG_DIR_ENV
+from workbench.run.dp.collect import Collector
+from workbench.run.dp.policy import assign
 
 PORT_ATTEMPTS = 3  # launches when the rendezvous port was taken before rank 0 bound it
 GRACE_S = 2.0
 CAUSE_WINDOW_S = 1.0  # after a first failure, how long to wait for the one that caused it
-# called with every rank event (kind, rank, payload) as it arrives, e.g. by workbench.display.progress
+# called with every rank event (kind, rank, payload) as it arrives, e.g. by workbench.views.display.progress
 listeners: list[Callable[[str, int, Any], None]] = []
 
 
@@ -117,7 +117,7 @@ def _run_ranks(cfg: RunConfig, prompts: list[str], workdir: Path) -> dict:
             logs.append(open(workdir / f"rank{r}.log", "w"))
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "workbench.dp.rank", str(job), str(r), str(cfg.dp), init],
+                    [sys.executable, "-m", "workbench.run.dp.rank", str(job), str(r), str(cfg.dp), init],
                     stdout=subprocess.PIPE,
                     stderr=logs[-1],
                     stdin=subprocess.DEVNULL,

@@ -102,7 +102,7 @@ def problems(data: dict, fid: dict, cells: list[dict], replay_releases: list[str
     """What departs from upstream: replays not ending as released (0.5.12 / 0.5.13 crashed, later
     ok), fidelity differences, fuzzer cells that differ from what the declared contracts predict
     (a failure outside the pr-24860 hole, or a hole cell that passes)."""
-    from workbench.contracts import unexpected
+    from workbench.experiments.contracts import unexpected
 
     expected = {
         v: ("crashed" if v in ("0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1") else "ok") for v in replay_releases

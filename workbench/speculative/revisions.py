@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.forward_mode import CaptureHiddenMode
+from workbench.engine.forward_mode import CaptureHiddenMode
 from workbench.speculative import eagle_draft_extend_pr24860 as regressed
 from workbench.speculative import eagle_draft_extend_pr28221 as fix
 from workbench.speculative.eagle_info import EagleDraftInput

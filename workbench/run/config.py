@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.backends import backend_names
-from workbench.dp.policy import POLICIES as DP_POLICIES
-from workbench.revisions import REVISIONS
+from workbench.run.dp.policy import POLICIES as DP_POLICIES
+from workbench.speculative.revisions import REVISIONS
 
 MODES = ("eagle", "greedy")
 DTYPES = ("float32", "bfloat16")

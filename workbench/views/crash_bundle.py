@@ -16,8 +16,8 @@ from typing import Any
 
 from workbench.debug.bundle import CrashBundle
 from workbench.debug.replay import ReplayResult
-from workbench.display import HTML
 from workbench.notebook import Table
+from workbench.views.display import HTML
 
 
 def innermost(exc: BaseException) -> traceback.FrameSummary:

@@ -1,6 +1,6 @@
 """One rank's run: build the worker for a config, schedule the prompts, report tokens and metrics.
 
-Used directly for dp 1 and by each rank process under DP attention (``workbench.dp``).
+Used directly for dp 1 and by each rank process under DP attention (``workbench.run.dp``).
 """
 
 from __future__ import annotations
@@ -11,19 +11,19 @@ from collections.abc import Callable
 
 import torch
 
-from workbench.config import RunConfig
 from workbench.debug.bundle import write_crash_bundle
+from workbench.engine.metrics import Metrics
 from workbench.engine.schedule_batch import Req
 from workbench.engine.scheduler import AnyRank, Scheduler
 from workbench.engine.worker import GreedyWorker, WorkerBase
-from workbench.metrics import Metrics
 from workbench.models.loader import load_models
 from workbench.models.tokenizer import encode
-from workbench.record import crash_from_exception
-from workbench.revisions import get_revision
+from workbench.run.config import RunConfig
+from workbench.run.record import crash_from_exception
+from workbench.run.timing import apply_dtype, instrument, instrument_comm, tensor_device, warm_up
 from workbench.speculative.eagle_worker import EagleWorker
+from workbench.speculative.revisions import get_revision
 from workbench.speculative.spec_config import SpecConfig
-from workbench.timing import apply_dtype, instrument, instrument_comm, tensor_device, warm_up
 
 MAX_CONTEXT = 512
 

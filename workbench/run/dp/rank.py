@@ -1,6 +1,6 @@
 """One DP rank process: join the group, run the rank, stream events to the parent.
 
-Started by ``workbench.dp.launch`` as ``python -m workbench.dp.rank JOB RANK WORLD INIT``; every
+Started by ``workbench.run.dp.launch`` as ``python -m workbench.run.dp.rank JOB RANK WORLD INIT``; every
 event is one JSON line on stdout: ``[kind, rank, payload]``.
 """
 
@@ -14,8 +14,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from workbench.config import RunConfig
-from workbench.record import crash_from_exception
+from workbench.run.config import RunConfig
+from workbench.run.record import crash_from_exception
 
 
 class Emitter:
@@ -97,13 +97,13 @@ def rank_main(
     collective_timeout_s: float,
     bundle_dir: str | None = None,
 ) -> None:
-    """Entry point of a spawned rank (and of ``workbench.dp.torchrun``); a crash bundle goes to ``bundle_dir``."""
+    """Entry point of a spawned rank (and of ``workbench.run.dp.torchrun``); a crash bundle goes to ``bundle_dir``."""
     import torch
     import torch.distributed as dist
 
     import kernels
-    from workbench.dp.comm import DPCommunicator
-    from workbench.runner import run_rank
+    from workbench.run.dp.comm import DPCommunicator
+    from workbench.run.runner import run_rank
     from workbench.speculative.eagle_draft_extend_pr28221 import apply_fix
 
     kernels.setup()

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from workbench.metrics import Metrics, loop_summary
+from workbench.engine.metrics import Metrics, loop_summary
 
 if TYPE_CHECKING:
-    from workbench.config import RunConfig
+    from workbench.run.config import RunConfig
 
 STATUSES = ("ok", "crashed", "timeout", "error")  # a run record's ``status``
 CRASH_FIELDS = (
@@ -194,7 +194,7 @@ class RunResult:
         return f"RunResult: {self.summary()}"
 
     def _repr_html_(self) -> str:
-        from workbench.display import run_html
+        from workbench.views.display import run_html
 
         return run_html(self.record)
 

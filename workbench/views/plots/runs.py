@@ -8,7 +8,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from workbench.plots.common import LINE_STYLES, empty, group_by_backend, new_figure, save
+from workbench.views.plots.common import LINE_STYLES, empty, group_by_backend, new_figure, save
 
 PHASE_ORDER = ("prefill", "draft", "verify", "draft-extend", "decode")
 

@@ -7,8 +7,8 @@ import base64
 import html
 from pathlib import Path
 
+from workbench.experiments.stats import fmt
 from workbench.notebook import Table
-from workbench.stats import fmt
 
 
 def compare_table(doc: dict) -> Table:
@@ -81,7 +81,7 @@ def verdicts(doc: dict) -> list[str]:
 
 def sweep_table(doc: dict) -> Table:
     """One row per dtype × setting × group of backends with identical results."""
-    from workbench.sweep import groups
+    from workbench.experiments.sweep import groups
 
     rows = []
     for g in groups(doc["rows"]):
@@ -111,8 +111,8 @@ def _img(path: Path) -> str:
 def comparison_section(cells: list[dict], folder: Path, shipped_sweep: dict | None = None) -> str:
     """HTML for the nightly report: each cell's comparison (tables, spread and metadata plots) and
     acceptance sweep (live, and the shipped full measurement labelled with its date and versions)."""
-    from workbench import plots
-    from workbench.sweep import load_shipped
+    from workbench.experiments.sweep import load_shipped
+    from workbench.views import plots
 
     parts = []
     folder.mkdir(parents=True, exist_ok=True)
@@ -138,8 +138,8 @@ def comparison_section(cells: list[dict], folder: Path, shipped_sweep: dict | No
 
 
 def _sweep_html(doc: dict, path: Path, title: str) -> str:
-    from workbench import plots
-    from workbench.sweep import provenance
+    from workbench.experiments.sweep import provenance
+    from workbench.views import plots
 
     plots.acceptance_sweep(doc, path)
     findings = "".join(f"<li>{html.escape(f)}</li>" for f in doc["findings"])

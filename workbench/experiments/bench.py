@@ -11,9 +11,9 @@ import json
 import statistics
 from pathlib import Path
 
-from workbench.api import reproduce
-from workbench.record import RunResult
-from workbench.stats import INTERVAL, fmt, ratio, summarize
+from workbench.experiments.stats import INTERVAL, fmt, ratio, summarize
+from workbench.run.api import reproduce
+from workbench.run.record import RunResult
 
 MODES = ("greedy", "eagle")
 SPEC_KEYS = ("steps", "topk", "draft_tokens")

@@ -2,12 +2,12 @@
 returns a matplotlib ``Figure`` built without pyplot (Agg-safe, thread-safe) and, given a path,
 saves it as PNG and SVG. Backends computed by a stand-in kernel say so in every label."""
 
-from workbench.plots.common import backend_label, record_label, save
-from workbench.plots.compare import attention_split, metadata_cost, speedup_intervals, tokens_per_s_spread
-from workbench.plots.matrix import crash_matrix
-from workbench.plots.runs import accept_length_hist, acceptance_per_position, phase_latency
-from workbench.plots.sweep import acceptance_sweep
-from workbench.plots.trends import history_trend, speedup
+from workbench.views.plots.common import backend_label, record_label, save
+from workbench.views.plots.compare import attention_split, metadata_cost, speedup_intervals, tokens_per_s_spread
+from workbench.views.plots.matrix import crash_matrix
+from workbench.views.plots.runs import accept_length_hist, acceptance_per_position, phase_latency
+from workbench.views.plots.sweep import acceptance_sweep
+from workbench.views.plots.trends import history_trend, speedup
 
 __all__ = [
     "acceptance_sweep",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from workbench.config import RunConfig
-from workbench.metrics import Metrics
-from workbench.record import build_record, crash_record
+from workbench.engine.metrics import Metrics
+from workbench.run.config import RunConfig
+from workbench.run.record import build_record, crash_record
 
 
 def primary_crash(crashes: list[dict]) -> dict | None:

@@ -1,7 +1,7 @@
 """The same DP ranks under ``torchrun`` (rank, world size and rendezvous from its environment).
 
-    torchrun --nproc-per-node 2 --log-dir DIR/torchrun -m workbench.dp.torchrun --out DIR [workbench run options]
-    python -m workbench.dp.torchrun --merge DIR [--json rec.json]
+    torchrun --nproc-per-node 2 --log-dir DIR/torchrun -m workbench.run.dp.torchrun --out DIR [workbench run options]
+    python -m workbench.run.dp.torchrun --merge DIR [--json rec.json]
 
 Each rank writes its events to DIR/rank<R>.jsonl; a rank that fails exits non-zero so torchrun
 ends the others; ``--merge`` turns the files into one run record.
@@ -15,14 +15,14 @@ import os
 import sys
 from pathlib import Path
 
-from workbench.config import RunConfig
+from workbench.run.config import RunConfig
 
 
 def _run(args: argparse.Namespace) -> int:
-    from workbench.config import config_from_args, make_config
-    from workbench.dp.policy import assign
-    from workbench.dp.rank import Emitter, rank_main
     from workbench.models.loader import load_prompts
+    from workbench.run.config import config_from_args, make_config
+    from workbench.run.dp.policy import assign
+    from workbench.run.dp.rank import Emitter, rank_main
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     cfg = make_config(config_from_args(args), dp=world)
@@ -55,7 +55,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def merge(directory: Path) -> dict:
     """One run record from a torchrun job's event files (ranks that never finished count as died)."""
-    from workbench.dp.collect import Collector
+    from workbench.run.dp.collect import Collector
 
     job = json.loads((directory / "job.json").read_text())
     cfg = RunConfig(**job["config"])
@@ -77,10 +77,10 @@ def merge(directory: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from workbench.config import add_run_args
+    from workbench.run.config import add_run_args
 
     ap = argparse.ArgumentParser(
-        prog="python -m workbench.dp.torchrun",
+        prog="python -m workbench.run.dp.torchrun",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.merge is None:
         return _run(args)
-    from workbench.record import RunResult
+    from workbench.run.record import RunResult
 
     res = RunResult(merge(args.merge))
     print(res.summary())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .contract_survey import BUG, FINE, NA, RISK
+from workbench.upstream.contract_survey import BUG, FINE, NA, RISK
 
 _COLORS = {NA: "#d9d9d9", FINE: "#a6d96a", RISK: "#fdae61", BUG: "#d7191c"}
 _LEGEND = {

@@ -130,7 +130,7 @@ def progress(total: int, desc: str = "runs") -> Iterator[Callable[[str], None]]:
     it is open, DP rank events (the forward each rank is in, failures) show in the bar's postfix."""
     from tqdm.auto import tqdm
 
-    from workbench.dp import launch
+    from workbench.run.dp import launch
 
     bar = tqdm(total=total, desc=desc, unit="run")
     ranks: dict[int, str] = {}

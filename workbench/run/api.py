@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 import kernels
-from workbench.config import RunConfig, check_kernels, make_config
 from workbench.models.loader import load_models, load_prompts
-from workbench.record import RunResult, build_record
+from workbench.run.config import RunConfig, check_kernels, make_config
+from workbench.run.record import RunResult, build_record
 from workbench.speculative.eagle_draft_extend_pr28221 import apply_fix, fix_applied
 
 
@@ -23,10 +23,10 @@ def reproduce(config: RunConfig | dict | None = None, **overrides) -> RunResult:
     prompts = cfg.prompts if cfg.prompts is not None else load_prompts()
     load_models(cfg.model_dir)  # a missing or corrupt checkpoint fails here, before any rank process starts
     if cfg.dp > 1 or cfg.fault is not None:
-        from workbench.dp.launch import run_dp
+        from workbench.run.dp.launch import run_dp
 
         return RunResult(run_dp(cfg, prompts))
-    from workbench.runner import run_rank
+    from workbench.run.runner import run_rank
 
     if cfg.apply_fix_in_place:
         apply_fix()

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from workbench.metrics import Metrics
+from workbench.engine.metrics import Metrics
 
 WARMUP_PROMPT = "Warm-up."
 WARMUP_NEW_TOKENS = 64  # more than prefill + one round produce: the round ends with a draft-extend

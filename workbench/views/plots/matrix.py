@@ -9,7 +9,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from workbench.plots.common import (
+from workbench.views.plots.common import (
     STATUS_COLORS,
     backend_label,
     backend_sort_key,
