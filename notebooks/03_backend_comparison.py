@@ -17,13 +17,21 @@
 # # 03 · Backends compared: tokens/s with intervals, metadata cost, attention, acceptance
 #
 # Every backend runs the same prompts with plain greedy decoding (the target alone) and with the
-# EAGLE3 loop, `repeats` times each, **interleaved** (round by round) so that machine noise spreads
-# evenly. Each figure is the **median over the repeats with a 95 % bootstrap interval**; two
-# figures whose intervals overlap are reported as *not different*.
+# EAGLE3 loop in **paired repeats**: each repeat runs every (backend, mode) once, in an order drawn
+# at random per repeat. Each figure is the **median over the repeats with its order-statistic
+# interval**, whose exact coverage is printed with it (at the default 6 repeats: 96.9 %). Two arms
+# are compared by their ratio *within each repeat* (EAGLE3 / greedy, one backend / another), so
+# noise both share cancels; the verdict is *faster* or *slower* when that ratio's interval lies
+# above or below 1, and otherwise *undecided*, with the number of repeats that would decide it.
+#
+# Parameters left at `None` take the comparison every face shares
+# (`workbench.experiments.definition.COMPARISON`: the spec setting, prompts, new tokens, threads,
+# batch size and repeats that `workbench bench`, `workbench compare` and the nightly also run).
 #
 # **What is timed.** `tokens/s` and the phase latencies cover generation only, from the first
-# prefill to the last token. Model load, DP rank start and one untimed warm-up request (which takes
-# the Triton interpreter's first launches) are `setup_s`, shown apart.
+# prefill to the last token. Model load, DP rank start and an untimed warm-up (one request's prefill
+# and decode round on every rank, which takes the Triton interpreter's first launches) are `setup_s`,
+# shown apart.
 #
 # **Read the numbers with their kernels.** On this CPU machine the triton backend runs our Triton
 # kernels in Triton's *interpreter* (numpy, slow), and flashinfer and fa3 compute with **torch
@@ -35,24 +43,27 @@ from IPython.display import display
 
 from workbench import notebook
 from workbench.experiments.compare import compare
+from workbench.experiments.definition import COMPARISON
 from workbench.experiments.sweep import SETTINGS, load_shipped, provenance, sweep
 from workbench.views import comparison as views
 from workbench.views import plots
 
 # %% tags=["parameters"]
-backends = ["triton", "flashinfer", "fa3", "torch_native"]
+backends = ["torch_native", "fa3", "flashinfer"]
 revision = "pr-28221"
 dp = 1
 dp_policy = "balanced"
-steps = 3
-topk = 2
-draft_tokens = 4
-num_prompts = 2
+steps = None
+topk = None
+draft_tokens = None
+num_prompts = None
 prompts = None
-max_new_tokens = 16
+max_new_tokens = None
+threads = None
+max_running = None
 model_dir = None
 timeout_s = 300.0
-repeats = 3
+repeats = None
 compare_dps = [1]
 sweep_live = True
 sweep_backends = ["torch_native", "fa3"]
@@ -74,6 +85,8 @@ params = dict(
     num_prompts=num_prompts,
     prompts=prompts,
     max_new_tokens=max_new_tokens,
+    threads=threads,
+    max_running=max_running,
     model_dir=model_dir,
     timeout_s=timeout_s,
     repeats=repeats,
@@ -85,7 +98,8 @@ params = dict(
     sweep_max_new_tokens=sweep_max_new_tokens,
     expect=expect,
 )
-config = notebook.run_config(params)
+config = notebook.run_config(COMPARISON.apply(params))
+repeats = repeats or COMPARISON.repeats
 
 # %% [markdown]
 # ## Runs: greedy and EAGLE3 per backend, repeated
@@ -100,17 +114,19 @@ views.compare_table(doc)
 
 # %% [markdown]
 # ## Speedup of EAGLE3 over greedy
-# Median EAGLE3 tokens/s over median greedy tokens/s, with a bootstrap interval that resamples both
-# sides. *Outputs identical* checks losslessness: every EAGLE3 run produced the greedy tokens.
+# The median of the per-repeat ratios EAGLE3 tokens/s / greedy tokens/s, with its interval, the
+# interval's exact coverage and the verdict. *Outputs identical* checks losslessness: every EAGLE3
+# run produced the greedy tokens.
 
 # %%
+print(doc["headline"])
 display(views.speedup_table(doc))
 notebook.show(plots.speedup_intervals(doc))
 
 # %% [markdown]
 # ## Tokens/s: every repeat and the interval
-# Dots are single runs; bars are the median and its 95 % interval. Pairs whose intervals overlap
-# are listed as not different.
+# Dots are single runs; bars are the median and its interval. Below, each backend against each
+# other backend of the same mode, by the same paired ratio.
 
 # %%
 notebook.show(plots.tokens_per_s_spread(doc))

@@ -22,19 +22,32 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from workbench.experiments.bench import bench, with_bench_spec
+    """Exit 0 when every EAGLE3 run generated the greedy tokens, 1 when any did not (2: bad input)."""
+    from workbench.experiments.bench import bench
+    from workbench.experiments.definition import COMPARISON
     from workbench.run.config import config_from_args, make_config
 
-    config = with_bench_spec(config_from_args(args))
-    bench(config, backends=args.backends or [make_config(config).backend], repeats=args.repeats, json_out=args.json)
+    config = COMPARISON.apply(config_from_args(args))
+    backends = args.backends or [make_config(config).backend]
+    out = bench(config, backends=backends, repeats=args.repeats or COMPARISON.repeats, json_out=args.json)
+    if not out["lossless_all"]:
+        print("workbench bench: EAGLE3 outputs differ from greedy (not lossless)", file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from workbench.experiments.compare import compare
+    from workbench.experiments.definition import COMPARISON
     from workbench.run.config import config_from_args
 
-    compare(config_from_args(args), backends=args.backends, repeats=args.repeats, dps=args.dps, json_out=args.json)
+    compare(
+        COMPARISON.apply(config_from_args(args)),
+        backends=args.backends,
+        repeats=args.repeats or COMPARISON.repeats,
+        dps=args.dps,
+        json_out=args.json,
+    )
     return 0
 
 
@@ -69,21 +82,23 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser(
         "bench",
         help="plain greedy vs EAGLE3 on the same backend(s): accept length, tokens/s, speedup",
-        description="Without --steps/--topk/--draft-tokens, EAGLE3 runs the chain (5, 1, 6), the "
-        "fastest setting measured at batch 1 on a 2-core CPU (docs/guide.md); any of "
-        "them given, the others keep the run defaults.",
+        description="Unless given, the spec setting, prompts, new tokens, threads, batch size and repeats are "
+        "the comparison's (workbench.experiments.definition, docs/guide.md); naming any of --steps/--topk/"
+        "--draft-tokens keeps the run defaults for the others. Exit 0 when EAGLE3 was lossless, 1 when not.",
     )
     add_run_args(b, exclude=("mode",))
     b.add_argument("--backends", nargs="+", default=None)
-    b.add_argument("--repeats", type=int, default=5, help="runs per backend and mode, interleaved")
+    b.add_argument("--repeats", type=int, default=None, help="paired repeats (default: the comparison's, 6)")
     b.add_argument("--json", default=None)
     b.set_defaults(func=cmd_bench)
     c = sub.add_parser(
-        "compare", help="backends x greedy/EAGLE3 (x dp), repeats interleaved: medians, intervals, speedups"
+        "compare",
+        help="backends x greedy/EAGLE3 (x dp) in paired repeats: medians, intervals, speedups, verdicts",
+        description="Unless given, the settings are the comparison's (as bench).",
     )
     add_run_args(c, exclude=("mode", "backend", "dp"))
     c.add_argument("--backends", nargs="+", default=["triton", "flashinfer", "fa3", "torch_native"])
-    c.add_argument("--repeats", type=int, default=5, help="runs per backend, mode and dp, interleaved")
+    c.add_argument("--repeats", type=int, default=None, help="paired repeats (default: the comparison's, 6)")
     c.add_argument("--dps", type=int, nargs="+", default=[1], help="DP sizes to compare (e.g. 1 2)")
     c.add_argument("--json", default=None)
     c.set_defaults(func=cmd_compare)
