@@ -68,7 +68,6 @@ def make_plots(cells: list[dict], trend_rows: list[dict], folder: Path) -> dict[
             "acceptance_per_position",
             lambda p: plots.acceptance_per_position(recs, p),
         ),
-        "EAGLE3 speedup over greedy": ("speedup", lambda p: plots.speedup(recs, p)),
         "History trend": ("history_trend", lambda p: plots.history_trend(trend_rows, p)),
     }
     out = {}

@@ -149,7 +149,7 @@ def test_03_compares_backends_with_labelled_plots(tmp_path):
         plots.phase_latency(recs),
         plots.accept_length_hist(recs),
         plots.acceptance_per_position(recs),
-        plots.speedup(recs),
+        plots.speedup_intervals(bundle["compare"]),
         plots.crash_matrix(recs),
     ):
         texts = [t.get_text() for ax in fig.axes for t in (*ax.get_xticklabels(), ax.title)]
