@@ -112,6 +112,15 @@ def _img(path: Path) -> str:
     return f"<img alt='{html.escape(path.stem)}' src='data:image/png;base64,{data}'>"
 
 
+def headlines(cells: list[dict]) -> list[str]:
+    """``cell: <what was compared and what it found>`` for every cell that ran a comparison."""
+    return [
+        f"{c['name']}: {(c.get('bundle') or {})['compare']['headline']}"
+        for c in cells
+        if ((c.get("bundle") or {}).get("compare") or {}).get("headline")
+    ]
+
+
 def comparison_section(cells: list[dict], folder: Path, shipped_sweep: dict | None = None) -> str:
     """HTML for the nightly report: each cell's comparison (tables, spread and metadata plots) and
     acceptance sweep (live, and the shipped full measurement labelled with its date and versions)."""
