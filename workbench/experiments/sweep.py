@@ -169,6 +169,7 @@ def sweep(
         "schema": SCHEMA,
         "measured": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "versions": {k: env.get(k) for k in ("python", "torch", "triton", "platform")},
+        "models_sha256": ref.record["config"].get("models_sha256"),
         "config": {k: v for k, v in config.items() if k not in ("backend", "prompts")},
         "prompts": len(reference),
         "max_new_tokens": config.get("max_new_tokens"),
@@ -189,9 +190,10 @@ def merge(docs: Sequence[dict]) -> dict:
     and fp32 greedy reference; refuses parts that differ in those."""
     first = docs[0]
     for d in docs[1:]:
-        for k in ("prompts", "max_new_tokens", "reference"):
-            if d[k] != first[k]:
-                raise ValueError(f"sweep parts differ in {k}: {d[k]!r} vs {first[k]!r}; valid: parts of one sweep")
+        for k in ("prompts", "max_new_tokens", "reference", "models_sha256"):
+            a, b = d.get(k), first.get(k)
+            if a != b:
+                raise ValueError(f"sweep parts differ in {k}: {a!r} vs {b!r}; valid: parts of one sweep")
     rows = [r for d in docs for r in d["rows"]]
     return {
         **first,
@@ -221,7 +223,8 @@ def provenance(doc: dict) -> str:
     v = doc.get("versions") or {}
     what = "shipped measurement" if doc.get("shipped") else "measured live"
     backends = ", ".join(sorted({r["label"] for r in doc["rows"]}))
+    models = f"; models sha256 {doc['models_sha256'][:12]}" if doc.get("models_sha256") else ""
     return (
         f"{what} of {doc.get('measured')} ({doc['prompts']} prompts x {doc.get('max_new_tokens')} tokens; "
-        f"backends {backends}; python {v.get('python')}, torch {v.get('torch')}, triton {v.get('triton')})"
+        f"backends {backends}; python {v.get('python')}, torch {v.get('torch')}, triton {v.get('triton')}{models})"
     )
