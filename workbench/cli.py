@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     sw.add_argument(
         "--settings",
         nargs="+",
-        default=["1,1,2", "3,1,4", "3,2,6", "5,4,16", "6,10,32"],
+        default=["1,1,2", "3,1,4", "3,2,6", "7,1,8", "5,4,16", "6,10,32"],  # = workbench.experiments.sweep.SETTINGS
         help="steps,topk,draft_tokens triples",
     )
     sw.add_argument("--merge", nargs="+", default=None, help="merge sweep JSONs run in parts (nothing is run)")

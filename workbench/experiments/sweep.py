@@ -17,7 +17,8 @@ from pathlib import Path
 from workbench.views.plots.common import backend_sort_key, record_label
 
 SCHEMA = "workbench.sweep/1"  # the shipped acceptance_sweep.json's format name (not a module path)
-SETTINGS: tuple[tuple[int, int, int], ...] = ((1, 1, 2), (3, 1, 4), (3, 2, 6), (5, 4, 16), (6, 10, 32))
+# the last chain is the comparison's (workbench.experiments.definition)
+SETTINGS: tuple[tuple[int, int, int], ...] = ((1, 1, 2), (3, 1, 4), (3, 2, 6), (7, 1, 8), (5, 4, 16), (6, 10, 32))
 SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "acceptance_sweep.json"
 AGREEMENT = (
     "identical_prompts: prompts whose EAGLE3 output equals the fp32 greedy output token for token; "
