@@ -17,6 +17,7 @@ from ci.execute import execution_result
 from ci.expect import check_cell, describe
 from ci.kernelspec import kernel_name
 from ci.matrix import Cell, Matrix, notebook_expect
+from workbench.notebook import load_bundle  # the notebook face loads the engine; a shard merge has no torch
 from workbench.run.dp import LOG_DIR_ENV
 
 POLL_S = 0.2
@@ -162,8 +163,6 @@ def _finish(job: Job, out: Path, wall_limit_hit: bool) -> dict:
     record_file = out / job.paths["record"]
     bundle = None
     if record_file.is_file():
-        from workbench.notebook import load_bundle
-
         try:
             bundle = load_bundle(record_file)
         except ValueError as e:

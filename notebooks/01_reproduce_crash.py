@@ -43,7 +43,7 @@
 # %%
 import workbench
 from workbench import notebook
-from workbench.views import plots
+from workbench.views import display, plots, tables
 
 # %% tags=["parameters"]
 backend = "triton"
@@ -97,14 +97,14 @@ result
 # `IDLE` and batch size 1: the padded idle batch.
 
 # %%
-notebook.where_table(result)
+tables.where_table(result)
 
 # %% [markdown]
 # ## Traceback from the failing rank
 # The frames end in the backend's `init_forward_metadata`, at the `spec_info.kv_indptr` read.
 
 # %%
-print(notebook.traceback_text(result))
+print(display.traceback_text(result))
 
 # %% [markdown]
 # ## The same settings on the other backends
@@ -112,10 +112,10 @@ print(notebook.traceback_text(result))
 
 # %%
 runs = {"run": result, **notebook.compare_backends(config, compare_backends, modes=["eagle"])}
-notebook.summary_table(runs)
+tables.summary_table(runs)
 
 # %%
-notebook.show(
+plots.show(
     plots.crash_matrix(
         [r.record for r in runs.values()], title=f"Revision {revision}, dp {dp} ({dp_policy}): run status per backend"
     )

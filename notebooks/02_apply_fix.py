@@ -32,16 +32,18 @@
 # batch took before PR #24860, when draft-extend carried an `EagleDraftInput` whose `kv_indptr`
 # was `None`; so the fixed code must generate exactly the tokens of `pre-24860`.
 #
-# `workbench.apply_fix()` adds the field to the regressed class in place (it rebuilds the
-# dataclass); `reproduce` sees the patched state and applies it in every DP rank process.
-# `workbench.undo_fix()` removes it again. This notebook runs the regressed revision three
-# times: the `pre-24860` reference, the patched class, and the class after `undo_fix()`.
+# `with workbench.fix_applied():` adds the field to the regressed class in place for the block (it
+# rebuilds the dataclass) and removes it on leaving; a run started inside the block takes the fix
+# as its own state and applies it in every DP rank process. This notebook runs the regressed
+# revision three times: the `pre-24860` reference, inside the block, and after it.
 
 # %%
+from IPython import display as ipython
+
 import workbench
 from workbench import notebook
 from workbench.speculative.eagle_draft_extend_pr24860 import EagleDraftExtendInput
-from workbench.views import display
+from workbench.views import display, tables
 
 # %% tags=["parameters"]
 backend = "triton"
@@ -78,8 +80,8 @@ params = dict(
     expect=expect,
 )
 config = notebook.run_config(params)
-workbench.undo_fix()
-print("fix applied at start:", workbench.fix_applied())
+workbench.undo_fix()  # start from the regressed class even if an earlier session patched it
+print("fix applied at start:", workbench.is_fix_applied())
 
 # %% [markdown]
 # ## Reference: the code before PR #24860
@@ -90,21 +92,20 @@ print(reference.summary())
 
 # %% [markdown]
 # ## The regressed revision with the fix applied in place
-# The class's fields before `apply_fix()`: no `kv_indptr`.
+# The class's fields outside the block: no `kv_indptr`.
 
 # %%
 display.class_fields(EagleDraftExtendInput)
 
 # %% [markdown]
-# After `apply_fix()`: the same class object now declares `kv_indptr: Optional[torch.Tensor] = None`.
+# Inside `with workbench.fix_applied():` the same class object declares
+# `kv_indptr: torch.Tensor | None = None`, and the run started there reaches every DP rank with it.
 
 # %%
-workbench.apply_fix()
-print("fix applied:", workbench.fix_applied())
-display.class_fields(EagleDraftExtendInput)
-
-# %%
-fixed = workbench.reproduce(config, revision=revision)
+with workbench.fix_applied():
+    print("fix applied:", workbench.is_fix_applied())
+    ipython.display(display.class_fields(EagleDraftExtendInput))
+    fixed = workbench.reproduce(config, revision=revision)
 print(fixed.summary())
 
 # %% [markdown]
@@ -113,7 +114,7 @@ print(fixed.summary())
 
 # %%
 print(f"outputs token-identical to {reference_revision}:", notebook.same_outputs(fixed, reference))
-notebook.summary_table({"reference": reference, "fixed": fixed})
+tables.summary_table({"reference": reference, "fixed": fixed})
 
 # %% [markdown]
 # The decoded text, prompt by prompt (a line diff where they differ):
@@ -130,19 +131,18 @@ print(greedy.summary())
 display.text_diff(greedy, fixed, labels=("greedy (target only)", "EAGLE3 + apply_fix()"))
 
 # %% [markdown]
-# ## Undo the fix: the crash comes back
-# On a crashing configuration (DP attention with an idle rank, a backend that reads `kv_indptr`)
-# the idle rank fails in draft-extend again.
+# ## After the block: the crash comes back
+# Leaving the block removed the field. On a crashing configuration (DP attention with an idle rank,
+# a backend that reads `kv_indptr`) the idle rank fails in draft-extend again.
 
 # %%
-workbench.undo_fix()
-print("fix applied:", workbench.fix_applied())
+print("fix applied:", workbench.is_fix_applied())
 undone = workbench.reproduce(config, revision=revision)
 undone
 
 # %%
 runs = {"reference": reference, "fixed": fixed, "undo": undone}
-notebook.summary_table(runs)
+tables.summary_table(runs)
 
 # %% [markdown]
 # ## Record and expectation

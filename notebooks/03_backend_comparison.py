@@ -47,6 +47,7 @@ from workbench.experiments.definition import COMPARISON
 from workbench.experiments.sweep import SETTINGS, load_shipped, provenance, sweep
 from workbench.views import comparison as views
 from workbench.views import plots
+from workbench.views.display import progress
 
 # %% tags=["parameters"]
 backends = ["torch_native", "fa3", "flashinfer"]
@@ -109,7 +110,10 @@ repeats = repeats or COMPARISON.repeats
 
 # %%
 records = {}
-doc = compare(config, backends, repeats=repeats, dps=compare_dps, verbose=False, records_out=records)
+with progress("compare") as on_event:
+    doc = compare(
+        config, backends, repeats=repeats, dps=compare_dps, verbose=False, records_out=records, on_event=on_event
+    )
 views.compare_table(doc)
 
 # %% [markdown]
@@ -121,7 +125,7 @@ views.compare_table(doc)
 # %%
 print(doc["headline"])
 display(views.speedup_table(doc))
-notebook.show(plots.speedup_intervals(doc))
+plots.show(plots.speedup_intervals(doc))
 
 # %% [markdown]
 # ## Tokens/s: every repeat and the interval
@@ -129,7 +133,7 @@ notebook.show(plots.speedup_intervals(doc))
 # other backend of the same mode, by the same paired ratio.
 
 # %%
-notebook.show(plots.tokens_per_s_spread(doc))
+plots.show(plots.tokens_per_s_spread(doc))
 print("\n".join(views.verdicts(doc)))
 
 # %% [markdown]
@@ -141,10 +145,10 @@ print("\n".join(views.verdicts(doc)))
 
 # %%
 display(views.metadata_table(doc))
-notebook.show(plots.metadata_cost(doc))
+plots.show(plots.metadata_cost(doc))
 
 # %%
-notebook.show(plots.attention_split(doc))
+plots.show(plots.attention_split(doc))
 
 # %% [markdown]
 # ## Latency per phase (all repeats)
@@ -153,7 +157,7 @@ notebook.show(plots.attention_split(doc))
 
 # %%
 runs = list(records.values())
-notebook.show(plots.phase_latency(runs, mode="eagle"))
+plots.show(plots.phase_latency(runs, mode="eagle"))
 
 # %% [markdown]
 # ## Acceptance over (steps, topk, draft tokens), in float32 and bfloat16
@@ -167,20 +171,22 @@ notebook.show(plots.phase_latency(runs, mode="eagle"))
 
 # %%
 if sweep_live:
-    sweep_doc = sweep(
-        {
-            **config,
-            "prompts": notebook.select_prompts(prompts, sweep_num_prompts),
-            "max_new_tokens": sweep_max_new_tokens,
-        },
-        sweep_backends,
-        SETTINGS,
-        sweep_dtypes,
-    )
+    with progress("sweep") as on_event:
+        sweep_doc = sweep(
+            {
+                **config,
+                "prompts": notebook.select_prompts(prompts, sweep_num_prompts),
+                "max_new_tokens": sweep_max_new_tokens,
+            },
+            sweep_backends,
+            SETTINGS,
+            sweep_dtypes,
+            on_event=on_event,
+        )
     print(provenance(sweep_doc))
     print("\n".join(sweep_doc["findings"]))
     display(views.sweep_table(sweep_doc))
-    notebook.show(plots.acceptance_sweep(sweep_doc))
+    plots.show(plots.acceptance_sweep(sweep_doc))
 else:
     sweep_doc = None
 
@@ -189,7 +195,7 @@ shipped = load_shipped()
 print(provenance(shipped))
 print("\n".join(shipped["findings"]))
 display(views.sweep_table(shipped))
-notebook.show(plots.acceptance_sweep(shipped))
+plots.show(plots.acceptance_sweep(shipped))
 
 # %% [markdown]
 # ## Record and expectation

@@ -42,7 +42,7 @@
 # %%
 from workbench import notebook
 from workbench.experiments import contracts
-from workbench.upstream import fidelity
+from workbench.upstream import fidelity, measurements
 from workbench.views import upstream as views
 
 # %% tags=["parameters"]
@@ -56,7 +56,7 @@ record_path = "runs/notebooks/04_upstream_replay.json"
 expect = "any"
 
 # %%
-data = views.load_measurements(releases, replay_releases, live=live, cache_dir=cache_dir)
+data = measurements.load_measurements(releases, replay_releases, live=live, cache_dir=cache_dir)
 print("source:", data["source"])
 
 # %% [markdown]
@@ -118,7 +118,7 @@ views.fuzzer_table(cells)
 # The same command takes `--sglang-src DIR` for a branch before it merges.
 
 # %%
-guard = views.load_findings(lint_releases, live=live, cache_dir=cache_dir)
+guard = measurements.load_findings(lint_releases, live=live, cache_dir=cache_dir)
 print("source:", guard["source"])
 views.findings_table(guard["findings"])
 
@@ -128,9 +128,10 @@ views.findings_table(guard["findings"])
 # crashed, 0.5.14 ok), the fidelity check finds no difference, and the fuzzer flags only the hole.
 
 # %%
-found = views.problems(data, fid, cells, replay_releases)
+found = measurements.problems(data, fid, cells, replay_releases)
 params = dict(releases=releases, replay_releases=replay_releases, backend=backend, live=live, expect=expect)
-print("record written to", views.save_record(record_path, params, data, fid, cells, found))
+runs = measurements.notebook_runs(data, fid, cells, found)
+print("record written to", notebook.save_bundle(record_path, "04_upstream_replay", params, runs, primary="checks"))
 print("problems:", found or "none")
 if expect == "ok" and found:
     raise notebook.ExpectationError("; ".join(found))

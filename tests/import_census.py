@@ -1,4 +1,4 @@
-"""Import census of a checkout, read with the layering test's own graph code (``tests/test_layers.py``).
+"""Import census of a checkout, read with the layering test's own graph code (``tests/import_graph.py``).
 
     python tests/import_census.py [ROOT]      # default: this checkout
 
@@ -16,8 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_layers import (  # noqa: E402  (the census reads the graph the layering test reads)
+from import_graph import (  # noqa: E402  (the census reads the graph the layering test reads)
     INTERNAL,
+    function_level_imports,
     import_cycles,
     import_graph,
     layer_of,
@@ -40,7 +41,6 @@ OLD_PATHS = {
     "workbench.debug.view": "workbench.views.crash_bundle",
     "workbench.upstream.views": "workbench.views.upstream",
     "workbench.upstream.plot": "workbench.views.plots.survey",
-    "workbench.models.training": "scripts.training",
 }
 
 
@@ -56,17 +56,13 @@ def census(root: Path) -> dict:
     for path in project_files(root):
         rel = str(path.relative_to(root))
         src = new_name(".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__"))
-        lines = path.read_text().splitlines()
-        seen_lines = set()
-        for node, target, inside in runtime_imports(path, root, nodes=True):
-            internal = target.split(".")[0] in INTERNAL
-            if not internal:
+        for node, _, holder, lines in function_level_imports(path, root):
+            function_level.append(f"{rel}:{node.lineno}")
+            files.add(rel)
+            with_reason += reason_of(node, lines, holder) is not None
+        for node, target, _ in runtime_imports(path, root, nodes=True):
+            if target.split(".")[0] not in INTERNAL:
                 continue
-            if inside and node.lineno not in seen_lines:
-                seen_lines.add(node.lineno)
-                function_level.append(f"{rel}:{node.lineno}")
-                files.add(rel)
-                with_reason += reason_of(node, lines) is not None
             entry = f"{rel}:{node.lineno} imports {target}"
             if target != "workbench" and layer_of(new_name(target)) > layer_of(src) >= 0 and entry not in upward:
                 upward.append(entry)

@@ -45,7 +45,7 @@ class FakeRuns:
     def __init__(self, ratio: float = 2.0, eagle_sha: str = "same") -> None:
         self.ratio, self.eagle_sha, self.calls = ratio, eagle_sha, []
 
-    def __call__(self, cfg: dict) -> RunResult:
+    def __call__(self, cfg: dict, on_event=None) -> RunResult:
         i = sum(1 for c in self.calls if (c["mode"], c["backend"]) == (cfg["mode"], cfg["backend"]))
         self.calls.append(cfg)
         greedy = 100.0 * DRIFT[i]

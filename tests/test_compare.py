@@ -62,7 +62,12 @@ def test_dp2_generation_comes_from_rank_stamps_and_keeps_idle_ranks_apart():
 
 def test_compare_reports_medians_intervals_speedup_and_verdicts(tmp_path):
     out = tmp_path / "cmp.json"
-    doc = compare(TINY, ["fa3", "torch_native"], repeats=2, json_out=str(out), verbose=False)
+    events = []
+    doc = compare(
+        TINY, ["fa3", "torch_native"], repeats=2, json_out=str(out), verbose=False, on_event=lambda *e: events.append(e)
+    )
+    kinds = [k for k, _, _ in events]  # progress: 8 runs planned, each reports done (dp 1) and is counted
+    assert [p["runs"] for k, _, p in events if k == "plan"] == [8] and kinds.count("run") == kinds.count("done") == 8
     assert json.loads(out.read_text())["schema"] == "workbench.compare/2"
     assert doc["headline"].startswith("Compared EAGLE3 (3, 2, 4) (steps, topk, draft tokens) vs greedy on fa3, ")
     assert len(doc["order"]) == 2 and all(sorted(o) == sorted(r["arm"] for r in doc["rows"]) for o in doc["order"])

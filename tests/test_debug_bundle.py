@@ -48,19 +48,19 @@ def events():
 @pytest.fixture(scope="module")
 def crashes(events):
     """One pr-24860 crash per (backend, dp): dp - 1 idle ranks, each with a bundle. Run under the
-    notebooks' progress bar, with one more listener recording what the ranks report."""
-    from workbench.run.dp import launch
+    notebooks' progress bar, its ``on_event`` also recording what the ranks report."""
 
-    launch.listeners.append(lambda *e: events.append(e))
-    try:
-        runs = run_all(
-            {
-                (b, dp): (lambda b=b, dp=dp: workbench.reproduce(backend=b, revision="pr-24860", dp=dp, **SMALL))
-                for b, dp in CASES
-            }
-        )
-    finally:
-        launch.listeners.pop()
+    def job(b: str, dp: int):
+        def run(on_event):
+            def both(*e):
+                events.append(e)
+                on_event(*e)
+
+            return workbench.reproduce(backend=b, revision="pr-24860", dp=dp, on_event=both, **SMALL)
+
+        return run
+
+    runs = run_all({(b, dp): job(b, dp) for b, dp in CASES})
     yield runs
     for res in runs.values():
         shutil.rmtree(res.record["dp"]["logs"], ignore_errors=True)
@@ -86,7 +86,7 @@ def test_replay_raises_at_the_ranks_frame_and_the_fix_matches_the_reference(cras
         assert fixed.fix and fixed.matches_reference is True, fixed.summary()
         assert fixed.metadata["kv_indptr"] == fixed.reference["kv_indptr"] == [0, 1]
         assert fixed.metadata["kv_indices"] == fixed.reference["kv_indices"]
-    assert not workbench.fix_applied(), "replay with fix=True must leave the class as it found it"
+    assert not workbench.is_fix_applied(), "replay with fix=True must leave the class as it found it"
 
 
 def test_run_result_replay_and_apply_fix_take_the_fallback(crashes):

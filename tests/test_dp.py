@@ -112,7 +112,7 @@ def test_good_revisions_pass_everywhere_with_identical_outputs(revision, greedy_
 
 
 def test_in_place_fix_turns_the_crash_into_ok_and_undo_brings_it_back(greedy):
-    assert not workbench.fix_applied()
+    assert not workbench.is_fix_applied()
     try:
         assert workbench.apply_fix()
         fixed = one_idle_rank("triton")
@@ -120,6 +120,10 @@ def test_in_place_fix_turns_the_crash_into_ok_and_undo_brings_it_back(greedy):
         assert fixed.record["outputs"] == greedy["outputs"][:1]
     finally:
         workbench.undo_fix()
+    with workbench.fix_applied():  # the same, for the block: the ranks take the fix from the run's config
+        scoped = one_idle_rank("triton")
+    assert not workbench.is_fix_applied()
+    assert scoped.status == "ok" and scoped.record["config"]["apply_fix_in_place"], scoped.summary()
     again = one_idle_rank("triton")
     assert again.status == "crashed" and again.crash["message"] == MESSAGE
     assert (again.crash["rank"], again.crash["phase"], again.crash["forward_mode"]) == (1, "draft-extend", "IDLE")

@@ -44,13 +44,13 @@ def test_in_place_patch_adds_and_removes_the_field():
         before.kv_indptr
     try:
         assert fix.apply_fix() and not fix.apply_fix()
-        assert fix.fix_applied()
+        assert fix.is_fix_applied()
         obj = cls.create_idle_input("cpu", 8, torch.float32, CaptureHiddenMode.LAST)
         assert obj.kv_indptr is None and "kv_indptr=None" in repr(obj)
         assert cls(kv_indptr=torch.tensor([0, 1])).kv_indptr.tolist() == [0, 1]
     finally:
         assert fix.undo_fix() and not fix.undo_fix()
-    assert not fix.fix_applied()
+    assert not fix.is_fix_applied()
     with pytest.raises(AttributeError):
         cls.create_idle_input("cpu", 8, torch.float32, CaptureHiddenMode.LAST).kv_indptr
     with pytest.raises(TypeError):

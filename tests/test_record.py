@@ -134,3 +134,31 @@ def test_every_execution_outcome_is_judged_by_the_nightly():
         ex = execution_result(outcome, cell=3, ename="E", evalue="why")
         assert set(ex["error"]) == {"cell", "ename", "evalue", "traceback"}
         assert check_cell({"primary": {"status": "ok"}}, ex, bundle) == [f"notebook {outcome} in cell 3: E: why"]
+
+
+def test_the_record_renders_only_through_the_view_a_face_sets(monkeypatch):
+    """``RunResult`` holds no HTML of its own: without a registered view Jupyter shows its repr; a face
+    (``workbench.notebook``, ``workbench.reproduce``) registers ``workbench.views.display.run_html``."""
+    from workbench.run.record import RunResult
+    from workbench.views.display import run_html, show_runs_as_html
+
+    record = {
+        "status": "ok",
+        "config": {
+            "backend": "torch_native",
+            "revision": "pr-28221",
+            "dp": 1,
+            "steps": 3,
+            "topk": 2,
+            "draft_tokens": 4,
+        },
+        "crash": None,
+        "metrics": {"accept_length_mean": 2.5, "tokens_per_s": 10.0},
+        "outputs": [],
+        "outputs_sha256": "ab" * 32,
+    }
+    monkeypatch.setattr(RunResult, "html_view", None)
+    assert RunResult(record)._repr_html_() is None and repr(RunResult(record)).startswith("RunResult: [ok]")
+    show_runs_as_html()
+    assert RunResult.html_view is run_html and RunResult(record)._repr_html_() == run_html(record)
+    assert ">ok</span>" in RunResult(record)._repr_html_()

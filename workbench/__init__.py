@@ -1,5 +1,10 @@
 """EAGLE3 + DP-attention regression workbench: reproduce SGLang's ``kv_indptr`` crash, apply the fix,
-compare backends."""
+compare backends.
+
+The names below load on first use, so ``import workbench`` stays light (a rank process imports this
+package before it chooses where its kernels run). Taking ``reproduce`` or ``RunResult`` from here
+also makes a ``RunResult`` show as HTML in Jupyter (``workbench.views.display.run_html``).
+"""
 
 from __future__ import annotations
 
@@ -12,26 +17,26 @@ __all__ = [
     "apply_fix",
     "undo_fix",
     "fix_applied",
+    "is_fix_applied",
     "REVISIONS",
     "replay_crash",
     "load_bundle",
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "reproduce":
+def __getattr__(name: str) -> Any:  # every import below is lazy: the names load on first use (module docstring)
+    if name in ("reproduce", "RunResult"):
         from workbench.run.api import reproduce
+        from workbench.run.record import RunResult
+        from workbench.views.display import show_runs_as_html
 
-        return reproduce
+        show_runs_as_html()
+        return reproduce if name == "reproduce" else RunResult
     if name == "RunConfig":
         from workbench.run.config import RunConfig
 
         return RunConfig
-    if name == "RunResult":
-        from workbench.run.record import RunResult
-
-        return RunResult
-    if name in ("apply_fix", "undo_fix", "fix_applied"):
+    if name in ("apply_fix", "undo_fix", "fix_applied", "is_fix_applied"):
         from workbench.speculative import eagle_draft_extend_pr28221 as fix
 
         return getattr(fix, name)

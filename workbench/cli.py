@@ -1,4 +1,9 @@
-"""Command line: ``workbench run``, ``bench``, ``compare``, ``sweep``, ``upstream``, ``contracts``, ``debug``."""
+"""Command line: ``workbench run``, ``bench``, ``compare``, ``sweep``, ``upstream``, ``contracts``, ``debug``.
+
+Each command imports what it runs when it runs (torch, matplotlib and the engine take seconds to
+load), so ``workbench --help`` and a usage error answer at once. ``main`` is this process's entry
+point: it chooses where the Triton kernels run (``kernels.setup``) before any command starts.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import sys
 from pathlib import Path
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(args: argparse.Namespace) -> int:  # imports on use (module docstring)
     from workbench.run.api import reproduce
     from workbench.run.config import config_from_args
 
@@ -21,54 +26,63 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def cmd_bench(args: argparse.Namespace) -> int:  # imports on use (module docstring)
     """Exit 0 when every EAGLE3 run generated the greedy tokens, 1 when any did not (2: bad input)."""
     from workbench.experiments.bench import bench
     from workbench.experiments.definition import COMPARISON
     from workbench.run.config import config_from_args, make_config
+    from workbench.views.display import progress
 
     config = COMPARISON.apply(config_from_args(args))
     backends = args.backends or [make_config(config).backend]
-    out = bench(config, backends=backends, repeats=args.repeats or COMPARISON.repeats, json_out=args.json)
+    repeats = args.repeats or COMPARISON.repeats
+    with progress("bench", disable=None) as on_event:  # a bar on a terminal (stderr), none in a log
+        out = bench(config, backends=backends, repeats=repeats, json_out=args.json, on_event=on_event)
     if not out["lossless_all"]:
         print("workbench bench: EAGLE3 outputs differ from greedy (not lossless)", file=sys.stderr)
         return 1
     return 0
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    from workbench.experiments.compare import compare
+def cmd_compare(args: argparse.Namespace) -> int:  # imports on use (module docstring)
+    from workbench.experiments.compare import compare, format_text
     from workbench.experiments.definition import COMPARISON
     from workbench.run.config import config_from_args
+    from workbench.views.display import progress
 
-    compare(
-        COMPARISON.apply(config_from_args(args)),
-        backends=args.backends,
-        repeats=args.repeats or COMPARISON.repeats,
-        dps=args.dps,
-        json_out=args.json,
-    )
+    with progress("compare", disable=None) as on_event:
+        doc = compare(
+            COMPARISON.apply(config_from_args(args)),
+            backends=args.backends,
+            repeats=args.repeats or COMPARISON.repeats,
+            dps=args.dps,
+            json_out=args.json,
+            verbose=False,
+            on_event=on_event,
+        )
+    print(format_text(doc))  # after the bar has closed
     return 0
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    from workbench.experiments.sweep import save, sweep
+def cmd_sweep(args: argparse.Namespace) -> int:  # imports on use (module docstring)
+    from workbench.experiments.sweep import merge, save, sweep
     from workbench.run.config import config_from_args
+    from workbench.views.display import progress
 
     if args.merge:
-        from workbench.experiments.sweep import merge
-
         doc = merge([json.loads(Path(p).read_text()) for p in args.merge])
     else:
         settings = [tuple(int(x) for x in s.split(",")) for s in args.settings]
-        doc = sweep(config_from_args(args), args.backends, settings, args.dtypes, verbose=True)
+        with progress("sweep", disable=None) as on_event:
+            quiet = sys.stderr.isatty()  # on a terminal the bar names each run; in a log, one line per run
+            doc = sweep(config_from_args(args), args.backends, settings, args.dtypes, not quiet, on_event=on_event)
     print("\n".join(doc["findings"]))
     if args.json:
         print(f"sweep written to {save(doc, Path(args.json))}")
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # imports on use (module docstring)
     from workbench.models.loader import CheckpointError
     from workbench.run.config import ConfigError, add_run_args
 
@@ -137,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _delegate(module: str, rest: list[str]) -> int:
+def _delegate(module: str, rest: list[str]) -> int:  # imports on use (module docstring)
     import importlib
 
     return importlib.import_module(module).main(rest)

@@ -1,6 +1,9 @@
-"""Notebook-facing helpers: the run config from a notebook's parameters, prompt choice, tables of
-run records, the notebook record, the expectation gate. Notebook 04's views of the real releases
-are ``workbench.notebook.upstream`` (``workbench/views/upstream.py``).
+"""The notebook face: the run config from a notebook's parameters, prompt choice, the notebook record
+(its I/O), the expectation gate, and the backends run side by side under a progress bar. What a
+notebook shows comes from ``workbench.views`` (tables, the run's HTML, plots, the crash-bundle and
+upstream views); importing this module makes ``RunResult`` render as ``workbench.views.display.run_html``.
+It loads no engine (torch) until a function needs one: the nightly and its fast notebooks read and
+write notebook records through it.
 
 A notebook writes one *notebook record* (``save_bundle``) at its ``record_path``: its parameters
 and every run record it made, by role (e.g. ``run``; ``reference`` / ``fixed`` / ``undo``;
@@ -10,60 +13,29 @@ and every run record it made, by role (e.g. ``run``; ``reference`` / ``fixed`` /
 from __future__ import annotations
 
 import dataclasses
-import html
-import io
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workbench.views.plots.common import record_label
+from workbench.run.labels import record_label
+from workbench.run.record import RecordLike, as_record
+from workbench.views.display import run_all, show_runs_as_html
 
 SCHEMA = "workbench.notebook-record/1"
 EXPECT_CHOICES = ("crash", "ok", "any")
-RecordLike = dict | Any  # a run record dict or a RunResult
+show_runs_as_html()
 
 
 class ExpectationError(AssertionError):
     """A notebook's ``expect`` parameter was not met."""
 
 
-def as_record(run: RecordLike) -> dict:
-    """The run record dict of a RunResult or a record."""
-    return run if isinstance(run, dict) else run.record
-
-
-class Table:
-    """Rows of dicts shown as an HTML table in Jupyter and as aligned text elsewhere."""
-
-    def __init__(self, rows: Sequence[dict], columns: Sequence[str] | None = None) -> None:
-        self.rows = list(rows)
-        self.columns = list(columns or (self.rows[0].keys() if self.rows else []))
-
-    def _cells(self) -> list[list[str]]:
-        return [["" if r.get(c) is None else str(r.get(c)) for c in self.columns] for r in self.rows]
-
-    def _repr_html_(self) -> str:
-        head = "".join(f"<th style='text-align:left'>{html.escape(c)}</th>" for c in self.columns)
-        body = "".join(
-            "<tr>" + "".join(f"<td style='text-align:left'>{html.escape(v)}</td>" for v in row) + "</tr>"
-            for row in self._cells()
-        )
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-    def __repr__(self) -> str:
-        cells = self._cells()
-        widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(self.columns)]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(self.columns, widths, strict=False))]
-        lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=False)) for row in cells]
-        return "\n".join(lines)
-
-
 def select_prompts(prompts: list[str] | None = None, num_prompts: int | None = None) -> list[str]:
     """``prompts`` if given, else the first ``num_prompts`` of the shipped set (all when None)."""
     if prompts:
         return list(prompts)
-    from workbench.models.loader import load_prompts
+    from workbench.models.loader import load_prompts  # torch: only when prompts are chosen (module docstring)
 
     shipped = load_prompts()
     return shipped[:num_prompts] if num_prompts else shipped
@@ -74,7 +46,7 @@ def run_config(params: Mapping[str, Any], **overrides: Any) -> dict:
     ``num_prompts`` resolved to the prompt list (``select_prompts``), then ``overrides``. Other
     keys (``backends``, ``expect``, ``record_path``, ...) are the notebook's own. Validated now:
     a bad value raises ConfigError naming it and the valid ones, before anything runs."""
-    from workbench.run.config import RunConfig, make_config
+    from workbench.run.config import RunConfig, make_config  # the backends load torch (module docstring)
 
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     config = {k: v for k, v in params.items() if k in fields}
@@ -82,85 +54,6 @@ def run_config(params: Mapping[str, Any], **overrides: Any) -> dict:
     config.update(overrides)
     make_config(config)
     return config
-
-
-def _fmt(x: float | None, digits: int = 2) -> str | None:
-    return None if x is None else f"{x:.{digits}f}"
-
-
-def summary_table(runs: Mapping[str, RecordLike] | Iterable[RecordLike]) -> Table:
-    """One row per run: status, backend and kernel, revision, dp, the exception, accept length, tokens/s, hash."""
-    items = runs.items() if isinstance(runs, Mapping) else ((str(i), r) for i, r in enumerate(runs))
-    rows = []
-    for role, run in items:
-        rec = as_record(run)
-        cfg, m, crash = rec["config"], rec.get("metrics") or {}, rec.get("crash") or {}
-        rows.append(
-            {
-                "run": role,
-                "status": rec["status"],
-                "mode": cfg.get("mode"),
-                "backend": record_label(rec, sep=" "),
-                "kernel": cfg.get("kernel"),
-                "revision": cfg["revision"] + (" + apply_fix()" if cfg.get("apply_fix_in_place") else ""),
-                "dp": cfg["dp"],
-                "exception": crash.get("exception_type"),
-                "accept length": _fmt(m.get("accept_length_mean")),
-                "tokens/s": _fmt(m.get("tokens_per_s"), 1),
-                "outputs sha256": (rec.get("outputs_sha256") or "")[:16] or None,
-            }
-        )
-    return Table(rows)
-
-
-def where_table(run: RecordLike) -> Table:
-    """Where the run was when it ended, per DP rank: assigned prompts, last forward pass, outcome."""
-    rec = as_record(run)
-    crash = rec.get("crash") or {}
-    dp = rec.get("dp") or {}
-    assignment = dp.get("assignment") or [list(range(len(rec["config"].get("prompts") or [])))]
-    last = dp.get("last_forward") or {}
-    rows = []
-    for rank, prompts in enumerate(assignment):
-        fwd = last.get(str(rank)) or {}
-        crashed_here = crash.get("rank") == rank
-        if crashed_here:
-            fwd = {
-                "phase": crash.get("phase"),
-                "forward_mode": crash.get("forward_mode"),
-                "batch_size": crash.get("batch_size"),
-            }
-        rows.append(
-            {
-                "rank": rank,
-                "prompts": len(prompts),
-                "idle": "yes" if not prompts else "no",
-                "phase": fwd.get("phase"),
-                "forward mode": fwd.get("forward_mode"),
-                "batch size": fwd.get("batch_size"),
-                "outcome": f"{crash.get('exception_type')}: {crash.get('message')}"
-                if crashed_here
-                else ("stopped (another rank failed)" if crash else rec["status"]),
-            }
-        )
-    return Table(rows)
-
-
-def traceback_text(run: RecordLike) -> str:
-    """The crashing rank's traceback, or a line saying there was none."""
-    crash = as_record(run).get("crash")
-    if not crash:
-        return "no crash: the run finished ok"
-    return crash.get("traceback") or f"{crash.get('exception_type')}: {crash.get('message')} (no traceback captured)"
-
-
-def show(fig: Any) -> None:
-    """Display a matplotlib Figure as PNG in a notebook (works without pyplot and in papermill)."""
-    from IPython.display import Image, display
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    display(Image(data=buf.getvalue()))
 
 
 def save_bundle(
@@ -247,22 +140,15 @@ def compare_backends(
 ) -> dict[str, Any]:
     """``reproduce`` once per backend and mode, under a progress bar; RunResults keyed ``"<mode>/<backend>"``.
     Crashes are data."""
-    from workbench.run.api import reproduce
-    from workbench.views.display import run_all
+    from workbench.run.api import reproduce  # the engine (module docstring)
 
     return run_all(
         {
-            f"{mode}/{b}": (lambda b=b, mode=mode: reproduce({**config, "backend": b, "mode": mode}))
+            f"{mode}/{b}": (
+                lambda on_event, b=b, mode=mode: reproduce({**config, "backend": b, "mode": mode}, on_event=on_event)
+            )
             for b in backends
             for mode in modes
         },
         desc="backends",
     )
-
-
-def __getattr__(name: str) -> Any:
-    if name == "upstream":  # imported on use: views.py builds on this module's Table
-        from workbench.views import upstream as views
-
-        return views
-    raise AttributeError(f"module 'workbench.notebook' has no attribute {name!r}")

@@ -74,8 +74,15 @@ class AttentionBackend(ABC):
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, forward_batch: ForwardBatch
     ) -> torch.Tensor:
-        """Write the new K/V at ``out_cache_loc``, then dispatch on the forward mode."""
+        """Write the new K/V at ``out_cache_loc``, then dispatch on the forward mode; the run's
+        observers get the layer's time (``on_attention``) when one takes it."""
+        hooks = forward_batch.hooks
+        t0 = hooks.clock() if hooks.times_attention else 0.0
         forward_batch.kv_cache.set_kv(layer_id, forward_batch.out_cache_loc, k, v)
         if forward_batch.forward_mode.is_decode_or_idle():
-            return self.forward_decode(q, layer_id, forward_batch)
-        return self.forward_extend(q, k, v, layer_id, forward_batch)
+            out = self.forward_decode(q, layer_id, forward_batch)
+        else:
+            out = self.forward_extend(q, k, v, layer_id, forward_batch)
+        if hooks.times_attention:
+            hooks.on_attention(layer_id, forward_batch, hooks.clock() - t0)
+        return out

@@ -64,10 +64,14 @@ class MultiStepDraftBackend:
     def init_forward_metadata(self, forward_batch: ForwardBatch, step: int) -> None:
         """forward_batch: draft step ``step`` (1-based) over the planned rows, ``spec_info`` an
         ``EagleDraftInput``. Sets ``spec_info.kv_indptr`` (R+1,) / ``kv_indices`` (nnz,) where
-        the backend reads them, then the step's metadata."""
+        the backend reads them, then the step's metadata. The run's observers get the whole step's
+        time as one ``init_forward_metadata`` call of the draft (``on_metadata``)."""
         fb = forward_batch
+        t0 = fb.hooks.clock() if fb.hooks.times_metadata else 0.0
         if self.backend.reads_spec_kv_indptr:
             fb.spec_info.kv_indptr, fb.spec_info.kv_indices = seq_lens_kv_metadata(
                 fb.req_to_token_pool.req_to_token, fb.req_pool_indices, fb.seq_lens, self.backend.ops.build_kv_indices
             )
         self.backend.init_draft_decode_metadata(fb, self.current, step)
+        if fb.hooks.times_metadata:
+            fb.hooks.on_metadata("draft", fb, fb.hooks.clock() - t0)

@@ -19,7 +19,6 @@ import platform
 import time
 import traceback
 import uuid
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -255,33 +254,3 @@ def bundle_root() -> Path:
 def new_bundle_dir() -> Path:
     """A fresh, not yet created folder under ``bundle_root()`` for one run's bundles."""
     return bundle_root() / f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-def write_crash_bundle(
-    crash: dict, worker: Any, cfg: Any, exc: BaseException, directory: str | Path | None = None
-) -> None:
-    """Set ``crash["bundle"]`` to the bundle of the forward ``worker`` saw raise (None when the
-    failure was not in a model runner's forward); a bundle that cannot be written is a warning."""
-    crash["bundle"] = None
-    runner, fb = getattr(worker, "failed_forward", None) or (None, None)
-    if not hasattr(runner, "attn_backend"):  # not a forward, or a test hook's stand-in runner
-        return
-    from workbench.speculative.eagle_draft_extend_pr28221 import fix_applied
-
-    try:
-        directory = directory if directory is not None else new_bundle_dir()
-        crash["bundle"] = str(
-            save_bundle(
-                directory,
-                rank=crash["rank"],
-                dp=cfg.dp,
-                phase=crash.get("phase"),
-                revision=cfg.revision,
-                fix_applied=fix_applied(),
-                runner=runner,
-                forward_batch=fb,
-                exc=exc,
-            )
-        )
-    except Exception as e:  # the crash record matters more than its bundle
-        warnings.warn(f"crash bundle not written: {type(e).__name__}: {e}", RuntimeWarning, stacklevel=2)

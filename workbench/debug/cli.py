@@ -14,6 +14,8 @@ import traceback
 from pathlib import Path
 
 from workbench.debug.bundle import BundleError
+from workbench.debug.load import load_bundle
+from workbench.debug.replay import replay_crash
 
 
 def _same_frame(exc: BaseException, recorded: dict) -> bool:
@@ -35,8 +37,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="write the replay outcome here")
     ap.add_argument("--pdb", action="store_true", help="open pdb in the failing frame (post-mortem)")
     args = ap.parse_args(argv)
-    from workbench.debug.load import load_bundle
-    from workbench.debug.replay import replay_crash
 
     try:
         b = load_bundle(args.bundle)

@@ -10,6 +10,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from workbench.backends import backend_names
 from workbench.debug.bundle import (
     ALLOWED_SPEC_CLASSES,
     DTYPES,
@@ -84,7 +85,6 @@ def _read_tensors(d: Path, meta: dict) -> dict[str, torch.Tensor]:
 def _check_batch(f: Path, meta: dict, t: dict[str, torch.Tensor]) -> None:
     if meta["forward_mode"] not in ForwardMode.__members__:
         raise _fail(f, f"forward_mode {meta['forward_mode']!r}; valid: {list(ForwardMode.__members__)}")
-    from workbench.backends import backend_names
 
     if meta["backend"] not in backend_names():
         raise _fail(f, f"backend {meta['backend']!r}; valid: {backend_names()}")

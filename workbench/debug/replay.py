@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-import kernels
 from workbench.backends import AttentionBackend, BackendContext, create_backend
 from workbench.debug.bundle import DTYPES, BundleError, CrashBundle
 from workbench.debug.load import load_bundle
@@ -26,7 +25,7 @@ from workbench.engine.forward_batch import ForwardBatch
 from workbench.engine.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.engine.model_runner import init_metadata_for
 from workbench.mem.pool import KVCache, ReqToTokenPool
-from workbench.speculative.eagle_draft_extend_pr28221 import apply_fix, fix_applied, undo_fix
+from workbench.speculative.eagle_draft_extend_pr28221 import fix_applied, is_fix_applied
 
 MAX_LISTED = 4096  # metadata tensors up to this many elements are returned as lists
 
@@ -159,13 +158,10 @@ def init_forward_metadata(backend: AttentionBackend, fb: ForwardBatch) -> None:
 
 @contextmanager
 def fix_state(on: bool) -> Iterator[bool]:
-    """Apply the fix in place for the block when ``on`` (undone after, unless it was on already)."""
-    added = apply_fix() if on else False
-    try:
-        yield fix_applied()
-    finally:
-        if added:
-            undo_fix()
+    """Apply the fix in place for the block when ``on`` (undone after, unless it was on already);
+    yields whether it is applied."""
+    with fix_applied() if on else nullcontext():
+        yield is_fix_applied()
 
 
 def _describe(v: Any) -> Any:
@@ -190,7 +186,6 @@ def _compare(md: dict[str, Any], ref: dict[str, list[int]]) -> list[str]:
 def replay_crash(bundle: str | Path | CrashBundle, fix: bool = False) -> ReplayResult:
     """Replay ``bundle`` (a path or a loaded ``CrashBundle``). Without the fix (and without a prior
     ``apply_fix()``) the recorded exception is raised again; otherwise returns a ``ReplayResult``."""
-    kernels.setup()  # an entry point: where the triton backend's kernels run, before anything loads them
     b = bundle if isinstance(bundle, CrashBundle) else load_bundle(bundle)
     e = b.meta["exception"]
     with fix_state(fix or bool(b.meta["fix_applied"])) as fixed:

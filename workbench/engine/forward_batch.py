@@ -18,6 +18,7 @@ import torch
 
 from kernels.ragged import indptr_from_lens
 from workbench.engine.forward_mode import CaptureHiddenMode, ForwardMode
+from workbench.engine.hooks import NO_HOOKS, Hooks
 from workbench.mem.pool import KVCache, ReqToTokenPool
 
 
@@ -39,6 +40,7 @@ class ForwardBatch:
     capture_hidden_mode: CaptureHiddenMode = CaptureHiddenMode.NULL
     dp_comm: Any | None = None  # workbench.run.dp.comm.DPCommunicator under DP attention
     is_padded_idle: bool = False
+    hooks: Hooks = field(default=NO_HOOKS, repr=False)  # the run's observers (workbench.engine.hooks)
     attn_metadata: Any | None = field(default=None, repr=False)  # set by init_forward_metadata
 
     @property

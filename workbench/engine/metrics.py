@@ -9,7 +9,6 @@ without requests (IDLE batches) are kept apart from those of ranks holding reque
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 ACCEPT_RATE_DENOMINATOR = "draft tokens proposed: (num_draft_tokens - 1) per request per verify step"
@@ -29,7 +28,8 @@ SAMPLE_DEFINITIONS = {
     "latency_s_idle": "the same phases on a DP rank without requests (IDLE batches)",
     "forward_s": "one forward pass, keyed model/FORWARD_MODE (metadata + layers + DP collectives)",
     "forward_s_idle": "one IDLE forward pass of a rank without requests",
-    "metadata_s": "one init_forward_metadata call, keyed model/FORWARD_MODE",
+    "metadata_s": "one init_forward_metadata call, keyed model/FORWARD_MODE (a multi-step draft's DECODE step: "
+    "the step's whole metadata, spec_info.kv_indptr / kv_indices included)",
     "attention_s": "attention (KV write + kernel) summed over the layers of one forward, keyed model/FORWARD_MODE",
     "collective_s": "DP collectives per forward (token-count all_gather, MLP all_gather + all_reduce with their "
     "shard compute), and any_rank all_reduce per scheduling decision",
@@ -72,17 +72,15 @@ class Metrics:
     proposed_per_step: int = 0  # draft tokens proposed per request per verify step
     max_depth: int = 0  # steps: the deepest a path can go
     muted: bool = False  # warm-up: nothing is recorded
-    idle_probe: Callable[[], bool] | None = None  # is the phase just timed one of a rank without requests?
 
     @property
     def latency_s(self) -> dict[str, list[float]]:
         return self.samples["latency_s"]
 
-    def add_latency(self, phase: str, seconds: float, idle: bool | None = None) -> None:
+    def add_latency(self, phase: str, seconds: float, idle: bool = False) -> None:
+        """``idle``: a phase of a DP rank without requests (its IDLE forwards), kept apart."""
         if self.muted:
             return
-        if idle is None:
-            idle = bool(self.idle_probe and self.idle_probe())
         self.samples["latency_s_idle" if idle else "latency_s"][phase].append(seconds)
 
     def add_sample(self, kind: str, key: str, seconds: float) -> None:

@@ -13,6 +13,7 @@ import torch
 from workbench.backends import AttentionBackend, BackendContext, MultiStepDraftBackend, create_backend
 from workbench.engine.forward_batch import ForwardBatch
 from workbench.engine.forward_mode import CaptureHiddenMode, ForwardMode
+from workbench.engine.hooks import NO_HOOKS, Hooks
 from workbench.mem.pool import KVCache, ReqToTokenPool, TokenSlotAllocator
 from workbench.models.eagle3 import Eagle3Head
 
@@ -36,13 +37,21 @@ class Memory:
 
 class ModelRunner:
     def __init__(
-        self, model: torch.nn.Module, backend: str, memory: Memory, capacity: int, dp_comm: object | None = None
+        self,
+        model: torch.nn.Module,
+        backend: str,
+        memory: Memory,
+        capacity: int,
+        dp_comm: object | None = None,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         cfg = model.config
         self.model = model
         self.memory = memory
         self.dp_comm = dp_comm
+        self.hooks = hooks
         self.is_draft = isinstance(model, Eagle3Head)
+        self.name = "draft" if self.is_draft else "target"
         self.kv_cache = KVCache(cfg.num_layers, capacity, cfg.num_kv_heads, cfg.head_dim, torch.float32)
         self.attn_backend = create_backend(
             backend,
@@ -59,6 +68,7 @@ class ModelRunner:
             kv_cache=self.kv_cache,
             attn_backend=self.attn_backend,
             dp_comm=self.dp_comm,
+            hooks=self.hooks,
             **kw,
         )
 
@@ -90,7 +100,12 @@ class ModelRunner:
         if fb.forward_mode.is_idle():
             return self.forward_idle(fb, hidden)
         if fb.attn_metadata is None:
-            self.attn_backend.init_forward_metadata(fb)
+            if self.hooks.times_metadata:
+                t0 = self.hooks.clock()
+                self.attn_backend.init_forward_metadata(fb)
+                self.hooks.on_metadata(self.name, fb, self.hooks.clock() - t0)
+            else:
+                self.attn_backend.init_forward_metadata(fb)
         return self._run(fb, hidden)
 
     def forward_idle(
@@ -98,7 +113,9 @@ class ModelRunner:
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """As upstream: metadata only for a non-empty (padded) idle batch; the layers still run so
         the MLP collectives line up across DP ranks."""
-        init_metadata_for(self.attn_backend, fb)
+        t0 = self.hooks.clock() if self.hooks.times_metadata else 0.0
+        if init_metadata_for(self.attn_backend, fb) and self.hooks.times_metadata:
+            self.hooks.on_metadata(self.name, fb, self.hooks.clock() - t0)
         return self._run(fb, hidden)
 
     def _run(self, fb: ForwardBatch, hidden: torch.Tensor | None):

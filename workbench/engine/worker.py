@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from workbench.engine.forward_mode import CaptureHiddenMode, ForwardMode
+from workbench.engine.hooks import NO_HOOKS, Hooks
 from workbench.engine.metrics import Metrics
 from workbench.engine.model_runner import Memory, ModelRunner
 from workbench.engine.ops import gather_req_to_token, indptr_from_lens, ragged_arange
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
 
 
 class WorkerBase:
-    """Owns the shared pools and the target runner; records where each forward happens."""
+    """Owns the shared pools and the target runner; records where each forward happens and tells the
+    run's observers (``hooks``, see ``workbench.engine.hooks``) about phases and forwards."""
 
     def __init__(
         self,
@@ -34,6 +36,7 @@ class WorkerBase:
         extra_slots: int = 0,
         dp_comm: object | None = None,
         metrics: Metrics | None = None,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         capacity = max_running * max_context_len + extra_slots
         self.memory = Memory(
@@ -42,11 +45,11 @@ class WorkerBase:
         self.memory.req_to_token_pool.alloc(1)  # row 0: the row padded IDLE rows point at
         self.max_context_len = max_context_len
         self.dp_comm = dp_comm
-        self.target = ModelRunner(target, backend, self.memory, capacity, dp_comm)
+        self.hooks = hooks
+        self.target = ModelRunner(target, backend, self.memory, capacity, dp_comm, hooks)
         self.metrics = metrics or Metrics()
         self.ops = self.target.attn_backend.ops  # the bookkeeping ops this backend's runs use
         self.current: dict[str, object] = {}  # phase / forward_mode / batch_size of the forward in flight
-        self.failed_forward: tuple[ModelRunner, ForwardBatch] | None = None  # for the crash bundle
 
     @property
     def backend(self) -> AttentionBackend:
@@ -54,18 +57,30 @@ class WorkerBase:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
+        """One phase of a round; its latency counts as idle when its forwards were IDLE (a DP rank
+        without requests)."""
         t0 = time.perf_counter()
         self.current = {"phase": name}
+        self.hooks.on_phase_start(name)
         yield
-        self.metrics.add_latency(name, time.perf_counter() - t0)
+        seconds, idle = time.perf_counter() - t0, self.current.get("forward_mode") == "IDLE"
+        self.metrics.add_latency(name, seconds, idle)
+        self.hooks.on_phase(name, seconds, idle)
 
     def run(self, runner: ModelRunner, fb: ForwardBatch, hidden: torch.Tensor | None = None) -> Any:
+        """One forward of ``runner``, with the observers told before, after, or of its exception."""
         self.current.update(forward_mode=fb.forward_mode.name, batch_size=fb.batch_size)
+        hooks = self.hooks
+        hooks.on_forward_start(runner.name, fb)
+        t0 = hooks.clock() if hooks.times_forwards else 0.0
         try:
-            return runner.forward(fb, hidden)
-        except Exception:
-            self.failed_forward = (runner, fb)  # what the crash bundle captures (workbench.debug.bundle)
+            out = runner.forward(fb, hidden)
+        except Exception as exc:
+            hooks.on_forward_error(runner, fb, exc)  # crash capture (workbench.debug.capture) sees the batch here
             raise
+        if hooks.times_forwards:
+            hooks.on_forward(runner.name, fb, hooks.clock() - t0)
+        return out
 
     def check_fits(self, reqs: list[Req], extra: int) -> None:
         for r in reqs:

@@ -20,6 +20,7 @@ from workbench.experiments.definition import COMPARISON, describe
 from workbench.experiments.stats import INTERVAL, fmt, fmt_interval, paired_ratio, summarize, verdict
 from workbench.models.loader import load_prompts
 from workbench.run.api import reproduce
+from workbench.run.events import OnEvent
 from workbench.run.record import RunResult
 
 MODES = ("greedy", "eagle")
@@ -32,21 +33,31 @@ def run_paired(
     repeats: int,
     seed: int = COMPARISON.order_seed,
     run: Callable[[dict], RunResult] | None = None,
+    on_event: OnEvent | None = None,
 ) -> tuple[dict[str, list[RunResult]], list[list[str]]]:
     """``repeats`` repeats of every arm (label, config overrides), each repeat in a random order
     drawn from ``seed``; ``run`` (default ``reproduce``) runs one config. Returns (runs per label,
     repeat i at index i; the order run per repeat). A run that does not end ok stops everything
-    (SystemExit naming it)."""
-    run = run or reproduce
+    (SystemExit naming it). ``on_event`` gets the runs' events (through ``reproduce``) and a
+    ``plan`` / ``run`` event per run (``workbench.run.events``)."""
+    if run is None:
+
+        def run(cfg: dict) -> RunResult:
+            return reproduce(cfg, on_event=on_event)
+
     rng = random.Random(seed)
     runs: dict[str, list[RunResult]] = {label: [] for label, _ in arms}
     order = []
+    if on_event is not None:
+        on_event("plan", None, {"runs": repeats * len(arms)})
     for _ in range(repeats):
         this = list(arms)
         rng.shuffle(this)
         order.append([label for label, _ in this])
         for label, overrides in this:
             r = run({**config, **overrides})
+            if on_event is not None:
+                on_event("run", None, {"label": label, "status": r.status})
             if r.status != "ok":
                 print(r.summary())
                 raise SystemExit(f"{label} run ended {r.status}")
@@ -138,12 +149,13 @@ def bench(
     repeats: int = COMPARISON.repeats,
     json_out: str | None = None,
     run: Callable[[dict], RunResult] | None = None,
+    on_event: OnEvent | None = None,
 ) -> dict:
     """Greedy and EAGLE3 ``repeats`` times per backend in paired, shuffled repeats; prints and
     returns {"speedup", "verdict", "lossless", "backend"} of the first backend, ``rows`` (one per
-    backend) and ``lossless_all``."""
+    backend) and ``lossless_all``. ``on_event``: progress (``workbench.run.events``)."""
     arms = [(f"{m}/{b}", {"backend": b, "mode": m}) for b in backends for m in MODES]
-    runs, order = run_paired(config, arms, repeats, run=run)
+    runs, order = run_paired(config, arms, repeats, run=run, on_event=on_event)
     line = describe(config, backends, repeats)
     print(f"compared: {line}")
     rows = []

@@ -19,8 +19,9 @@ from pathlib import Path
 from workbench.experiments.bench import MODES, run_paired
 from workbench.experiments.definition import COMPARISON, describe
 from workbench.experiments.stats import INTERVAL, fmt, fmt_interval, paired_ratio, summarize, verdict
+from workbench.run.events import OnEvent
+from workbench.run.labels import record_label
 from workbench.run.record import RunResult
-from workbench.views.plots.common import record_label
 
 SCHEMA = "workbench.compare/2"  # a format name (not a module path)
 NOTE = (
@@ -202,13 +203,15 @@ def compare(
     verbose: bool = True,
     records_out: dict | None = None,
     run: Callable[[dict], RunResult] | None = None,
+    on_event: OnEvent | None = None,
 ) -> dict:
     """Run and summarise; returns (and writes to ``json_out``) the comparison document.
-    ``records_out``, given a dict, receives every run record keyed ``<mode>/<backend>/dp<N>#<repeat>``."""
+    ``records_out``, given a dict, receives every run record keyed ``<mode>/<backend>/dp<N>#<repeat>``;
+    ``run`` replaces ``reproduce`` (tests); ``on_event``: progress (``workbench.run.events``)."""
     if repeats < 2:
         raise ValueError(f"invalid repeats {repeats!r}; valid: an integer >= 2 (an interval needs repeats)")
     arms = [(f"{m}/{b}/dp{dp}", {"backend": b, "mode": m, "dp": dp}) for dp in dps for b in backends for m in modes]
-    runs, order = run_paired(config, arms, repeats, run=run)
+    runs, order = run_paired(config, arms, repeats, run=run, on_event=on_event)
     records = {arm: [r.record for r in rs] for arm, rs in runs.items()}
     if records_out is not None:
         records_out.update({f"{arm}#{i}": rec for arm, recs in records.items() for i, rec in enumerate(recs)})

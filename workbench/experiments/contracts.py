@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from workbench.backends import AttentionBackend, BackendContext, backend_names, create_backend
+from workbench.backends.fallback import seq_lens_kv_metadata
 from workbench.engine.forward_batch import ForwardBatch
 from workbench.engine.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.engine.model_runner import init_metadata_for
@@ -48,7 +49,6 @@ def _draft_decode_input(mode: str, fb: ForwardBatch):
         return EagleDraftInput.create_idle_input("cpu", H, torch.float32, 1, CaptureHiddenMode.NULL)
     if mode == "EXTEND":
         return EagleDraftInput(hidden_states=torch.zeros(fb.num_tokens, 3 * H), verified_id=fb.input_ids)
-    from workbench.backends.fallback import seq_lens_kv_metadata
 
     kv_indptr, kv_indices = seq_lens_kv_metadata(fb.req_to_token_pool.req_to_token, fb.req_pool_indices, fb.seq_lens)
     return EagleDraftInput(

@@ -14,7 +14,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from workbench.views.plots.common import backend_sort_key, record_label
+from workbench.run.events import OnEvent
+from workbench.run.labels import backend_sort_key, record_label
 
 SCHEMA = "workbench.sweep/1"  # the shipped acceptance_sweep.json's format name (not a module path)
 # the last chain is the comparison's (workbench.experiments.definition)
@@ -133,12 +134,18 @@ def sweep(
     dtypes: Sequence[str] = ("float32",),
     reference_backend: str = "torch_native",
     verbose: bool = False,
+    on_event: OnEvent | None = None,
 ) -> dict:
     """Run every backend × dtype × setting once (acceptance is deterministic: no repeats needed),
-    plus one fp32 greedy reference run; returns the sweep document."""
+    plus one fp32 greedy reference run; returns the sweep document. ``on_event``: progress
+    (``workbench.run.events``)."""
     from workbench.run.api import reproduce  # the engine (torch) only when running: reading a sweep needs none
 
-    ref = reproduce({**config, "backend": reference_backend, "mode": "greedy", "dtype": "float32"})
+    if on_event is not None:
+        on_event("plan", None, {"runs": 1 + len(dtypes) * len(settings) * len(backends)})
+    ref = reproduce({**config, "backend": reference_backend, "mode": "greedy", "dtype": "float32"}, on_event=on_event)
+    if on_event is not None:
+        on_event("run", None, {"label": f"greedy/{reference_backend} float32 reference", "status": ref.status})
     if ref.status != "ok":
         raise RuntimeError(f"the fp32 greedy reference run ended {ref.status}: {ref.summary()}")
     reference = ref.record["outputs"]
@@ -155,9 +162,13 @@ def sweep(
                         "steps": steps,
                         "topk": topk,
                         "draft_tokens": draft_tokens,
-                    }
+                    },
+                    on_event=on_event,
                 ).record
                 rows.append(_row(rec, reference))
+                if on_event is not None:
+                    label = f"{b} {dtype} ({steps}, {topk}, {draft_tokens})"
+                    on_event("run", None, {"label": label, "status": rec["status"]})
                 if verbose:
                     r = rows[-1]
                     print(

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import kernels
 from workbench.backends import backend_names
+from workbench.models.loader import load_prompts
 from workbench.run.dp.policy import POLICIES as DP_POLICIES
 from workbench.speculative.revisions import REVISIONS
 
@@ -162,8 +164,6 @@ class RunConfig:
 def check_kernels(cfg: RunConfig) -> None:
     """After ``kernels.setup``: the triton backend's kernels must run where the tensors are.
     Compiled Triton (set up for cuda earlier in this process) refuses CPU tensors."""
-    import kernels
-
     if cfg.backend == "triton" and cfg.device == "cpu" and not kernels.interpreted():
         raise ConfigError(
             "invalid device 'cpu' for backend triton in this process: its Triton kernels were set up compiled "
@@ -220,7 +220,5 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> dict:
     if getattr(args, "prompts_file", None) is not None:
         given["prompts"] = json.loads(args.prompts_file.read_text())
     if getattr(args, "num_prompts", None) is not None:
-        from workbench.models.loader import load_prompts
-
         given["prompts"] = (given.get("prompts") or load_prompts())[: args.num_prompts]
     return {**given, **overrides}

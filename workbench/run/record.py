@@ -14,9 +14,10 @@ import json
 import os
 import platform
 import traceback as traceback_mod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from workbench.engine.metrics import Metrics, loop_summary
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from workbench.run.config import RunConfig
 
 STATUSES = ("ok", "crashed", "timeout", "error")  # a run record's ``status``
+RecordLike = dict | Any  # a run record dict or a RunResult
 CRASH_FIELDS = (
     "rank",
     "phase",
@@ -176,11 +178,18 @@ def build_record(
     return rec
 
 
+def as_record(run: RecordLike) -> dict:
+    """The run record dict of a RunResult or a record."""
+    return run if isinstance(run, dict) else run.record
+
+
 @dataclass
 class RunResult:
-    """A run record with conveniences for notebooks."""
+    """A run record with conveniences for notebooks. It renders nothing itself: Jupyter's HTML comes
+    from ``html_view``, which the faces set to ``workbench.views.display.run_html``."""
 
     record: dict
+    html_view: ClassVar[Callable[[dict], str] | None] = None
 
     @property
     def status(self) -> str:
@@ -197,14 +206,15 @@ class RunResult:
     def __repr__(self) -> str:
         return f"RunResult: {self.summary()}"
 
-    def _repr_html_(self) -> str:
-        from workbench.views.display import run_html
-
-        return run_html(self.record)
+    def _repr_html_(self) -> str | None:
+        """The registered view of the record; None (Jupyter then shows ``repr``) when no face set one."""
+        view = type(self).html_view
+        return None if view is None else view(self.record)
 
     def replay_crash(self, fix: bool = False, rank: int | None = None):
         """Replay this run's crash bundle in-process (``workbench.debug.replay.replay_crash``); ``rank``
         picks another failed rank's bundle. Raises the recorded exception, or returns a ReplayResult."""
+        # torch and the backends load only for a replay: ci and the views import this module for its names
         from workbench.debug.replay import replay_crash
 
         crashes = [self.crash] + list((self.record.get("dp") or {}).get("rank_failures") or [])

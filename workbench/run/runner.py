@@ -1,17 +1,18 @@
 """One rank's run: build the worker for a config, schedule the prompts, report tokens and metrics.
 
-Used directly for dp 1 and by each rank process under DP attention (``workbench.run.dp``).
+Used directly for dp 1 and by each rank process under DP attention (``workbench.run.dp``). What
+watches the engine during a run is listed in one place, ``observers``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
 
 import torch
 
-from workbench.debug.bundle import write_crash_bundle
+from workbench.debug.capture import CrashCapture
+from workbench.engine.hooks import NO_HOOKS, Hooks, Observer
 from workbench.engine.metrics import Metrics
 from workbench.engine.schedule_batch import Req
 from workbench.engine.scheduler import AnyRank, Scheduler
@@ -19,8 +20,10 @@ from workbench.engine.worker import GreedyWorker, WorkerBase
 from workbench.models.loader import load_models
 from workbench.models.tokenizer import encode
 from workbench.run.config import RunConfig
+from workbench.run.events import EventSink, EventStream
+from workbench.run.faults import FaultInjection
 from workbench.run.record import crash_from_exception
-from workbench.run.timing import apply_dtype, instrument, instrument_comm, tensor_device, warm_up
+from workbench.run.timing import Timing, apply_dtype, tensor_device, warm_up
 from workbench.speculative.eagle_worker import EagleWorker
 from workbench.speculative.revisions import get_revision
 from workbench.speculative.spec_config import SpecConfig
@@ -28,12 +31,36 @@ from workbench.speculative.spec_config import SpecConfig
 MAX_CONTEXT = 512
 
 
-def build_worker(cfg: RunConfig, dp_comm: object | None = None, metrics: Metrics | None = None) -> WorkerBase:
+def build_worker(
+    cfg: RunConfig, dp_comm: object | None = None, metrics: Metrics | None = None, hooks: Hooks | None = None
+) -> WorkerBase:
     target, draft = load_models(cfg.model_dir)
+    kw = {"dp_comm": dp_comm, "metrics": metrics, "hooks": hooks or NO_HOOKS}
     if cfg.mode == "greedy":
-        return GreedyWorker(target, cfg.backend, cfg.max_running, MAX_CONTEXT, dp_comm=dp_comm, metrics=metrics)
+        return GreedyWorker(target, cfg.backend, cfg.max_running, MAX_CONTEXT, **kw)
     spec = SpecConfig(get_revision(cfg.revision), cfg.steps, cfg.topk, cfg.draft_tokens)
-    return EagleWorker(target, draft, cfg.backend, spec, cfg.max_running, MAX_CONTEXT, dp_comm=dp_comm, metrics=metrics)
+    return EagleWorker(target, draft, cfg.backend, spec, cfg.max_running, MAX_CONTEXT, **kw)
+
+
+def observers(
+    cfg: RunConfig, rank: int, metrics: Metrics, bundle_dir: str | None, events: EventSink | None, dp: bool
+) -> list[Observer]:
+    """Everything that watches one rank's run, in the order it is called at each hook
+    (``workbench.engine.hooks``): timing into ``metrics``; the rank's event stream to its launcher
+    (DP ranks); the test hook's fault (``cfg.fault``); crash capture into ``bundle_dir``. During the
+    warm-up (``metrics.muted``) timing records nothing, the stream sends no phases or accepts and
+    the fault waits."""
+    found: list[Observer] = [Timing(metrics, dp=dp)]
+
+    def muted() -> bool:
+        return metrics.muted
+
+    if events is not None:
+        found.append(EventStream(rank, events, muted))
+    if cfg.fault is not None:
+        found.append(FaultInjection(cfg.fault, rank, muted))
+    found.append(CrashCapture(rank, cfg.dp, cfg.revision, cfg.apply_fix_in_place, bundle_dir))
+    return found
 
 
 def run_rank(
@@ -43,7 +70,7 @@ def run_rank(
     rank: int = 0,
     dp_comm: object | None = None,
     any_rank: AnyRank | None = None,
-    on_start: Callable[[WorkerBase], None] | None = None,
+    events: EventSink | None = None,
     bundle_dir: str | None = None,
 ) -> dict:
     """Run this rank's share of the prompts. Never raises: a failure becomes a ``crash`` entry.
@@ -53,7 +80,8 @@ def run_rank(
     "setup_s": seconds before the first prefill, "generation_s": first prefill to last token,
     "gen_start" / "gen_end": epoch seconds of both ends (DP merges ranks with them)}. A forward that
     raises leaves a crash bundle in ``bundle_dir`` (when None, a new folder under
-    ``workbench.debug.bundle.bundle_root()``); ``crash["bundle"]`` gives its path.
+    ``workbench.debug.bundle.bundle_root()``); ``crash["bundle"]`` gives its path. ``events``: where
+    a DP rank streams its forwards, phases and accepts (``workbench.run.events``).
     """
     torch.manual_seed(cfg.seed)
     threads_before = torch.get_num_threads()
@@ -64,7 +92,7 @@ def run_rank(
     placement = torch.device(cfg.device) if cfg.device != "cpu" else contextlib.nullcontext()
     try:
         with placement:
-            return _run_rank(cfg, prompts, prompt_ids, rank, dp_comm, any_rank, on_start, bundle_dir)
+            return _run_rank(cfg, prompts, prompt_ids, rank, dp_comm, any_rank, events, bundle_dir)
     finally:
         torch.set_num_threads(threads_before)
 
@@ -76,10 +104,16 @@ def _run_rank(
     rank: int,
     dp_comm: object | None,
     any_rank: AnyRank | None,
-    on_start: Callable[[WorkerBase], None] | None,
+    events: EventSink | None,
     bundle_dir: str | None,
 ) -> dict:
     metrics = Metrics()
+    watching = observers(cfg, rank, metrics, bundle_dir, events, dp=dp_comm is not None)
+    capture = next(o for o in watching if isinstance(o, CrashCapture))
+    sync = torch.cuda.synchronize if cfg.device == "cuda" else None  # timers wait for the GPU's work
+    hooks = Hooks(watching, synchronize=sync)
+    if dp_comm is not None:
+        dp_comm.hooks = hooks
     out = {
         "outputs": {},
         "metrics": metrics,
@@ -95,15 +129,10 @@ def _run_rank(
     t0 = time.perf_counter()
     gen_t0 = None
     try:
-        worker = build_worker(cfg, dp_comm, metrics)
+        worker = build_worker(cfg, dp_comm, metrics, hooks)
         apply_dtype(worker, cfg.dtype)
-        instrument(worker, metrics)
-        if dp_comm is not None:
-            instrument_comm(dp_comm, metrics)
         out["kernel"], out["kernel_stand_in"] = worker.backend.kernel, worker.backend.kernel_is_stand_in
         out["device"], out["torch_threads"] = tensor_device(worker), torch.get_num_threads()
-        if on_start is not None:
-            on_start(worker)
         if cfg.warmup:  # every rank, the same request (timing.warm_up)
             out["warmup_s"] = warm_up(worker, metrics, Req)
         reqs = [Req(i, encode(prompts[i]), cfg.max_new_tokens) for i in prompt_ids]
@@ -116,8 +145,7 @@ def _run_rank(
         out["slots_capacity"] = worker.memory.allocator.capacity
     except Exception as e:  # the record carries it; DP callers end the other ranks
         where = dict(worker.current) if worker is not None else {"phase": "setup"}
-        out["crash"] = crash_from_exception(e, rank=rank, where=where, time=time.time())
-        write_crash_bundle(out["crash"], worker, cfg, e, bundle_dir)
+        out["crash"] = crash_from_exception(e, rank=rank, where=where, time=time.time(), bundle=capture.path)
         for r in sched.finished if sched is not None else []:  # requests done before the crash stay
             out["outputs"][r.rid] = r.output_ids
     end = time.perf_counter()

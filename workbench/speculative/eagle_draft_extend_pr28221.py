@@ -1,14 +1,18 @@
 """The fix of PR #28221, applied from the workbench.
 
 Two forms: ``EagleDraftExtendInput`` below is the class as PR #28221 left it (the ``pr-28221``
-revision installs it), and ``apply_fix`` / ``undo_fix`` patch the regressed class of
-``workbench.speculative.eagle_draft_extend_pr24860`` in place, for notebooks. With ``kv_indptr`` None a backend takes
-the seq_lens fallback (``workbench.backends.fallback``), exactly as before PR #24860.
+revision installs it), and the in-place patch of the regressed class of
+``workbench.speculative.eagle_draft_extend_pr24860``: ``with fix_applied(): ...`` for a block (undone
+on exit), or ``apply_fix`` / ``undo_fix`` for notebooks that show the class before and after.
+``is_fix_applied`` says whether the patch is in. With ``kv_indptr`` None a backend takes the
+seq_lens fallback (``workbench.backends.fallback``), exactly as before PR #24860.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -37,15 +41,26 @@ def _rebuild_dataclass(cls: type) -> None:
     dataclasses.dataclass(cls)
 
 
-def fix_applied(cls: type = regressed.EagleDraftExtendInput) -> bool:
+def is_fix_applied(cls: type = regressed.EagleDraftExtendInput) -> bool:
     """Whether ``cls`` declares ``kv_indptr`` (as a dataclass field)."""
     return FIELD in getattr(cls, "__dataclass_fields__", {})
+
+
+@contextmanager
+def fix_applied(cls: type = regressed.EagleDraftExtendInput) -> Iterator[None]:
+    """The fix applied in place for the block: undone on exit, unless it was applied before."""
+    added = apply_fix(cls)
+    try:
+        yield
+    finally:
+        if added:
+            undo_fix(cls)
 
 
 def apply_fix(cls: type = regressed.EagleDraftExtendInput) -> bool:
     """Add ``kv_indptr: torch.Tensor | None = None`` (Optional, as PR #28221's review asked) to ``cls`` in
     place. Returns False if present."""
-    if fix_applied(cls):
+    if is_fix_applied(cls):
         return False
     cls.__annotations__[FIELD] = "torch.Tensor | None"
     setattr(cls, FIELD, None)
@@ -55,7 +70,7 @@ def apply_fix(cls: type = regressed.EagleDraftExtendInput) -> bool:
 
 def undo_fix(cls: type = regressed.EagleDraftExtendInput) -> bool:
     """Remove the field ``apply_fix`` added. Returns False if it was not there."""
-    if not fix_applied(cls):
+    if not is_fix_applied(cls):
         return False
     del cls.__annotations__[FIELD]
     delattr(cls, FIELD)

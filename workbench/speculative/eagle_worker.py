@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import torch
 
 from workbench.engine.forward_mode import CaptureHiddenMode, ForwardMode
+from workbench.engine.hooks import NO_HOOKS, Hooks
 from workbench.engine.metrics import Metrics
 from workbench.engine.model_runner import ModelRunner
 from workbench.engine.ops import indptr_from_lens
@@ -34,6 +35,7 @@ class EagleWorker(WorkerBase):
         max_context_len: int,
         dp_comm: object | None = None,
         metrics: Metrics | None = None,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         branches = max_running * spec.topk
         super().__init__(
@@ -45,8 +47,9 @@ class EagleWorker(WorkerBase):
             extra_slots=branches * spec.steps + max_running * spec.num_draft_tokens,
             dp_comm=dp_comm,
             metrics=metrics,
+            hooks=hooks,
         )
-        self.draft = ModelRunner(draft, backend, self.memory, self.memory.allocator.capacity, dp_comm)
+        self.draft = ModelRunner(draft, backend, self.memory, self.memory.allocator.capacity, dp_comm, hooks)
         self.spec = spec
         self.revision, self.steps, self.topk, self.num_draft_tokens = (
             spec.revision,
@@ -213,7 +216,7 @@ class EagleWorker(WorkerBase):
             spec_info=spec,
             capture_hidden_mode=CaptureHiddenMode.LAST,
         )
-        self.draft.draft_attn_backend.init_forward_metadata(fb, i)
+        self.draft.draft_attn_backend.init_forward_metadata(fb, i)  # timed there for the observers
         return self.run(self.draft, fb, branches.hidden)
 
     # ---- verify, accept, draft-extend -------------------------------------------------------
@@ -263,7 +266,9 @@ class EagleWorker(WorkerBase):
         if self.topk > 1:  # a chain keeps a prefix of its nodes: verify already wrote them in place
             table = self.memory.req_to_token_pool.req_to_token
             self.ops.assign(table, batch.req_pool_indices, batch.seq_lens, keep_n, res.slots.gather(1, node)[valid])
-        self.metrics.add_accepts(res.accept_length.tolist())
+        accepted = res.accept_length.tolist()
+        self.metrics.add_accepts(accepted)
+        self.hooks.on_accepts(accepted)
         toks = res.tree_tokens.gather(1, node)
         for r, row, m, b in zip(batch.reqs, toks.tolist(), keep_n.tolist(), res.bonus.tolist(), strict=False):
             r.append(row[1:m] + [b])

@@ -14,9 +14,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from .env import ensure_env
 from .guard import checkout_version, nearest_release
 from .lint import analyse, dir_sources, finding_key, source_root
 from .releases import Log, check_version, default_cache_dir, echo, known_releases
+from .triage import replay_matrix
 
 DEFAULT_CASE = {
     "module": "sglang.srt.speculative.eagle_info",
@@ -85,8 +87,6 @@ def is_bad(
     if finding:
         hits = [f for f in analyse(dir_sources(tree), str(tree))["findings"] if _matches(f, finding)]
         return bool(hits), (f"lint finding at {hits[0]['read'].split('/')[-1]}" if hits else "no such finding")
-    from .env import ensure_env
-    from .triage import replay_matrix
 
     env = ensure_env(env_release, cache_dir, log=log, src_root=source_root(tree))
     matrix = replay_matrix(env, [DEFAULT_CASE], timeout_s)

@@ -17,6 +17,12 @@ import json
 from pathlib import Path
 
 from workbench.debug.bundle import JSON_NAME, TENSORS_NAME
+from workbench.debug.load import load_bundle as read_bundle
+from workbench.debug.replay import reference_metadata as reference
+
+from .env import ensure_env
+from .releases import check_version, default_cache_dir, known_releases
+from .triage import run_driver
 
 REAL_MODULE = "sglang.srt.speculative.eagle_info"
 SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "upstream_bundle_replay.json"
@@ -25,8 +31,6 @@ SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "upstream_bundle_r
 def load_bundle(path: Path) -> dict:
     """bundle.json + tensors (as lists) of a `crash-bundle-rank<R>/` folder, validated by the
     workbench's one bundle reader (`workbench.debug.load`); raises `BundleError` naming the file."""
-    from workbench.debug.load import load_bundle as read_bundle
-
     path = Path(path)
     bundle = read_bundle(path)
     digest = hashlib.sha256((path / JSON_NAME).read_bytes() + (path / TENSORS_NAME).read_bytes()).hexdigest()
@@ -41,8 +45,6 @@ def load_bundle(path: Path) -> dict:
 
 def reference_metadata(bundle: dict) -> dict:
     """The seq_lens fallback's (kv_indptr, kv_indices), computed from the bundle alone."""
-    from workbench.debug.replay import reference_metadata as reference
-
     return reference(bundle["bundle"])
 
 
@@ -105,10 +107,6 @@ def replay_bundle(
     path: Path, versions: list[str], cache_dir: Path | None = None, log=print, timeout_s: float = 900
 ) -> dict:
     """Replay the bundle at `path` on each release; JSON-ready."""
-    from .env import ensure_env
-    from .releases import check_version, default_cache_dir, known_releases
-    from .triage import run_driver
-
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     bundle = load_bundle(path)
     known = known_releases(cache_dir)

@@ -1,4 +1,8 @@
-"""`workbench upstream survey|replay` (also `python -m workbench.upstream ...`)."""
+"""`workbench upstream survey|replay|lint|bisect|fidelity|nightly` (also `python -m workbench.upstream ...`).
+
+Each subcommand imports what it runs when it runs (the replays and the fidelity check load torch,
+the survey plot matplotlib), so `--help` and a usage error answer at once.
+"""
 
 from __future__ import annotations
 
@@ -110,7 +114,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _fidelity(args: argparse.Namespace) -> int:
+def _fidelity(args: argparse.Namespace) -> int:  # imports on use (module docstring)
     from .fidelity import fidelity, format_fidelity, load_snapshot, snapshot_from
 
     snap = load_snapshot()
@@ -132,7 +136,7 @@ def _check_versions(versions: list[str], cache_dir: Path) -> list[str]:
     return [check_version(v, known) for v in versions]
 
 
-def _survey(args: argparse.Namespace, cache_dir: Path) -> int:
+def _survey(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
     from workbench.views.plots.survey import plot_survey
 
     from .contract_survey import format_details, format_table, survey
@@ -155,7 +159,7 @@ def _survey(args: argparse.Namespace, cache_dir: Path) -> int:
     return 0
 
 
-def _replay(args: argparse.Namespace, cache_dir: Path) -> int:
+def _replay(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
     from .release_replay import replay
 
     versions = _check_versions(args.sglang, cache_dir)
@@ -191,7 +195,7 @@ def _write(path: Path | None, data: object) -> None:
         echo(f"wrote {path}")
 
 
-def _lint(args: argparse.Namespace, cache_dir: Path) -> int:
+def _lint(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
     from .guard import check
     from .lint import format_findings
 
@@ -211,7 +215,7 @@ def _lint(args: argparse.Namespace, cache_dir: Path) -> int:
     return 0
 
 
-def _bisect(args: argparse.Namespace, cache_dir: Path) -> int:
+def _bisect(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
     from .bisect import bisect
 
     result = bisect(
@@ -234,7 +238,7 @@ def _bisect(args: argparse.Namespace, cache_dir: Path) -> int:
     return 0
 
 
-def _replay_bundle(args: argparse.Namespace, cache_dir: Path) -> int:
+def _replay_bundle(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
     from .bundle_replay import replay_bundle
 
     result = replay_bundle(
@@ -263,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "lint":
             return _lint(args, cache_dir)
         if args.command == "nightly":
+            # imports on use (module docstring)
+            from workbench.views.upstream import lane_html
+
             from .lane import run_lane
 
             night = run_lane(
@@ -272,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                 _check_versions([args.sglang], cache_dir)[0] if args.sglang else None,
                 cache_dir,
             )
+            (args.out / "upstream_lane.html").write_text(lane_html(night))
             return 1 if night["verdict"] == "fail" else 0
         if args.command == "bisect":
             return _bisect(args, cache_dir)

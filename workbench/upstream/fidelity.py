@@ -15,9 +15,10 @@ from pathlib import Path
 
 import torch
 
-from workbench.backends import backend_names
+from workbench.backends import BackendContext, backend_names, create_backend
 from workbench.backends.fallback import seq_lens_kv_metadata
 from workbench.experiments.contracts import minimal_batch, probe, spec_cases
+from workbench.mem.pool import KVCache, ReqToTokenPool, TokenSlotAllocator
 from workbench.speculative.spec_info import SpecInput, SpecInputType
 
 SNAPSHOT = Path(__file__).resolve().parent.parent / "assets" / "upstream_snapshot.json"
@@ -46,9 +47,6 @@ class SpySpecInput(SpecInput):
 
 def observed_reads(backend: str) -> dict[str, bool]:
     """Does ``backend`` read spec_info.kv_indptr in DECODE / padded IDLE? (seen, not declared)"""
-    from workbench.backends import BackendContext, create_backend
-    from workbench.mem.pool import KVCache, ReqToTokenPool
-
     out = {}
     for mode in ("DECODE", "IDLE (padded)"):
         be = create_backend(
@@ -65,8 +63,6 @@ def padded_idle_table() -> torch.Tensor:
     """req_to_token (4, 8) as the engine leaves it with two requests running: row 0 reserved for
     padded IDLE rows (slot 0, the sink), rows 1-2 holding real slots from the allocator. A builder
     that reads any other row or column than row 0 / column 0 yields a real slot number there."""
-    from workbench.mem.pool import ReqToTokenPool, TokenSlotAllocator
-
     pool, slots = ReqToTokenPool(4, 8), TokenSlotAllocator(32)
     pool.alloc(1)  # row 0: the padding row, reserved as the workers reserve it
     for row, n in zip(pool.alloc(2), (5, 8), strict=False):

@@ -4,13 +4,12 @@ Each night: resolve the newest release from PyPI, lint it and replay its spec in
 finding, and fail on any finding whose key (`backend|backend class|mode|class|attribute`) the
 triage file (`workbench/assets/upstream_triage.json`) does not list, or that a replay now
 confirms while the file says otherwise. Every night's findings are appended to a JSON-lines
-history; `render_html` / `format_text` show a night in the report.
+history; `format_text` shows a night as text (`workbench.views.upstream.lane_html` as HTML).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import html
 import json
 from pathlib import Path
 
@@ -67,7 +66,6 @@ def run_lane(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "upstream_lane.json").write_text(json.dumps(night, indent=1))
-    (out / "upstream_lane.html").write_text(render_html(night))
     if history is not None:
         history.parent.mkdir(parents=True, exist_ok=True)
         with open(history, "a") as fh:
@@ -96,28 +94,6 @@ def format_text(night: dict) -> str:
     for f in night["failing"]:
         lines.append(f"  FAIL {finding_key(f)} at {f['read']}: {f['gate']}")
     return "\n".join(lines)
-
-
-def render_html(night: dict) -> str:
-    """An HTML section for the nightly report."""
-    esc = html.escape
-    rows = "".join(
-        f"<tr><td>{esc(f['backend'])}</td><td>{esc(f['forward_mode'])}</td><td>{esc(f['class'])}</td>"
-        f"<td><code>{esc(f['attribute'])}</code></td><td><code>{esc(f['read'].split('/')[-1])}</code></td>"
-        f"<td>{esc(f['triage']['status'])}</td><td>{esc(f['triage']['reason'])}</td></tr>"
-        for f in night["findings"]
-    )
-    fails = "".join(f"<li><code>{esc(finding_key(f))}</code>: {esc(f['gate'])}</li>" for f in night["failing"])
-    return (
-        f"<section><h2>Upstream lane: sglang {esc(night['release'])} "
-        f"({esc(night['verdict'])})</h2><p>Run {esc(night['finished_at'])}: contract lint of the "
-        "release's sources and replays of its spec inputs on the real backends (CPU, Triton "
-        "interpreter). <em>confirmed</em>: the real backend raises on the input the worker installs "
-        "(the backend contract; the runner path to the call is not replayed).</p>"
-        + (f"<ul>{fails}</ul>" if fails else "")
-        + "<table><tr><th>backend</th><th>mode</th><th>class</th><th>attribute</th><th>read</th>"
-        f"<th>triage</th><th>why</th></tr>{rows}</table></section>"
-    )
 
 
 def build_triage(result: dict, how: str) -> dict:

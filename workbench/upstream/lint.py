@@ -16,6 +16,7 @@ from .lint_classes import spec_input_classes
 from .lint_installs import scan_installs
 from .lint_modes import parse_forward_modes
 from .lint_reads import backend_reads
+from .releases import check_version, default_cache_dir, ensure_wheel, known_releases
 
 SPEC_DIR = "sglang/srt/speculative/"
 ATTN_DIR = "sglang/srt/layers/attention/"
@@ -147,8 +148,6 @@ def finding_key(f: dict) -> str:
 
 def lint(versions: list[str] | None = None, src: Path | None = None, cache_dir: Path | None = None, log=print) -> dict:
     """Lint releases (their cached wheels) and/or a checkout; JSON-ready, findings under `findings`."""
-    from .releases import check_version, default_cache_dir, ensure_wheel, known_releases
-
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     results = []
     if versions:

@@ -8,7 +8,9 @@ import html
 from pathlib import Path
 
 from workbench.experiments.stats import fmt, fmt_interval
-from workbench.notebook import Table
+from workbench.experiments.sweep import groups, load_shipped, provenance
+from workbench.views import plots
+from workbench.views.tables import Table
 
 
 def compare_table(doc: dict) -> Table:
@@ -85,8 +87,6 @@ def verdicts(doc: dict) -> list[str]:
 
 def sweep_table(doc: dict) -> Table:
     """One row per dtype × setting × group of backends with identical results."""
-    from workbench.experiments.sweep import groups
-
     rows = []
     for g in groups(doc["rows"]):
         a = g["agreement_with_fp32_greedy"] or {}
@@ -124,9 +124,6 @@ def headlines(cells: list[dict]) -> list[str]:
 def comparison_section(cells: list[dict], folder: Path, shipped_sweep: dict | None = None) -> str:
     """HTML for the nightly report: each cell's comparison (tables, spread and metadata plots) and
     acceptance sweep (live, and the shipped full measurement labelled with its date and versions)."""
-    from workbench.experiments.sweep import load_shipped
-    from workbench.views import plots
-
     parts = []
     folder.mkdir(parents=True, exist_ok=True)
     for c in cells:
@@ -155,9 +152,6 @@ def comparison_section(cells: list[dict], folder: Path, shipped_sweep: dict | No
 
 
 def _sweep_html(doc: dict, path: Path, title: str) -> str:
-    from workbench.experiments.sweep import provenance
-    from workbench.views import plots
-
     plots.acceptance_sweep(doc, path)
     findings = "".join(f"<li>{html.escape(f)}</li>" for f in doc["findings"])
     return (

@@ -14,10 +14,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from workbench.backends import get_backend_class
 from workbench.debug.bundle import CrashBundle
 from workbench.debug.replay import ReplayResult
-from workbench.notebook import Table
+from workbench.upstream.bundle_replay import SHIPPED, load_shipped
 from workbench.views.display import HTML
+from workbench.views.tables import Table
 
 
 def innermost(exc: BaseException) -> traceback.FrameSummary:
@@ -62,8 +64,6 @@ def spec_reads(bundle: CrashBundle, exc: BaseException | None = None) -> Table:
     """One row per ``spec_info.<attr>`` the bundle's backend reads in ``init_forward_metadata``
     (found in its source), beside what the bundle's spec_info class declares and holds; with the
     replayed ``exc``, "has it" asks the live ``spec_info`` of the failing frame."""
-    from workbench.backends import get_backend_class
-
     spec_info = _innermost_locals(exc).get("spec_info") if exc is not None else None
 
     func = get_backend_class(bundle.meta["backend"]).init_forward_metadata
@@ -168,8 +168,6 @@ def upstream_comparison(bundle_path: str) -> HTML:
     date, releases and the bundle it was made on) when the workbench has one, else the command that
     measures this bundle live. Says whether the shipped bundle is this one (same sha256)."""
     import hashlib
-
-    from workbench.upstream.bundle_replay import SHIPPED, load_shipped
 
     cmd = f"workbench upstream replay --bundle {bundle_path} --sglang 0.5.13 0.5.14"
     if not SHIPPED.exists():

@@ -1,12 +1,14 @@
 """Notebook display: a run record as HTML (status, where-table, kernel labels, outputs, a collapsible
-highlighted traceback), decoded outputs with a diff between runs, a class's fields, and progress
-bars (``tqdm.auto``) for cells that make several runs, fed by what the DP rank processes report."""
+highlighted traceback; ``RunResult``'s HTML view), decoded outputs with a diff between runs, a class's
+fields, and progress bars (``tqdm.auto``) fed by a run's ``on_event`` callback: runs done, and what
+the DP rank processes report."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
 import html
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -14,8 +16,12 @@ from typing import Any
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonTracebackLexer
+from tqdm.auto import tqdm
 
-from workbench.notebook import RecordLike, Table, as_record, where_table
+from workbench.models.tokenizer import decode
+from workbench.run.events import OnEvent
+from workbench.run.record import RecordLike, RunResult, as_record
+from workbench.views.tables import Table, where_table
 
 STATUS_COLOURS = {"ok": "#2e7d32", "crashed": "#c62828", "timeout": "#ef6c00", "error": "#6a1b9a"}
 
@@ -35,8 +41,6 @@ class HTML:
 
 def decoded_outputs(run: RecordLike) -> list[str | None]:
     """The generated text of every prompt (None where a prompt produced nothing)."""
-    from workbench.models.tokenizer import decode
-
     return [None if o is None else decode(o) for o in as_record(run).get("outputs") or []]
 
 
@@ -88,6 +92,20 @@ def run_html(record: dict) -> str:
     return "<div class='wb-run'>" + "".join(parts) + "</div>"
 
 
+def show_runs_as_html() -> None:
+    """Make ``run_html`` the HTML view of every ``RunResult`` (the faces call this; the record renders
+    nothing itself)."""
+    RunResult.html_view = run_html
+
+
+def traceback_text(run: RecordLike) -> str:
+    """The crashing rank's traceback, or a line saying there was none."""
+    crash = as_record(run).get("crash")
+    if not crash:
+        return "no crash: the run finished ok"
+    return crash.get("traceback") or f"{crash.get('exception_type')}: {crash.get('message')} (no traceback captured)"
+
+
 def text_diff(a: RecordLike, b: RecordLike, labels: Sequence[str] = ("a", "b")) -> HTML:
     """Decoded outputs of two runs, prompt by prompt: identical, or a line diff (``difflib``)."""
     ta, tb = decoded_outputs(a), decoded_outputs(b)
@@ -124,18 +142,30 @@ def class_fields(cls: type) -> Table:
     return Table(rows)
 
 
+POSTFIX_EVERY_S = 0.2  # rank events arrive per forward; the bar's postfix is redrawn at most this often
+
+
 @contextmanager
-def progress(total: int, desc: str = "runs") -> Iterator[Callable[[str], None]]:
-    """A ``tqdm.auto`` bar over ``total`` runs; yields ``done(label)`` to call after each run. While
-    it is open, DP rank events (the forward each rank is in, failures) show in the bar's postfix."""
-    from tqdm.auto import tqdm
-
-    from workbench.run.dp import launch
-
-    bar = tqdm(total=total, desc=desc, unit="run")
+def progress(desc: str = "runs", disable: bool | None = False) -> Iterator[OnEvent]:
+    """A ``tqdm.auto`` bar over runs, driven by the ``on_event`` callback it yields (pass it to
+    ``reproduce``, ``compare``, ``sweep``, ``bench``): ``plan`` events add to the total, ``run`` events
+    tick it, and DP rank events (the forward each rank is in, its end) show in the postfix.
+    ``disable`` None: no bar where the output is not a terminal (tqdm's rule; the CLI's choice)."""
+    bar = tqdm(total=None, desc=desc, unit="run", disable=disable)
     ranks: dict[int, str] = {}
+    drawn = [0.0]
 
-    def on_event(kind: str, rank: int, payload: Any) -> None:
+    def on_event(kind: str, rank: int | None, payload: Any) -> None:
+        if kind == "plan":  # reset() is how a notebook bar learns a new total; the runs done stay counted
+            done = bar.n
+            bar.reset(total=(bar.total or 0) + payload["runs"])
+            bar.update(done)
+            return
+        if kind == "run":
+            ranks.clear()
+            bar.set_description(f"{desc} ({payload['label']} {payload['status']})")
+            bar.update(1)
+            return
         if kind == "forward":
             ranks[rank] = f"{payload.get('phase')} {payload.get('forward_mode')} bs {payload.get('batch_size')}"
         elif kind == "done":
@@ -143,26 +173,23 @@ def progress(total: int, desc: str = "runs") -> Iterator[Callable[[str], None]]:
             ranks[rank] = f"crashed: {crash['exception_type']}" if crash else "done"
         else:
             return
-        bar.set_postfix_str(" | ".join(f"rank {r}: {s}" for r, s in sorted(ranks.items())), refresh=True)
+        now = time.monotonic()
+        if kind == "done" or now - drawn[0] >= POSTFIX_EVERY_S:
+            drawn[0] = now
+            bar.set_postfix_str(" | ".join(f"rank {r}: {s}" for r, s in sorted(ranks.items())), refresh=True)
 
-    def done(label: str) -> None:
-        ranks.clear()
-        bar.set_description(f"{desc} ({label} done)")
-        bar.update(1)
-
-    launch.listeners.append(on_event)
     try:
-        yield done
+        yield on_event
     finally:
-        launch.listeners.remove(on_event)
         bar.close()
 
 
-def run_all(jobs: Mapping[str, Callable[[], Any]], desc: str = "runs") -> dict[str, Any]:
-    """Call each job (a run) under one progress bar; results by label."""
-    out: dict[str, Any] = {}
-    with progress(len(jobs), desc) as done:
+def run_all(jobs: Mapping[Any, Callable[[OnEvent], Any]], desc: str = "runs") -> dict[Any, Any]:
+    """Call each job (a run, given the bar's ``on_event``) under one progress bar; results by label."""
+    out: dict[Any, Any] = {}
+    with progress(desc) as on_event:
+        on_event("plan", None, {"runs": len(jobs)})
         for label, job in jobs.items():
-            out[label] = job()
-            done(label)
+            out[label] = job(on_event)
+            on_event("run", None, {"label": label, "status": getattr(out[label], "status", "done")})
     return out

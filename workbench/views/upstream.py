@@ -1,45 +1,13 @@
-"""What notebook 04 shows: the survey, the replays, the fidelity check and the contract fuzzer,
-either from the shipped measurements (offline) or measured now (``live``)."""
+"""What notebook 04 and the upstream lane show: the survey, the replays, the fidelity check, the
+contract fuzzer and the lint findings as tables (the data: ``workbench.upstream.measurements``), and
+one night of the upstream lane as an HTML section."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-from pathlib import Path
+import html
 
-from workbench.notebook import Table
-
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
-
-
-def load_measurements(
-    releases: list[str],
-    replay_releases: list[str],
-    live: bool = False,
-    cache_dir: str | None = None,
-    log: Callable[[str], None] = print,
-) -> dict:
-    """{"survey": full survey result, "replays": [run records], "source": ...}.
-
-    Offline: the survey and replays shipped in workbench/assets (measured with the commands in
-    upstream_snapshot.json's provenance). Live: download, build and run them now."""
-    if not live:
-        survey = json.loads((ASSETS / "upstream_survey.json").read_text())
-        replays = [
-            r
-            for r in json.loads((ASSETS / "upstream_replays.json").read_text())
-            if r["config"]["sglang"] in replay_releases
-        ]
-        kept = [v for v in survey["versions"] if v in releases] or survey["versions"]
-        survey = {**survey, "versions": kept, "releases": {v: survey["releases"][v] for v in kept}}
-        prov = json.loads((ASSETS / "upstream_snapshot.json").read_text())["provenance"]
-        return {"survey": survey, "replays": replays, "source": f"shipped measurements ({prov['generated_at']})"}
-    from workbench.upstream import default_cache_dir, replay, survey
-
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    result = survey(releases, cache, log=log)
-    recs = [replay(v, cache, log=log) for v in replay_releases]
-    return {"survey": result, "replays": recs, "source": f"measured now (cache {cache})"}
+from workbench.upstream.lint import finding_key
+from workbench.views.tables import Table
 
 
 def survey_table(survey: dict) -> Table:
@@ -92,65 +60,6 @@ def fuzzer_table(rows: list[dict]) -> Table:
     return Table([{**c, "failing": "; ".join(c["failing"]) or "-"} for c in out.values()])
 
 
-def replay_failures(replays: list[dict], expected: dict) -> list[str]:
-    """Releases whose replay status differs from ``expected`` {release: status}."""
-    got = {r["config"]["sglang"]: r["status"] for r in replays}
-    return [f"sglang {v}: expected {want}, got {got.get(v)}" for v, want in expected.items() if got.get(v) != want]
-
-
-def problems(data: dict, fid: dict, cells: list[dict], replay_releases: list[str]) -> list[str]:
-    """What departs from upstream: replays not ending as released (0.5.12 / 0.5.13 crashed, later
-    ok), fidelity differences, fuzzer cells that differ from what the declared contracts predict
-    (a failure outside the pr-24860 hole, or a hole cell that passes)."""
-    from workbench.experiments.contracts import unexpected
-
-    expected = {
-        v: ("crashed" if v in ("0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1") else "ok") for v in replay_releases
-    }
-    out = replay_failures(data["replays"], expected)
-    out += [f"fidelity: {d['check']}" for d in fid["differences"]]
-    out += [
-        f"fuzzer: {c['revision']} {c['backend']} {c['spec_input']} {c['mode']}: {c['outcome']}, "
-        f"contracts predict {c['expected']}"
-        for c in unexpected(cells)
-    ]
-    return out
-
-
-def save_record(path: str, params: dict, data: dict, fid: dict, cells: list[dict], found: list[str]) -> Path:
-    """The notebook record (``workbench.notebook`` bundle): one run record per replayed release
-    (role ``replay/<version>``) and a ``checks`` record whose status is ok when nothing departs
-    from upstream (else ``mismatch``, with the problems)."""
-    from workbench.notebook import save_bundle
-
-    checks = {
-        "status": "ok" if not found else "mismatch",
-        "crash": None,
-        "problems": found,
-        "config": {"backend": "workbench contracts", "kernel": None, "source": data["source"]},
-        "fidelity": fid,
-        "fuzzer_failing": [c for c in cells if c["outcome"] != "pass"],
-    }
-    runs = {f"replay/{r['config']['sglang']}": r for r in data["replays"]}
-    runs["checks"] = checks
-    return save_bundle(path, "04_upstream_replay", params, runs, primary="checks")
-
-
-def load_findings(
-    releases: list[str], live: bool = False, cache_dir: str | None = None, log: Callable[[str], None] = print
-) -> dict:
-    """Lint findings of every release, each triaged by a replay: shipped (dated) or measured now."""
-    if not live:
-        data = json.loads((ASSETS / "upstream_findings.json").read_text())
-        data["source"] = f"shipped measurement ({data['generated_at']}, {data['measured_on']})"
-        return data
-    from workbench.upstream.guard import check
-
-    data = check(releases, replay=True, cache_dir=Path(cache_dir) if cache_dir else None, log=log)
-    data["source"] = "measured now"
-    return data
-
-
 def findings_table(findings: list[dict]) -> Table:
     """One row per (finding, releases it appears in): backend, mode, class, attribute, triage."""
     merged: dict = {}
@@ -172,3 +81,25 @@ def findings_table(findings: list[dict]) -> Table:
         row["releases"].append(f["source"].replace("sglang ", ""))
     rows = [{**r, "releases": ", ".join(dict.fromkeys(r["releases"]))} for r in merged.values()]
     return Table(rows, ["backend", "mode", "class", "attribute", "releases", "read", "triage", "why"])
+
+
+def lane_html(night: dict) -> str:
+    """One night of the upstream lane (``workbench.upstream.lane.run_lane``) as an HTML section."""
+    esc = html.escape
+    rows = "".join(
+        f"<tr><td>{esc(f['backend'])}</td><td>{esc(f['forward_mode'])}</td><td>{esc(f['class'])}</td>"
+        f"<td><code>{esc(f['attribute'])}</code></td><td><code>{esc(f['read'].split('/')[-1])}</code></td>"
+        f"<td>{esc(f['triage']['status'])}</td><td>{esc(f['triage']['reason'])}</td></tr>"
+        for f in night["findings"]
+    )
+    fails = "".join(f"<li><code>{esc(finding_key(f))}</code>: {esc(f['gate'])}</li>" for f in night["failing"])
+    return (
+        f"<section><h2>Upstream lane: sglang {esc(night['release'])} "
+        f"({esc(night['verdict'])})</h2><p>Run {esc(night['finished_at'])}: contract lint of the "
+        "release's sources and replays of its spec inputs on the real backends (CPU, Triton "
+        "interpreter). <em>confirmed</em>: the real backend raises on the input the worker installs "
+        "(the backend contract; the runner path to the call is not replayed).</p>"
+        + (f"<ul>{fails}</ul>" if fails else "")
+        + "<table><tr><th>backend</th><th>mode</th><th>class</th><th>attribute</th><th>read</th>"
+        f"<th>triage</th><th>why</th></tr>{rows}</table></section>"
+    )

@@ -22,21 +22,18 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from workbench.debug.bundle import new_bundle_dir
 from workbench.run.config import RunConfig
 from workbench.run.dp import LOG_DIR_ENV
 from workbench.run.dp.collect import Collector
 from workbench.run.dp.policy import assign
+from workbench.run.events import OnEvent
 
 PORT_ATTEMPTS = 3  # launches when the rendezvous port was taken before rank 0 bound it
 GRACE_S = 2.0
 CAUSE_WINDOW_S = 1.0  # after a first failure, how long to wait for the one that caused it
-# called with every rank event (kind, rank, payload) as it arrives, e.g. by workbench.views.display.progress
-listeners: list[Callable[[str, int, Any], None]] = []
 
 
 def free_port() -> int:
@@ -66,14 +63,15 @@ def keep_logs(workdir: Path, log_dir: Path | None, dp: int) -> str | None:
     return str(dest.resolve())
 
 
-def run_dp(cfg: RunConfig, prompts: list[str], log_dir: Path | None = None) -> dict:
-    """Returns the merged run record (status ok / crashed / timeout); no temporary file outlives the call."""
+def run_dp(cfg: RunConfig, prompts: list[str], log_dir: Path | None = None, on_event: OnEvent | None = None) -> dict:
+    """Returns the merged run record (status ok / crashed / timeout); no temporary file outlives the call.
+    ``on_event(kind, rank, payload)`` gets every rank event as it arrives (``workbench.run.events``)."""
     if log_dir is None and os.environ.get(LOG_DIR_ENV):
         log_dir = Path(os.environ[LOG_DIR_ENV])
     workdir = Path(tempfile.mkdtemp(prefix="wb-dp-"))
     try:
         for attempt in range(1, PORT_ATTEMPTS + 1):
-            rec = _run_ranks(cfg, prompts, workdir)
+            rec = _run_ranks(cfg, prompts, workdir, on_event)
             if not _port_taken(rec) or attempt == PORT_ATTEMPTS:
                 break
         rec["dp"]["port_attempts"] = attempt
@@ -90,7 +88,7 @@ def _port_taken(rec: dict) -> bool:
     return crash.get("phase") == "setup" and "EADDRINUSE" in str(crash.get("message"))
 
 
-def _run_ranks(cfg: RunConfig, prompts: list[str], workdir: Path) -> dict:
+def _run_ranks(cfg: RunConfig, prompts: list[str], workdir: Path, on_event: OnEvent | None) -> dict:
     t0, started = time.perf_counter(), time.time()
     plan = assign(len(prompts), cfg.dp, cfg.dp_policy, cfg.max_running)
     init = f"tcp://127.0.0.1:{free_port()}"
@@ -142,8 +140,8 @@ def _run_ranks(cfg: RunConfig, prompts: list[str], workdir: Path) -> dict:
                         col.rank_died(r, p.returncode, workdir / f"rank{r}.log")
                         first_crash_at = first_crash_at or time.perf_counter()
                 continue
-            for listener in listeners:
-                listener(kind, rank, payload)
+            if on_event is not None:
+                on_event(kind, rank, payload)
             if col.feed(kind, rank, payload):
                 first_crash_at = first_crash_at or time.perf_counter()
     finally:

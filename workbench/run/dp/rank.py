@@ -6,16 +6,23 @@ event is one JSON line on stdout: ``[kind, rank, payload]``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import signal
 import sys
 import time
 from datetime import timedelta
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
+
+import kernels
 from workbench.run.config import RunConfig
+from workbench.run.dp.comm import DPCommunicator
 from workbench.run.record import crash_from_exception
+from workbench.run.runner import run_rank
+from workbench.speculative.eagle_draft_extend_pr28221 import fix_applied
 
 
 class Emitter:
@@ -29,63 +36,6 @@ class Emitter:
         self.stream.flush()
 
 
-class _FaultyRunner:
-    """A model runner whose forward fails as the test hook asks, inside the worker's ``run`` (so the
-    crash record knows the forward mode and batch size, as for a real failure)."""
-
-    def __init__(self, kind: str, rank: int, hook: str) -> None:
-        self.kind, self.rank, self.hook = kind, rank, hook
-
-    def forward(self, fb, hidden=None):
-        if self.kind == "sigkill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        raise RuntimeError(f"fault injected on rank {self.rank} (test hook {self.hook})")
-
-
-def _hooks(cfg: RunConfig, rank: int, queue):
-    """Stream (phase, mode, bs) of every forward and metrics as they happen; inject test faults."""
-
-    def on_start(worker) -> None:
-        run, add_latency, add_accepts = worker.run, worker.metrics.add_latency, worker.metrics.add_accepts
-        fault = None
-        if cfg.fault is not None:
-            kind, _, r = cfg.fault.partition("@rank")
-            fault = kind if int(r) == rank else None
-
-        def traced_run(runner, fb, hidden=None):
-            nonlocal fault
-            queue.put(
-                (
-                    "forward",
-                    rank,
-                    {
-                        "phase": worker.current.get("phase"),
-                        "forward_mode": fb.forward_mode.name,
-                        "batch_size": fb.batch_size,
-                    },
-                )
-            )
-            if fault is not None and worker.current.get("phase") == "verify" and not worker.metrics.muted:
-                runner, fault = _FaultyRunner(fault, rank, cfg.fault), None
-            return run(runner, fb, hidden)
-
-        def latency(phase, s, idle=None):
-            if worker.metrics.muted:
-                return
-            idle = bool(worker.metrics.idle_probe and worker.metrics.idle_probe()) if idle is None else idle
-            queue.put(("latency", rank, (phase, s, idle)))
-            add_latency(phase, s, idle)
-
-        def accepts(a):
-            if not worker.metrics.muted:
-                queue.put(("accepts", rank, list(a)))
-            add_accepts(a)
-
-        worker.run, worker.metrics.add_latency, worker.metrics.add_accepts = traced_run, latency, accepts
-
-    return on_start
-
-
 def rank_main(
     rank: int,
     world: int,
@@ -97,16 +47,9 @@ def rank_main(
     collective_timeout_s: float,
     bundle_dir: str | None = None,
 ) -> None:
-    """Entry point of a spawned rank (and of ``workbench.run.dp.torchrun``); a crash bundle goes to ``bundle_dir``."""
-    import torch
-    import torch.distributed as dist
-
-    import kernels
-    from workbench.run.dp.comm import DPCommunicator
-    from workbench.run.runner import run_rank
-    from workbench.speculative.eagle_draft_extend_pr28221 import apply_fix
-
-    kernels.setup()
+    """Entry point of a spawned rank (and of ``workbench.run.dp.torchrun``); a crash bundle goes to
+    ``bundle_dir``. The rank's fix state is the run's (``apply_fix_in_place`` in its config)."""
+    kernels.setup()  # this process's entry: the rank's Triton kernels run in the interpreter (CPU tensors)
     cfg = RunConfig(**cfg_dict)
     torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // world))  # ranks share the cores
     try:
@@ -121,19 +64,11 @@ def rank_main(
         crash = crash_from_exception(e, rank=rank, where={"phase": "setup"}, time=time.time())
         queue.put(("done", rank, {"crash": crash, "outputs": {}}))
         return
-    if cfg.apply_fix_in_place:
-        apply_fix()
     comm = DPCommunicator(rank, world)
-    res = run_rank(
-        cfg,
-        prompts,
-        ids,
-        rank,
-        comm,
-        lambda flag: comm.any_rank(flag),
-        on_start=_hooks(cfg, rank, queue),
-        bundle_dir=bundle_dir,
-    )
+    with fix_applied() if cfg.apply_fix_in_place else contextlib.nullcontext():
+        res = run_rank(
+            cfg, prompts, ids, rank, comm, lambda flag: comm.any_rank(flag), events=queue, bundle_dir=bundle_dir
+        )
     m = res.pop("metrics")  # phase latencies and accepts were streamed; the other samples go with the result
     res["samples"], res["accepts"] = m.export_samples(), list(m.accept_length_per_step)
     queue.put(("done", rank, res))

@@ -15,15 +15,15 @@ import os
 import sys
 from pathlib import Path
 
-from workbench.run.config import RunConfig
+from workbench.models.loader import load_prompts
+from workbench.run.config import RunConfig, add_run_args, config_from_args, make_config
+from workbench.run.dp.collect import Collector
+from workbench.run.dp.policy import assign
+from workbench.run.dp.rank import Emitter, rank_main
+from workbench.run.record import RunResult
 
 
 def _run(args: argparse.Namespace) -> int:
-    from workbench.models.loader import load_prompts
-    from workbench.run.config import config_from_args, make_config
-    from workbench.run.dp.policy import assign
-    from workbench.run.dp.rank import Emitter, rank_main
-
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     cfg = make_config(config_from_args(args), dp=world)
     prompts = cfg.prompts if cfg.prompts is not None else load_prompts()
@@ -55,8 +55,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def merge(directory: Path) -> dict:
     """One run record from a torchrun job's event files (ranks that never finished count as died)."""
-    from workbench.run.dp.collect import Collector
-
     job = json.loads((directory / "job.json").read_text())
     cfg = RunConfig(**job["config"])
     col = Collector(cfg)
@@ -77,8 +75,6 @@ def merge(directory: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from workbench.run.config import add_run_args
-
     ap = argparse.ArgumentParser(
         prog="python -m workbench.run.dp.torchrun",
         description=__doc__,
@@ -91,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.merge is None:
         return _run(args)
-    from workbench.run.record import RunResult
 
     res = RunResult(merge(args.merge))
     print(res.summary())

@@ -2,7 +2,8 @@
 returns a matplotlib ``Figure`` built without pyplot (Agg-safe, thread-safe) and, given a path,
 saves it as PNG and SVG. Backends computed by a stand-in kernel say so in every label."""
 
-from workbench.views.plots.common import backend_label, record_label, save
+from workbench.run.labels import backend_label, record_label
+from workbench.views.plots.common import save, show
 from workbench.views.plots.compare import attention_split, metadata_cost, speedup_intervals, tokens_per_s_spread
 from workbench.views.plots.matrix import crash_matrix
 from workbench.views.plots.runs import accept_length_hist, acceptance_per_position, phase_latency
@@ -23,4 +24,5 @@ __all__ = [
     "phase_latency",
     "record_label",
     "save",
+    "show",
 ]

@@ -1,46 +1,18 @@
-"""Shared pieces of the plots: backend labels that name stand-in kernels, record accessors, saving."""
+"""Shared pieces of the plots: grouping records by backend label (``workbench.run.labels``, which names
+stand-in kernels), figures built without pyplot, saving, and showing a figure in a notebook."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
-# On a machine without their packages these backends compute with torch references (docs/design.md §3).
-STAND_IN_ON_CPU = {"flashinfer": "torch stand-in", "fa3": "torch stand-in"}
-BACKEND_ORDER = ("triton", "flashinfer", "fa3", "torch_native")
+from workbench.run.labels import backend_sort_key, record_label
+
 LINE_STYLES = (("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", "-"), ("P", "--"))  # lines stay apart
 STATUS_COLORS = {"ok": "#4caf50", "crashed": "#e53935", "timeout": "#fb8c00", "error": "#8e24aa", None: "#eeeeee"}
-
-
-def backend_label(backend: str, stand_in: bool | None = None, interpreter: bool | None = None, sep: str = "\n") -> str:
-    """``flashinfer\\n(torch stand-in)``, ``triton\\n(interpreter)``, or the bare name.
-
-    ``stand_in`` None (no record said) falls back to what the backend is on a CPU machine."""
-    if stand_in is None:
-        stand_in = backend in STAND_IN_ON_CPU
-    if stand_in:
-        return f"{backend}{sep}(torch stand-in)"
-    if interpreter:
-        return f"{backend}{sep}(Triton interpreter)"
-    return backend
-
-
-def record_label(record: dict, sep: str = "\n") -> str:
-    """The backend label of a run record, from its config.kernel_stand_in and config.kernel.
-
-    The kernel label, not env.triton_interpret: DP runs record the env of the parent process, which
-    never imports the kernels."""
-    cfg = record.get("config", {})
-    backend = cfg.get("backend", "?")
-    interp = backend == "triton" and "interpreter" in str(cfg.get("kernel") or "")
-    return backend_label(backend, cfg.get("kernel_stand_in"), interp, sep)
-
-
-def backend_sort_key(backend: str) -> tuple:
-    """Canonical backend order, unknown names last."""
-    return (BACKEND_ORDER.index(backend) if backend in BACKEND_ORDER else len(BACKEND_ORDER), backend)
 
 
 def group_by_backend(
@@ -84,3 +56,12 @@ def save(fig: Figure, path: str | Path | None) -> list[Path]:
         fig.savefig(target, dpi=110 if ext == ".png" else None)
         out.append(target)
     return out
+
+
+def show(fig: Figure) -> None:
+    """Display ``fig`` as PNG in a notebook (works without pyplot and in papermill)."""
+    from IPython.display import Image, display  # IPython only where a figure is shown, not where one is saved
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    display(Image(data=buf.getvalue()))

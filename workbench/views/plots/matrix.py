@@ -9,15 +9,8 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from workbench.views.plots.common import (
-    STATUS_COLORS,
-    backend_label,
-    backend_sort_key,
-    empty,
-    new_figure,
-    record_label,
-    save,
-)
+from workbench.run.labels import backend_label, backend_sort_key, record_label
+from workbench.views.plots.common import STATUS_COLORS, empty, new_figure, save
 
 REVISION_ORDER = ("pre-24860", "pr-24860", "pr-28221")
 FIXED_SUFFIX = " + apply_fix()"

@@ -7,13 +7,12 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from workbench.experiments.sweep import groups, provenance
 from workbench.views.plots.common import LINE_STYLES, empty, new_figure, save
 
 
 def acceptance_sweep(doc: dict, path: str | Path | None = None) -> Figure:
     """Left: mean accept length per (steps, topk, draft_tokens); right: acceptance per draft position."""
-    from workbench.experiments.sweep import groups, provenance  # workbench.experiments.sweep imports the plots' labels
-
     rows = [r for r in doc["rows"] if r["status"] == "ok"]
     if not rows:
         fig = empty(new_figure(6, 2.5), "no successful sweep runs")

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from workbench.views.plots.common import LINE_STYLES, backend_label, backend_sort_key, empty, new_figure, save
+from workbench.run.labels import backend_label, backend_sort_key
+from workbench.views.plots.common import LINE_STYLES, empty, new_figure, save
 
 
 def _setting(row: dict) -> str:

@@ -1,0 +1,38 @@
+"""How a run names its backend: the backend with the kernel that computed it (stand-ins and the
+Triton interpreter said so), and the canonical backend order. Data about a record, not rendering:
+the experiments' rows, the notebook gate and every view and plot label read the same names."""
+
+from __future__ import annotations
+
+# On a machine without their packages these backends compute with torch references (docs/design.md §3).
+STAND_IN_ON_CPU = {"flashinfer": "torch stand-in", "fa3": "torch stand-in"}
+BACKEND_ORDER = ("triton", "flashinfer", "fa3", "torch_native")
+
+
+def backend_label(backend: str, stand_in: bool | None = None, interpreter: bool | None = None, sep: str = "\n") -> str:
+    """``flashinfer\\n(torch stand-in)``, ``triton\\n(interpreter)``, or the bare name.
+
+    ``stand_in`` None (no record said) falls back to what the backend is on a CPU machine."""
+    if stand_in is None:
+        stand_in = backend in STAND_IN_ON_CPU
+    if stand_in:
+        return f"{backend}{sep}(torch stand-in)"
+    if interpreter:
+        return f"{backend}{sep}(Triton interpreter)"
+    return backend
+
+
+def record_label(record: dict, sep: str = "\n") -> str:
+    """The backend label of a run record, from its config.kernel_stand_in and config.kernel.
+
+    The kernel label, not env.triton_interpret: DP runs record the env of the parent process, which
+    never imports the kernels."""
+    cfg = record.get("config", {})
+    backend = cfg.get("backend", "?")
+    interp = backend == "triton" and "interpreter" in str(cfg.get("kernel") or "")
+    return backend_label(backend, cfg.get("kernel_stand_in"), interp, sep)
+
+
+def backend_sort_key(backend: str) -> tuple:
+    """Canonical backend order, unknown names last."""
+    return (BACKEND_ORDER.index(backend) if backend in BACKEND_ORDER else len(BACKEND_ORDER), backend)
