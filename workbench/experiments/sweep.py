@@ -236,7 +236,9 @@ def provenance(doc: dict) -> str:
     what = "shipped measurement" if doc.get("shipped") else "measured live"
     backends = ", ".join(sorted({r["label"] for r in doc["rows"]}))
     models = f"; models sha256 {doc['models_sha256'][:12]}" if doc.get("models_sha256") else ""
+    commit = f"; commit {doc['commit']}" if doc.get("commit") else ""  # written by whoever shipped it
     return (
         f"{what} of {doc.get('measured')} ({doc['prompts']} prompts x {doc.get('max_new_tokens')} tokens; "
-        f"backends {backends}; python {v.get('python')}, torch {v.get('torch')}, triton {v.get('triton')}{models})"
+        f"backends {backends}; python {v.get('python')}, torch {v.get('torch')}, triton {v.get('triton')}{models}"
+        f"{commit})"
     )
