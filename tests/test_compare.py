@@ -85,6 +85,8 @@ def test_compare_reports_medians_intervals_speedup_and_verdicts(tmp_path):
     assert all(s["lossless"] and s["speedup"]["median"] > 0 for s in doc["speedup"])
     assert all(s["speedup"]["n"] == 2 and s["verdict"]["verdict"] == "undecided" for s in doc["speedup"])  # 2 repeats
     assert len(doc["pairs"]) == 2 and all(p["ratio"]["n"] == 2 for p in doc["pairs"])
+    assert all(s["repetition_loop_share"] == 0.0 for s in doc["speedup"])  # 8 tokens: too short to loop
+    assert doc["headline"].endswith("greedy outputs ending in a repetition loop: 0 %.")
     for fig in (
         plots.tokens_per_s_spread(doc),
         plots.metadata_cost(doc),

@@ -177,6 +177,7 @@ def speedups(records: dict[str, list[dict]], backends: Sequence[str], dps: Seque
                     "speedup": r,
                     "verdict": verdict(r),
                     "accept_length_mean": e[0]["metrics"]["accept_length_mean"],
+                    "repetition_loop_share": (g[0]["metrics"].get("repetition_loops") or {}).get("share"),
                     "lossless": all(x["outputs_sha256"] == g[0]["outputs_sha256"] for x in e + g),
                 }
             )
@@ -184,13 +185,22 @@ def speedups(records: dict[str, list[dict]], backends: Sequence[str], dps: Seque
 
 
 def headline(doc: dict) -> str:
-    """One line: what was compared and what it found (EAGLE3 vs greedy per backend and dp)."""
+    """One line: what was compared and what it found (EAGLE3 vs greedy per backend and dp; the
+    accept length, and the share of greedy outputs ending in a repetition loop, where acceptance is cheap)."""
     found = "; ".join(
         f"{s['label']} dp{s['dp']} {fmt(s['speedup'], digits=2)}x {s['verdict']['verdict']}"
         + ("" if s["lossless"] else " (OUTPUTS DIFFER FROM GREEDY)")
         for s in doc["speedup"]
     )
-    return f"Compared {doc['compared']}. Found EAGLE3/greedy: {found or 'no pair of greedy and EAGLE3 runs'}."
+    first = doc["speedup"][0] if doc["speedup"] else {}
+    loops = first.get("repetition_loop_share")
+    extra = (
+        f" Accept length {first['accept_length_mean']:.2f}; greedy outputs ending in a repetition loop: "
+        f"{'n/a' if loops is None else f'{100 * loops:.0f} %'}."
+        if first.get("accept_length_mean") is not None
+        else ""
+    )
+    return f"Compared {doc['compared']}. Found EAGLE3/greedy: {found or 'no pair of greedy and EAGLE3 runs'}.{extra}"
 
 
 def compare(

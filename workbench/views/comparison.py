@@ -45,6 +45,9 @@ def speedup_table(doc: dict) -> Table:
                 "backend": s["label"],
                 "dp": s["dp"],
                 "accept length": None if s.get("accept_length_mean") is None else f"{s['accept_length_mean']:.2f}",
+                "greedy outputs in a repetition loop": None
+                if s.get("repetition_loop_share") is None
+                else f"{100 * s['repetition_loop_share']:.0f} %",
                 "EAGLE3 / greedy tokens/s (per-repeat ratio)": fmt_interval(s["speedup"]),
                 "verdict": s["verdict"]["text"],
                 "outputs identical": s["lossless"],
