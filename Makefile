@@ -3,12 +3,15 @@
 #                `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu` (PyPI's torch is the
 #                multi-GB CUDA build). Only torch comes from there; its dependencies come from pip's
 #                usual indexes with the rest. Empty (the default): torch too comes from those.
+#   EXTRAS       the package's extras installed with it (default dev: tests, linters, JupyterLab, browser
+#                test); `make venv EXTRAS=` installs what the notebooks and the nightly runner need, no more.
 #   constraints.txt pins the tested set (`make constraints` regenerates it from the current venv).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_INDEX ?=
+EXTRAS ?= dev
 KERNEL := eagle-workbench
 PIP := $(BIN)/pip install -q -c constraints.txt
 
@@ -16,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(PIP) "torch==2.13.0" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --no-deps)  # its deps come next, pinned
-	$(PIP) -e ".[dev]"
+	$(PIP) -e ".$(if $(EXTRAS),[$(EXTRAS)])"
 	mkdir -p $(VENV)/.tmp    # ipykernel install leaves an empty tmp*_kernels dir in TMPDIR
 	TMPDIR=$(abspath $(VENV))/.tmp $(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) \
 		--display-name "Python 3 ($(KERNEL))"
@@ -39,12 +42,14 @@ bench: $(STAMP)
 
 # JupyterLab on the venv's kernel only: a notebook whose kernelspec (python3) is not offered gets the
 # one kernel of its language_info (python), eagle-workbench, whatever python3 spec the user has.
+# It serves the repository root (the package's sources open beside the notebooks) with the notebooks
+# folder open; tests/test_lab_browser.py starts JupyterLab with these --ServerApp / --LabApp flags.
 # LAB_ARGS: more options for jupyter lab, e.g. `make lab LAB_ARGS="--allow-root --no-browser"`.
 LAB_ARGS ?=
 lab: $(STAMP)
 	$(PIP) -e ".[dev,lab]"
-	$(BIN)/jupyter lab --KernelSpecManager.allowed_kernelspecs=$(KERNEL) \
-		--MappingKernelManager.default_kernel_name=$(KERNEL) $(LAB_ARGS) notebooks/
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks \
+		--KernelSpecManager.allowed_kernelspecs=$(KERNEL) --MappingKernelManager.default_kernel_name=$(KERNEL) $(LAB_ARGS)
 
 # The exact tested set: what `pip freeze` shows in the venv after `make test`, minus the project.
 constraints: $(STAMP)

@@ -16,8 +16,8 @@ from typing import TextIO
 from ci.execute import execution_result
 from ci.expect import check_cell, describe
 from ci.kernelspec import kernel_name
-from ci.matrix import Cell, Matrix, notebook_expect
-from workbench.notebook import load_bundle  # the notebook face loads the engine; a shard merge has no torch
+from ci.matrix import Cell, Matrix, MatrixError, notebook_expect
+from workbench.notebook import load_record  # the notebook face loads the engine; a shard merge has no torch
 from workbench.run.dp import LOG_DIR_ENV
 
 POLL_S = 0.2
@@ -161,18 +161,18 @@ def _finish(job: Job, out: Path, wall_limit_hit: bool) -> dict:
         )
     execution["wall_s"] = wall
     record_file = out / job.paths["record"]
-    bundle = None
+    nb_record = None
     if record_file.is_file():
         try:
-            bundle = load_bundle(record_file)
+            nb_record = load_record(record_file)
         except ValueError as e:
             execution.setdefault("record_error", str(e))
-    reasons = check_cell(job.cell.expect, execution, bundle)
+    reasons = check_cell(job.cell.expect, execution, nb_record)
     return {
         **job.cell.to_dict(),
         "parameters": job.parameters,
         "execution": execution,
-        "bundle": bundle,
+        "notebook_record": nb_record,
         "paths": job.paths,
         "reasons": reasons,
         "verdict": "unexpected" if reasons else "expected",
@@ -180,10 +180,10 @@ def _finish(job: Job, out: Path, wall_limit_hit: bool) -> dict:
 
 
 def _progress(done: int, total: int, res: dict, running: int, queued: int, stream: TextIO) -> None:
-    primary = (res["bundle"] or {}).get("primary")
+    primary = (res["notebook_record"] or {}).get("primary")
     got = (
-        describe(((res["bundle"] or {}).get("runs") or {}).get(primary))
-        if res["bundle"]
+        describe(((res["notebook_record"] or {}).get("runs") or {}).get(primary))
+        if res["notebook_record"]
         else res["execution"]["outcome"]
     )
     mark = "ok  " if res["verdict"] == "expected" else "FAIL"
@@ -197,30 +197,32 @@ def _progress(done: int, total: int, res: dict, running: int, queued: int, strea
         print(f"        why: {r}", file=stream, flush=True)
 
 
+def prepare_all(cells: list[Cell], root: Path, out: Path, extra: dict | None = None) -> list[Job]:
+    """Every cell's job; a cell that cannot start (a missing notebook, a parameter its notebook does not
+    declare) is a ``MatrixError`` naming every such cell, raised before anything runs or is written."""
+    jobs, refused = [], []
+    for cell in cells:
+        try:
+            jobs.append(prepare(cell, root, out, extra or {}))
+        except ValueError as e:
+            refused.append(f"cell {cell.name!r}: {e}")
+    if refused:
+        raise MatrixError("; ".join(refused))
+    return jobs
+
+
 def run_cells(
-    cells: list[Cell],
+    queue: list[Job],
     matrix: Matrix,
     root: Path,
     out: Path,
     jobs: int,
-    extra: dict | None = None,
     stream: TextIO = sys.stdout,
 ) -> list[dict]:
-    """Run every cell; results in matrix order. A cell that cannot even start is an unexpected result."""
+    """Run every job (``prepare_all``), at most ``jobs`` at once; results in the jobs' order."""
+    order = [j.cell.name for j in queue]
     results: dict[str, dict] = {}
-    queue: list[Job] = []
-    for cell in cells:
-        try:
-            queue.append(prepare(cell, root, out, extra or {}))
-        except ValueError as e:
-            results[cell.name] = {
-                **cell.to_dict(),
-                "execution": execution_result("error", ename="CellSetupError", evalue=str(e)),
-                "bundle": None,
-                "paths": {},
-                "reasons": [f"cell not run: {e}"],
-                "verdict": "unexpected",
-            }
+    queue = list(queue)
     queue.sort(key=lambda j: -j.cell.weight)
     threads = thread_env(jobs)
     kernel = kernel_name()
@@ -231,7 +233,7 @@ def run_cells(
         flush=True,
     )
     running: list[Job] = []
-    done = len(results)
+    done = 0
     last_news = time.perf_counter()
     try:
         while queue or running:
@@ -251,7 +253,7 @@ def run_cells(
                 results[job.cell.name] = res = _finish(job, out, over)
                 done += 1
                 last_news = time.perf_counter()
-                _progress(done, len(cells), res, len(running), len(queue), stream)
+                _progress(done, len(order), res, len(running), len(queue), stream)
             if time.perf_counter() - last_news > HEARTBEAT_S:
                 last_news = time.perf_counter()
                 print(
@@ -264,4 +266,4 @@ def run_cells(
         for job in running:  # interrupted: the children run in their own sessions and would outlive us
             kill_tree(job.proc.pid)
             shutil.rmtree(out / job.paths["tmp"], ignore_errors=True)
-    return [results[c.name] for c in cells]
+    return [results[name] for name in order]

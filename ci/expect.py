@@ -49,20 +49,20 @@ def check_run(want: dict, record: dict) -> list[str]:
     return got
 
 
-def _roles(role: str, bundle: dict) -> list[str]:
+def _roles(role: str, nb_record: dict) -> list[str]:
     if role == "*":
-        return sorted(bundle["runs"])
-    return [bundle["primary"] if role == PRIMARY else role]
+        return sorted(nb_record["runs"])
+    return [nb_record["primary"] if role == PRIMARY else role]
 
 
-def check_cell(expect: dict[str, dict], execution: dict, bundle: dict | None) -> list[str]:
+def check_cell(expect: dict[str, dict], execution: dict, nb_record: dict | None) -> list[str]:
     """Reasons the cell is unexpected: the notebook did not complete, no record, or a run ended otherwise."""
     reasons = []
     if execution["outcome"] != "completed":
         err = execution.get("error") or {}
         where = f" in cell {err['cell']}" if err.get("cell") is not None else ""
         reasons.append(f"notebook {execution['outcome']}{where}: {err.get('ename')}: {str(err.get('evalue'))[:400]}")
-    if bundle is None:
+    if nb_record is None:
         reasons.append(
             f"notebook record unreadable: {execution['record_error']}"
             if execution.get("record_error")
@@ -70,10 +70,10 @@ def check_cell(expect: dict[str, dict], execution: dict, bundle: dict | None) ->
         )
         return reasons
     for role, want in expect.items():
-        for name in _roles(role, bundle):
-            record = bundle["runs"].get(name)
+        for name in _roles(role, nb_record):
+            record = nb_record["runs"].get(name)
             if record is None:
-                reasons.append(f"run {name!r}: missing from the notebook record (roles: {sorted(bundle['runs'])})")
+                reasons.append(f"run {name!r}: missing from the notebook record (roles: {sorted(nb_record['runs'])})")
                 continue
             diff = check_run(want, record)
             if diff:
@@ -86,7 +86,7 @@ def check_cell(expect: dict[str, dict], execution: dict, bundle: dict | None) ->
 def ok_runs(cells: Iterable[dict]) -> Iterable[tuple[str, str, dict]]:
     """(cell name, role, record) of every ok run in the cells' notebook records."""
     for c in cells:
-        for role, rec in ((c.get("bundle") or {}).get("runs") or {}).items():
+        for role, rec in ((c.get("notebook_record") or {}).get("runs") or {}).items():
             if rec.get("status") == "ok" and rec.get("outputs_sha256"):
                 yield c["name"], role, rec
 

@@ -80,7 +80,7 @@ def run_rows(cells: Iterable[dict]) -> list[dict]:
     """One history row per run in the cells' notebook records."""
     rows = []
     for c in cells:
-        for role, rec in ((c.get("bundle") or {}).get("runs") or {}).items():
+        for role, rec in ((c.get("notebook_record") or {}).get("runs") or {}).items():
             cfg, m = rec.get("config", {}), rec.get("metrics") or {}
             lat = {k: 1000 * statistics.median(v) for k, v in (m.get("latency_s") or {}).items() if v}
             phash, params = params_of(rec)

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ci import expect
-from ci.cell_runner import default_jobs, run_cells, thread_env, usable_cores
+from ci.cell_runner import default_jobs, prepare_all, run_cells, thread_env, usable_cores
 from ci.history import History
 from ci.kernelspec import KernelSpecError
 from ci.matrix import MatrixError, load_matrix, parse_shard
@@ -95,11 +95,12 @@ def _run(args: argparse.Namespace) -> int:
     if not cells:
         raise MatrixError(f"no cells to run (shard {shard}, --only {args.only})")
     out = Path(args.out)
+    extra = {"model_dir": str(Path(args.model_dir).resolve())} if args.model_dir else {}
+    queue = prepare_all(cells, ROOT, out.resolve(), extra)  # refuses before anything runs or is removed
     out.mkdir(parents=True, exist_ok=True)
     _clean(out)
-    extra = {"model_dir": str(Path(args.model_dir).resolve())} if args.model_dir else {}
     jobs = args.jobs or default_jobs(len(cells))
-    results = run_cells(cells, matrix, ROOT, out.resolve(), jobs, extra)
+    results = run_cells(queue, matrix, ROOT, out.resolve(), jobs)
     export_html(out, results)
     doc = {
         "schema": "ci.nightly-results/1",

@@ -37,9 +37,9 @@ def export_html(out: Path, cells: list[dict]) -> None:
         c["paths"] = {**c["paths"], "html": page_rel}
 
 
-def shipped_note(bundle: dict | None) -> str | None:
+def shipped_note(nb_record: dict | None) -> str | None:
     """For a notebook that showed shipped measurements instead of measuring now: when and with what."""
-    runs = (bundle or {}).get("runs") or {}
+    runs = (nb_record or {}).get("runs") or {}
     source = next(
         (
             str(r["config"]["source"])
@@ -65,9 +65,9 @@ def shipped_note(bundle: dict | None) -> str | None:
 
 
 def _got(c: dict) -> str:
-    runs = (c.get("bundle") or {}).get("runs") or {}
+    runs = (c.get("notebook_record") or {}).get("runs") or {}
     got = "; ".join(f"{role}: {describe(rec)}" for role, rec in runs.items()) or c["execution"]["outcome"]
-    note = shipped_note(c.get("bundle"))
+    note = shipped_note(c.get("notebook_record"))
     return f"{got} [{note}]" if note else got
 
 

@@ -29,7 +29,7 @@ def _records(cells: list[dict]) -> list[dict]:
     return [
         rec
         for c in cells
-        for rec in ((c.get("bundle") or {}).get("runs") or {}).values()
+        for rec in ((c.get("notebook_record") or {}).get("runs") or {}).values()
         if "revision" in (rec.get("config") or {})
     ]
 
@@ -46,7 +46,7 @@ def _marked_records(cells: list[dict]) -> tuple[list[dict], list[bool]]:
     pairs = [
         (rec, _as_expected(c, role))
         for c in cells
-        for role, rec in ((c.get("bundle") or {}).get("runs") or {}).items()
+        for role, rec in ((c.get("notebook_record") or {}).get("runs") or {}).items()
         if "revision" in (rec.get("config") or {})
     ]
     return [r for r, _ in pairs], [m for _, m in pairs]
@@ -79,8 +79,8 @@ def make_plots(cells: list[dict], trend_rows: list[dict], folder: Path) -> dict[
 
 def cell_summary(c: dict) -> dict:
     """The compact per-cell entry of summary.json."""
-    bundle = c.get("bundle") or {}
-    primary = (bundle.get("runs") or {}).get(bundle.get("primary"))
+    nb_record = c.get("notebook_record") or {}
+    primary = (nb_record.get("runs") or {}).get(nb_record.get("primary"))
     m = (primary or {}).get("metrics") or {}
     return {
         "cell": c["name"],
@@ -90,7 +90,7 @@ def cell_summary(c: dict) -> dict:
         "execution": c["execution"]["outcome"],
         "wall_s": round(c["execution"]["wall_s"], 2),
         "primary": describe(primary) if primary else None,
-        "runs": {r: describe(rec) for r, rec in (bundle.get("runs") or {}).items()},
+        "runs": {r: describe(rec) for r, rec in (nb_record.get("runs") or {}).items()},
         "accept_length_mean": m.get("accept_length_mean"),
         "tokens_per_s": m.get("tokens_per_s"),
         "outputs_sha256": (primary or {}).get("outputs_sha256"),
@@ -115,7 +115,7 @@ def _row(c: dict, out: Path) -> str:
         for k, label in LINKS
         if k in s["paths"] and (out / s["paths"][k]).exists()
     )
-    note = shipped_note(c.get("bundle"))
+    note = shipped_note(c.get("notebook_record"))
     shipped = f"<div class='shipped'>{html.escape(note)}</div>" if note else ""
     expect = "<br>".join(f"{html.escape(r)}: {html.escape(describe_expect(w))}" for r, w in s["expect"].items())
     got = "<br>".join(f"{html.escape(r)}: {html.escape(d)}" for r, d in s["runs"].items()) or html.escape(
@@ -123,7 +123,8 @@ def _row(c: dict, out: Path) -> str:
     )
     why = "".join(f"<div class='why'>{html.escape(r)}</div>" for r in s["reasons"])
     al = "" if s["accept_length_mean"] is None else f"{s['accept_length_mean']:.3f}"
-    primary = ((c.get("bundle") or {}).get("runs") or {}).get((c.get("bundle") or {}).get("primary")) or {}
+    nb_record = c.get("notebook_record") or {}
+    primary = (nb_record.get("runs") or {}).get(nb_record.get("primary")) or {}
     ok = primary.get("status") == "ok"  # a crashed run's tokens/s (0) and accept length measure nothing
     tps = "" if s["tokens_per_s"] is None or not ok else f"{s['tokens_per_s']:.1f}"
     al = al if ok else ""
@@ -197,8 +198,8 @@ def write_report(out: Path, summary: dict, cells: list[dict], trend_rows: list[d
         f"{summary['wall_s']:.0f} s · shards {html.escape(', '.join(summary.get('shards', [])) or 'none')} · "
         f"{html.escape(summary.get('history_note', ''))} · "
         f"{html.escape(', '.join(f'{k} {v}' for k, v in env.items()))}</p>"
-        "<p>flashinfer and fa3 compute with torch stand-ins on a machine without their packages, and Triton runs "
-        "in its interpreter without a GPU; every label says so. Latency compares code paths on this machine. "
+        "<p>flashinfer and fa3 compute with torch stand-ins of their kernels (on every machine), and Triton runs "
+        "in its interpreter on CPU; every label says so. Latency compares code paths on this machine. "
         "Also here: <a href='summary.md'>summary.md</a>, <a href='junit.xml'>junit.xml</a>, "
         "<a href='summary.json'>summary.json</a>.</p>"
     )

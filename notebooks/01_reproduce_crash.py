@@ -37,8 +37,9 @@
 #
 # **Why the fa3 lane stayed green.** fa3 builds its metadata from the page table and
 # `cache_seqlens`; it never reads `spec_info.kv_indptr`. Upstream's CUDA CI runs fa3, so only the
-# AMD lane (`--attention-backend triton`) saw the crash. On this CPU machine flashinfer and fa3
-# compute with torch stand-ins (their metadata contracts are the real ones); labels say so.
+# AMD lane (`--attention-backend triton`) saw the crash. The workbench's flashinfer and fa3 compute
+# with torch stand-ins of those libraries' kernels, on any machine (their metadata contracts are the
+# real ones); labels say so.
 
 # %%
 import workbench
@@ -46,21 +47,21 @@ from workbench import notebook
 from workbench.views import display, plots, tables
 
 # %% tags=["parameters"]
-backend = "triton"
-revision = "pr-24860"
-dp = 2
-dp_policy = "pack"
-steps = 3
-topk = 2
-draft_tokens = 4
-num_prompts = 1
-prompts = None
-max_new_tokens = 16
-model_dir = None
-timeout_s = 300.0
-compare_backends = ["flashinfer", "fa3", "torch_native"]
-record_path = "runs/notebooks/01_reproduce_crash.json"
-expect = "any"
+backend: str = "triton"  # attention backend: triton, flashinfer, fa3 or torch_native
+revision: str = "pr-24860"  # code state: pre-24860, pr-24860 (the regression) or pr-28221 (the fix)
+dp: int = 2  # DP attention ranks, one process each (at least 1; the crash needs 2)
+dp_policy: str = "pack"  # prompts to DP ranks: balanced, or pack (fill rank 0 first: later ranks idle)
+steps: int = 3  # EAGLE draft steps per round (at least 1)
+topk: int = 2  # branches kept per draft step (at least 1)
+draft_tokens: int = 4  # tree tokens verified per request (2 .. steps * topk + 1)
+num_prompts: int = 1  # how many shipped prompts (at least 1; unused when prompts is given)
+prompts = None  # type: list[str]|None  prompt strings; None: num_prompts of the shipped set
+max_new_tokens: int = 16  # tokens generated per prompt (at least 1)
+model_dir = None  # type: str|None  folder with target/ and draft/; None: the shipped models
+timeout_s: float = 300.0  # whole-run limit in seconds; past it the run ends as timeout
+compare_backends: list[str] = ["flashinfer", "fa3", "torch_native"]  # also run (EAGLE3): which crash; [] for none
+record_path: str = "runs/notebooks/01_reproduce_crash.json"  # where the notebook record (JSON) is written
+expect: str = "any"  # crash, ok or any: the last cell fails unless the run ended so
 
 # %%
 params = dict(
@@ -127,7 +128,7 @@ plots.show(
 # `expect` is `"crash"`, `"ok"` or `"any"`; only the first two fail the notebook.
 
 # %%
-print("record written to", notebook.save_bundle(record_path, "01_reproduce_crash", params, runs, primary="run"))
+print("record written to", notebook.save_record(record_path, "01_reproduce_crash", params, runs, primary="run"))
 
 # %%
 print(notebook.require(expect, result))

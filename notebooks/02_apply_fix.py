@@ -46,21 +46,21 @@ from workbench.speculative.eagle_draft_extend_pr24860 import EagleDraftExtendInp
 from workbench.views import display, tables
 
 # %% tags=["parameters"]
-backend = "triton"
-revision = "pr-24860"
-reference_revision = "pre-24860"
-dp = 2
-dp_policy = "pack"
-steps = 3
-topk = 2
-draft_tokens = 4
-num_prompts = 1
-prompts = None
-max_new_tokens = 16
-model_dir = None
-timeout_s = 300.0
-record_path = "runs/notebooks/02_apply_fix.json"
-expect = "any"
+backend: str = "triton"  # attention backend: triton, flashinfer, fa3 or torch_native
+revision: str = "pr-24860"  # code state: pre-24860, pr-24860 (the regression) or pr-28221 (the fix)
+reference_revision: str = "pre-24860"  # revision whose outputs the fixed run must equal: pre-24860
+dp: int = 2  # DP attention ranks, one process each (at least 1; the crash needs 2)
+dp_policy: str = "pack"  # prompts to DP ranks: balanced, or pack (fill rank 0 first: later ranks idle)
+steps: int = 3  # EAGLE draft steps per round (at least 1)
+topk: int = 2  # branches kept per draft step (at least 1)
+draft_tokens: int = 4  # tree tokens verified per request (2 .. steps * topk + 1)
+num_prompts: int = 1  # how many shipped prompts (at least 1; unused when prompts is given)
+prompts = None  # type: list[str]|None  prompt strings; None: num_prompts of the shipped set
+max_new_tokens: int = 16  # tokens generated per prompt (at least 1)
+model_dir = None  # type: str|None  folder with target/ and draft/; None: the shipped models
+timeout_s: float = 300.0  # whole-run limit in seconds; past it the run ends as timeout
+record_path: str = "runs/notebooks/02_apply_fix.json"  # where the notebook record (JSON) is written
+expect: str = "any"  # ok: the fixed run ends ok with the reference's outputs; crash: it crashes; any: no check
 
 # %%
 params = dict(
@@ -150,7 +150,7 @@ tables.summary_table(runs)
 # `"crash"` requires it to crash; `"any"` only shows the data.
 
 # %%
-print("record written to", notebook.save_bundle(record_path, "02_apply_fix", params, runs, primary="fixed"))
+print("record written to", notebook.save_record(record_path, "02_apply_fix", params, runs, primary="fixed"))
 
 # %%
 print(notebook.require(expect, fixed, same_outputs_as=reference))

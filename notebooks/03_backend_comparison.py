@@ -33,7 +33,7 @@
 # and decode round on every rank, which takes the Triton interpreter's first launches) are `setup_s`,
 # shown apart.
 #
-# **Read the numbers with their kernels.** On this CPU machine the triton backend runs our Triton
+# **Read the numbers with their kernels.** On CPU the triton backend runs our Triton
 # kernels in Triton's *interpreter* (numpy, slow), and flashinfer and fa3 compute with **torch
 # stand-ins** of their kernels; only their metadata contracts are the real ones. Every label and
 # table says which. Latency compares code paths on this machine, not GPU performance.
@@ -50,35 +50,33 @@ from workbench.views import plots
 from workbench.views.display import progress
 
 # %% tags=["parameters"]
-backends = ["torch_native", "fa3", "flashinfer"]
-revision = "pr-28221"
-dp = 1
-dp_policy = "balanced"
-steps = None
-topk = None
-draft_tokens = None
-num_prompts = None
-prompts = None
-max_new_tokens = None
-threads = None
-max_running = None
-model_dir = None
-timeout_s = 300.0
-repeats = None
-compare_dps = [1]
-sweep_live = True
-sweep_backends = ["torch_native", "fa3"]
-sweep_dtypes = ["float32", "bfloat16"]
-sweep_num_prompts = 2
-sweep_max_new_tokens = 24
-record_path = "runs/notebooks/03_backend_comparison.json"
-expect = "any"
+backends: list[str] = ["torch_native", "fa3", "flashinfer"]  # compared, greedy and EAGLE3 each (any backend)
+revision: str = "pr-28221"  # code state: pre-24860, pr-24860 (the regression) or pr-28221 (the fix)
+dp_policy: str = "balanced"  # prompts to DP ranks at compare_dps > 1: balanced or pack
+steps = None  # type: int|None  EAGLE draft steps per round (at least 1); None: the comparison's chain
+topk = None  # type: int|None  branches kept per draft step (at least 1); None: the comparison's chain
+draft_tokens = None  # type: int|None  tree tokens verified per request; None: the comparison's chain
+num_prompts = None  # type: int|None  how many shipped prompts (at least 1); None: the comparison's (all)
+prompts = None  # type: list[str]|None  prompt strings; None: num_prompts of the shipped set
+max_new_tokens = None  # type: int|None  tokens generated per prompt (at least 1); None: the comparison's (64)
+threads = None  # type: int|None  torch threads per run (at least 1); None: the comparison's (1)
+max_running = None  # type: int|None  requests decoded at once (at least 1); None: the comparison's (1)
+model_dir = None  # type: str|None  folder with target/ and draft/; None: the shipped models
+timeout_s: float = 300.0  # whole-run limit in seconds; past it the run ends as timeout
+repeats = None  # type: int|None  paired repeats (at least 2); None: the comparison's (6, coverage 96.9 %)
+compare_dps: list[int] = [1]  # DP sizes compared, e.g. [1, 2]
+sweep_live: bool = True  # True: run a small acceptance sweep now; False: only the shipped one
+sweep_backends: list[str] = ["torch_native", "fa3"]  # backends of the live sweep (the torch paths are fast)
+sweep_dtypes: list[str] = ["float32", "bfloat16"]  # float32 and/or bfloat16
+sweep_num_prompts: int = 2  # prompts of the live sweep (at least 1)
+sweep_max_new_tokens: int = 24  # tokens per prompt in the live sweep (at least 1)
+record_path: str = "runs/notebooks/03_backend_comparison.json"  # where the notebook record (JSON) is written
+expect: str = "any"  # ok: every run ends ok and EAGLE3 equals greedy; any: no check
 
 # %%
 params = dict(
     backends=backends,
     revision=revision,
-    dp=dp,
     dp_policy=dp_policy,
     steps=steps,
     topk=topk,
@@ -156,7 +154,7 @@ plots.show(plots.attention_split(doc))
 # without requests are kept apart and not shown here.
 
 # %%
-runs = list(records.values())
+runs = [r for r in records.values() if r["status"] == "ok"]  # a failed config is a row of the table above
 plots.show(plots.phase_latency(runs, mode="eagle"))
 
 # %% [markdown]
@@ -205,7 +203,7 @@ plots.show(plots.acceptance_sweep(shipped))
 # %%
 print(
     "record written to",
-    notebook.save_bundle(
+    notebook.save_record(
         record_path,
         "03_backend_comparison",
         params,

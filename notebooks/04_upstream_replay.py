@@ -46,14 +46,13 @@ from workbench.upstream import fidelity, measurements
 from workbench.views import upstream as views
 
 # %% tags=["parameters"]
-releases = ["0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.23"]
-replay_releases = ["0.5.12", "0.5.13", "0.5.14"]
-lint_releases = ["0.5.12", "0.5.13", "0.5.14", "0.5.23"]
-backend = "triton"
-live = False
-cache_dir = None
-record_path = "runs/notebooks/04_upstream_replay.json"
-expect = "any"
+releases: list[str] = ["0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.23"]  # surveyed: wheels read with ast, not imported
+replay_releases: list[str] = ["0.5.12", "0.5.13", "0.5.14"]  # replayed on the real triton backend
+lint_releases: list[str] = ["0.5.12", "0.5.13", "0.5.14", "0.5.23"]  # linted for the bug class, triaged by replays
+live: bool = False  # False: the shipped measurements (seconds); True: measure now (network, minutes)
+cache_dir = None  # type: str|None  replay cache; None: $WB_UPSTREAM_CACHE or ~/.cache/eagle-workbench/upstream
+record_path: str = "runs/notebooks/04_upstream_replay.json"  # where the notebook record (JSON) is written
+expect: str = "any"  # ok: replays as upstream says, no fidelity difference; any: no check
 
 # %%
 data = measurements.load_measurements(releases, replay_releases, live=live, cache_dir=cache_dir)
@@ -129,9 +128,9 @@ views.findings_table(guard["findings"])
 
 # %%
 found = measurements.problems(data, fid, cells, replay_releases)
-params = dict(releases=releases, replay_releases=replay_releases, backend=backend, live=live, expect=expect)
+params = dict(releases=releases, replay_releases=replay_releases, live=live, expect=expect)
 runs = measurements.notebook_runs(data, fid, cells, found)
-print("record written to", notebook.save_bundle(record_path, "04_upstream_replay", params, runs, primary="checks"))
+print("record written to", notebook.save_record(record_path, "04_upstream_replay", params, runs, primary="checks"))
 print("problems:", found or "none")
 if expect == "ok" and found:
     raise notebook.ExpectationError("; ".join(found))

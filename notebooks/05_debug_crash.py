@@ -33,20 +33,20 @@ from workbench import notebook
 from workbench.views import crash_bundle as view
 
 # %% tags=["parameters"]
-backend = "triton"
-revision = "pr-24860"
-dp = 2
-dp_policy = "pack"
-steps = 3
-topk = 2
-draft_tokens = 4
-num_prompts = 1
-prompts = None
-max_new_tokens = 8
-model_dir = None
-timeout_s = 300.0
-record_path = "runs/notebooks/05_debug_crash.json"
-expect = "any"
+backend: str = "triton"  # attention backend: triton, flashinfer, fa3 or torch_native
+revision: str = "pr-24860"  # code state: pre-24860, pr-24860 (the regression) or pr-28221 (the fix)
+dp: int = 2  # DP attention ranks, one process each (at least 1; the crash needs 2)
+dp_policy: str = "pack"  # prompts to DP ranks: balanced, or pack (fill rank 0 first: later ranks idle)
+steps: int = 3  # EAGLE draft steps per round (at least 1)
+topk: int = 2  # branches kept per draft step (at least 1)
+draft_tokens: int = 4  # tree tokens verified per request (2 .. steps * topk + 1)
+num_prompts: int = 1  # how many shipped prompts (at least 1; unused when prompts is given)
+prompts = None  # type: list[str]|None  prompt strings; None: num_prompts of the shipped set
+max_new_tokens: int = 8  # tokens generated per prompt (at least 1)
+model_dir = None  # type: str|None  folder with target/ and draft/; None: the shipped models
+timeout_s: float = 300.0  # whole-run limit in seconds; past it the run ends as timeout
+record_path: str = "runs/notebooks/05_debug_crash.json"  # where the notebook record (JSON) is written
+expect: str = "any"  # crash: the run must crash (the replay's verdict is role replay); ok; any: no check
 
 # %%
 params = dict(
@@ -126,9 +126,15 @@ view.frame_locals(replayed) if replayed else None
 # %% [markdown]
 # **Stop in that frame yourself.** In a new cell run `workbench.replay_crash(bundle_path)` without
 # `try`, then `%debug` in the next cell: the debugger opens in `init_forward_metadata` at the
-# `spec_info.kv_indptr` read; `p spec_info`, `p forward_batch.seq_lens`, `up` to the replay. In
-# JupyterLab's visual debugger (the bug icon in the notebook toolbar), open the backend file shown
-# above, set a breakpoint on the marked line and run `workbench.replay_crash(bundle_path)`.
+# `spec_info.kv_indptr` read; `p spec_info`, `p forward_batch.seq_lens`, `up` to the replay.
+#
+# **With JupyterLab's visual debugger** (`make lab`): click the bug icon in the notebook toolbar; in
+# the debugger sidebar's *Kernel Sources* panel, filter for the frame's module above
+# (`workbench.backends.triton` for the triton backend) and open it; click left of the line number
+# marked `>>` above to set a breakpoint; run `workbench.replay_crash(bundle_path)` in a new cell. The
+# kernel stops on that line before the read: *Variables* shows `spec_info` (the class without
+# `kv_indptr`), `forward_batch` and `table`; continue and the read raises. `make lab` serves the
+# repository root, so the backend's file also opens from the file browser (`workbench/backends/`).
 # The same from a shell: `workbench debug BUNDLE --pdb` (add `--fix` for step 5).
 
 # %% [markdown]
@@ -165,7 +171,7 @@ replay_record = view.replay_record(bundle, replayed, fixed)
 print(replay_record["status"], *replay_record["problems"], sep="\n  ")
 print(
     "record written to",
-    notebook.save_bundle(
+    notebook.save_record(
         record_path, "05_debug_crash", params, {"run": result, "replay": replay_record}, primary="run"
     ),
 )

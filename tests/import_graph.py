@@ -29,12 +29,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("faces", ("workbench.cli", "workbench.notebook", "workbench.__main__", "workbench")),
     ("ci", ("ci",)),
 )
-# Faces that still live inside a lower package; each names why it is a face.
-FACES_INSIDE = {
-    "workbench.debug.cli": "`workbench debug`: the command line of the crash-bundle replay",
-    "workbench.upstream.cli": "`workbench upstream ...`: the command line of the upstream guard",
-    "workbench.upstream.__main__": "`python -m workbench.upstream`",
-}
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -44,8 +38,6 @@ def module_name(path: Path, root: Path) -> str:
 
 def layer_of(module: str) -> int:
     """Index of the module's layer in LAYERS (the longest matching prefix wins)."""
-    if module in FACES_INSIDE:
-        return next(i for i, (name, _) in enumerate(LAYERS) if name == "faces")
     best, best_len = -1, -1
     for i, (_, prefixes) in enumerate(LAYERS):
         for p in prefixes:

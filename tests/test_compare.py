@@ -166,3 +166,34 @@ def test_the_comparison_definition_fills_only_what_a_config_leaves_unset():
     assert "steps" not in COMPARISON.apply({"topk": 4})  # the others keep the run defaults
     assert COMPARISON.repeats == 6
     make_config(full)  # a valid setting
+
+
+def test_a_failed_run_is_kept_as_a_failed_row_and_the_rest_is_shown(monkeypatch):
+    """fa3's EAGLE3 runs crash (the fault hook); the other configs still give rows, speedups and plots,
+    the failed one is not run again, and ``workbench compare`` exits 1."""
+    from workbench.cli import main
+    from workbench.experiments import bench
+    from workbench.experiments import compare as compare_mod
+    from workbench.views import comparison
+
+    real = bench.reproduce
+    faulty = lambda cfg, **kw: real({**cfg, "fault": "raise@rank0"} if cfg["backend"] == "fa3" else cfg, **kw)  # noqa: E731
+    monkeypatch.setattr(bench, "reproduce", faulty)
+    records: dict = {}
+    small = {**TINY, "prompts": TINY["prompts"][:1], "max_new_tokens": 4}
+    doc = compare(small, ["fa3", "torch_native"], repeats=2, verbose=False, records_out=records)
+    assert {(r["backend"], r["mode"]) for r in doc["rows"]} == {
+        ("fa3", "greedy"),
+        ("torch_native", "greedy"),
+        ("torch_native", "eagle"),
+    }
+    assert [(f["backend"], f["mode"], f["status"]) for f in doc["failed"]] == [("fa3", "eagle", "crashed")]
+    assert [s["backend"] for s in doc["speedup"]] == ["torch_native"]
+    assert sorted(k for k in records if k.startswith("eagle/fa3")) == ["eagle/fa3/dp1#0"]  # not run again
+    table = comparison.compare_table(doc)
+    assert [r["status"].split(" ")[0] for r in table.rows] == ["ok", "ok", "ok", "crashed"]
+    assert "Error" in table.rows[-1]["status"]
+    for fig in (plots.tokens_per_s_spread(doc), plots.speedup_intervals(doc), plots.metadata_cost(doc)):
+        assert fig.axes
+    monkeypatch.setattr(compare_mod, "compare", lambda *a, **k: doc)
+    assert main(["compare", "--backends", "fa3", "torch_native"]) == 1

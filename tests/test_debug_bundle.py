@@ -15,8 +15,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import workbench
+from workbench.cli import main as workbench_main
 from workbench.debug.bundle import BundleError
-from workbench.debug.cli import main as debug_main
 from workbench.debug.load import load_bundle
 from workbench.debug.replay import replay_crash
 from workbench.views.display import class_fields, run_all, text_diff
@@ -134,9 +134,9 @@ def test_dp1_forward_failure_writes_a_verify_bundle(monkeypatch):
 
 def test_cli_replays_and_writes_json(crashes, tmp_path, capsys):
     bundle = crashes[("triton", 3)].crash["bundle"]
-    assert debug_main([bundle]) == 0
+    assert workbench_main(["debug", bundle]) == 0
     assert "same exception and innermost frame as recorded" in capsys.readouterr().out
-    assert debug_main([bundle, "--fix", "--json", str(tmp_path / "o.json")]) == 0
+    assert workbench_main(["debug", bundle, "--fix", "--json", str(tmp_path / "o.json")]) == 0
     out = json.loads((tmp_path / "o.json").read_text())
     assert out["result"]["matches_reference"] is True and out["result"]["metadata"]["kv_indptr"] == [0, 1]
 
@@ -187,7 +187,7 @@ def test_bad_bundles_are_refused_naming_file_and_fault(crashes, tmp_path):
     _edit_json(newer, lambda m: m.update(format_version=2))
     with pytest.raises(BundleError, match=r"bundle\.json: format_version 2 is newer than this workbench reads \(1\)"):
         load_bundle(newer)
-    assert debug_main([str(newer)]) == 2
+    assert workbench_main(["debug", str(newer)]) == 2
 
 
 def test_progress_sees_rank_events_and_the_run_renders_as_html(crashes, events):

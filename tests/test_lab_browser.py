@@ -1,19 +1,27 @@
-"""JupyterLab in a real browser: notebooks 01 and 05 run from the UI in headless Chromium.
+"""JupyterLab in a real browser: notebooks 01 and 05 run from the UI in headless Chromium, and
+notebook 05's visual-debugger recipe stops at a breakpoint on the failing line.
 
-Starts JupyterLab on 127.0.0.1 (a free port, a token, its own runtime/config/data dirs and a
-kernelspec pointing at this Python), opens copies of the notebooks (the repository's stay clean;
-``max_new_tokens`` 8 injected after the parameters cell, as papermill does), runs all cells
-through the app's command registry, waits for the kernel to go idle and checks the rendered page.
-Screenshots go to ``artifacts/lab/``. The server and every process it started are
-stopped at the end. Needs Debian's ``chromium`` (``.ci/run`` installs it) and Playwright for Python
-(dev extra); it never downloads a browser.
+Starts JupyterLab as ``make lab`` does (the repository root served, the notebooks folder open: the
+Makefile's ``--ServerApp`` / ``--LabApp`` flags) on 127.0.0.1 (a free port, a token, its own runtime/config/data
+dirs and a kernelspec pointing at this Python, debugger on), opens copies of the notebooks under
+``artifacts/lab/notebooks/`` (the repository's stay clean; ``max_new_tokens`` 8 injected after the
+parameters cell, as papermill does), runs all cells through the app's command registry, waits for
+the kernel to go idle and checks the rendered page. Then, in 05: the debugger enabled from the
+toolbar, the backend module opened from the Kernel Sources panel, a breakpoint clicked on the line
+the notebook marked, ``workbench.replay_crash(bundle_path)`` run in a new cell: the call stack must
+stop there. Screenshots go to ``artifacts/lab/``. The server and every process it started are
+stopped at the end. Needs Debian's ``chromium`` (``.ci/run`` installs it and sets WB_REQUIRE_BROWSER=1;
+elsewhere a missing browser skips the test, reason printed) and Playwright for Python (dev extra); it
+never downloads a browser.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,7 +37,9 @@ from workbench.run.dp.launch import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
+REQUIRE_ENV = "WB_REQUIRE_BROWSER"  # .ci/run sets it: there a missing browser fails instead of skipping
 SHOTS = ROOT / "artifacts" / "lab"
+COPIES = SHOTS / "notebooks"  # inside the served root, as the notebooks are under make lab
 CRASH = "'EagleDraftExtendInput' object has no attribute 'kv_indptr'"
 RUN_TIMEOUT_S = 150
 TINY = {"max_new_tokens": 8}  # the box is small: shorter generations, the same crash and pages
@@ -57,6 +67,7 @@ def _lab_env(home: Path) -> dict:
                 "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
                 "display_name": "Python 3 (workbench venv)",
                 "language": "python",
+                "metadata": {"debugger": True},  # as ipykernel's own spec: the toolbar's debugger button
             }
         )
     )
@@ -111,10 +122,18 @@ def _stop(server: subprocess.Popen) -> list:
     return [p.pid for p in alive]
 
 
+def make_lab_flags() -> list[str]:
+    """The ``--ServerApp`` / ``--LabApp`` flags of the Makefile's ``lab`` target (``$(CURDIR)``: the repository)."""
+    recipe = (ROOT / "Makefile").read_text().split("\nlab:", 1)[1].split("\n\n", 1)[0]
+    flags = re.findall(r"--(?:ServerApp|LabApp)\.\w+=\S+", recipe)
+    assert any(f.startswith("--ServerApp.root_dir=") for f in flags), f"make lab sets no root_dir: {recipe}"
+    return [f.replace("$(CURDIR)", str(ROOT)) for f in flags]
+
+
 def _run_all(page, base: str, name: str, token: str) -> dict:
     """Open ``name`` alone (its own workspace), run all cells from the UI, wait for the kernel to go idle."""
     t0 = time.monotonic()
-    page.goto(f"{base}/lab/workspaces/{name}/tree/notebooks/{name}.ipynb?reset&token={token}")
+    page.goto(f"{base}/lab/workspaces/{name}/tree/{COPIES.relative_to(ROOT)}/{name}.ipynb?reset&token={token}")
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget", timeout=60_000)
     end = time.monotonic() + 60
     while not page.evaluate(STATE_JS)["ready"]:
@@ -136,26 +155,67 @@ def _text(page) -> str:
     return page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook").first.text_content()
 
 
+DEBUG_JS = """() => {
+  const app = window.jupyterapp, nb = app.shell.currentWidget.content;
+  nb.activeCellIndex = nb.widgets.length - 1;
+  return app.commands.execute('notebook:insert-cell-below').then(() => {
+    nb.activeCell.model.sharedModel.setSource('workbench.replay_crash(bundle_path)  # stops at the breakpoint');
+    app.commands.execute('notebook:run-cell');  // not awaited: the cell waits at the breakpoint
+    return true;
+  });
+}"""
+
+
+def _debugger_recipe(page, frame_text: str) -> tuple[str, str]:
+    """Notebook 05's recipe: debugger on, the backend module opened from Kernel Sources, a breakpoint on
+    the marked line, the replay run in a new cell; returns (the call stack's top frame where it stopped, path:line)."""
+    path, line = re.search(r"(/\S+/workbench/backends/\w+\.py):(\d+) in init_forward_metadata", frame_text).groups()
+    module = "workbench.backends." + Path(path).stem
+    page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-DebuggerBugButton button").first.click()
+    page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-DebuggerBugButton [aria-pressed='true']").first.wait_for()
+    page.evaluate("() => window.jupyterapp.commands.execute('debugger:show-panel')")  # the sidebar, as the icon
+    sources = page.locator("input[placeholder='Filter sources']").first  # the Kernel Sources panel's filter
+    sources.wait_for(timeout=30_000)
+    sources.fill(module)
+    page.locator(".jp-DebuggerKernelSource-source", has_text=re.compile(f"^{re.escape(module)}$")).first.click()
+    editor = page.locator(".jp-MainAreaWidget:not(.lm-mod-hidden) .cm-editor").last
+    number = editor.locator(".cm-lineNumbers .cm-gutterElement", has_text=re.compile(f"^{line}$"))
+    number.scroll_into_view_if_needed()
+    row, gutter = number.bounding_box(), editor.locator(".cm-breakpoint-gutter").first.bounding_box()
+    page.mouse.click(gutter["x"] + gutter["width"] / 2, row["y"] + row["height"] / 2)  # the breakpoint
+    page.locator(".jp-DebuggerBreakpoint", has_text=line).first.wait_for(timeout=10_000)
+    page.locator(".lm-TabBar-tab", has_text="05_debug_crash.ipynb").first.click()
+    page.evaluate(DEBUG_JS)
+    top = page.locator(".jp-DebuggerCallstackFrame").first
+    top.wait_for(timeout=60_000)
+    page.locator(".jp-DebuggerVariables", has_text="spec_info").first.wait_for(timeout=10_000)
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(SHOTS / "05-debugger.png"))
+    stopped = top.text_content()
+    page.evaluate("() => window.jupyterapp.commands.execute('debugger:continue')")
+    return stopped, f"{path}:{line}"
+
+
 def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
     if not Path(CHROMIUM).is_file():
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install -y chromium`; .ci/run does)")
+        why = f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install -y chromium`; .ci/run does)"
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{why}; {REQUIRE_ENV}=1 requires this test")
+        pytest.skip(f"browser test: {why}; {REQUIRE_ENV}=1 makes a missing browser a failure")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         pytest.fail("playwright is not installed: pip install -e '.[dev]' (never `playwright install`)")
-    work = tmp_path / "root"
-    (work / "notebooks").mkdir(parents=True)
-    for name in (
-        "01_reproduce_crash",
-        "05_debug_crash",
-    ):  # a parameter cell after the parameters, as papermill injects it
+    shutil.rmtree(COPIES, ignore_errors=True)
+    COPIES.mkdir(parents=True)
+    for name in ("01_reproduce_crash", "05_debug_crash"):  # a parameter cell after the parameters, as papermill does
         nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
         at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
         cell = nbformat.v4.new_code_cell("\n".join(f"{k} = {v!r}" for k, v in TINY.items()))
         cell.metadata["tags"] = ["injected-parameters"]
         nb.cells.insert(at + 1, cell)
-        nbformat.write(nb, work / "notebooks" / f"{name}.ipynb")
-    env = _lab_env(tmp_path / "jupyter")
+        nbformat.write(nb, COPIES / f"{name}.ipynb")
+    env = {**_lab_env(tmp_path / "jupyter"), "WB_BUNDLE_DIR": str(tmp_path / "bundles")}
     port, token = free_port(), secrets.token_hex(16)
     log = tmp_path / "lab.log"
     with open(log, "w") as out:
@@ -169,7 +229,7 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
                 f"--port={port}",
                 f"--IdentityProvider.token={token}",
                 "--LabApp.expose_app_in_browser=True",
-                f"--ServerApp.root_dir={work}",
+                *make_lab_flags(),
                 "--ServerApp.port_retries=0",
                 "--LabApp.news_url=None",
                 f"--LabApp.user_settings_dir={tmp_path / 'jupyter' / 'settings'}",
@@ -180,12 +240,13 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
-            cwd=work,
+            cwd=ROOT,
         )
     base = f"http://127.0.0.1:{port}"
-    SHOTS.mkdir(parents=True, exist_ok=True)
     try:
         _wait_http(f"{base}/api/status?token={token}", server, log)
+        with urllib.request.urlopen(f"{base}/?token={token}", timeout=10) as landing:
+            assert landing.url.split("?")[0].endswith("/lab/tree/notebooks"), landing.url  # make lab's landing page
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -223,10 +284,21 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
             assert "reference" in table.text_content() and "True" in table.text_content(), "05: metadata table"
             assert "metadata equal to the reference" in text
             page.screenshot(path=str(SHOTS / "05.png"))
-            record = json.loads((work / "notebooks" / "runs" / "notebooks" / "05_debug_crash.json").read_text())
+            record = json.loads((COPIES / "runs" / "notebooks" / "05_debug_crash.json").read_text())
             assert record["runs"]["replay"]["status"] == "ok", record["runs"]["replay"]["problems"]
+
+            stopped, marked = _debugger_recipe(page, frame.text_content())
+            assert stopped.startswith("init_forward_metadata") and stopped.endswith(marked), (stopped, marked)
+            page.locator(".lm-TabBar-tab", has_text="05_debug_crash.ipynb").first.click()
+            end = time.monotonic() + 60
+            while not page.evaluate(STATE_JS).get("errors"):  # continued: the read raises, in the new cell
+                assert time.monotonic() < end, "05: the replay did not finish after the breakpoint"
+                time.sleep(0.5)
+            assert page.evaluate(STATE_JS)["errors"] == [f"AttributeError: {CRASH}"]
             browser.close()
     finally:
         left = _stop(server)
+        shutil.rmtree(COPIES, ignore_errors=True)
     assert left == [], f"processes left behind: {left}"
-    assert (SHOTS / "01.png").stat().st_size > 10_000 and (SHOTS / "05.png").stat().st_size > 10_000
+    for shot in ("01.png", "05.png", "05-debugger.png"):
+        assert (SHOTS / shot).stat().st_size > 10_000, shot

@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import sys
 
-import pytest
 from import_graph import (
     LAYERS,
     RENDERERS_ABOVE_VIEWS,
@@ -15,7 +14,6 @@ from import_graph import (
     function_level_imports,
     import_cycles,
     import_graph,
-    is_module,
     layer_of,
     module_name,
     project_files,
@@ -124,8 +122,3 @@ def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert upward_imports(tmp_path) == ["workbench/models/bad.py:5 imports workbench.run.api"]
-
-
-@pytest.mark.parametrize("module", ["workbench.debug.cli", "workbench.upstream.cli"])
-def test_faces_inside_lower_packages_are_named(module):
-    assert is_module(module, ROOT), f"{module} moved: drop it from FACES_INSIDE"

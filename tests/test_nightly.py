@@ -149,7 +149,7 @@ def _run_cell(name: str, mode: str, sha: str) -> dict:
         "topk": 2,
         "draft_tokens": 4,
     }
-    return {"name": name, "bundle": {"runs": {"run": {"status": "ok", "outputs_sha256": sha, "config": cfg}}}}
+    return {"name": name, "notebook_record": {"runs": {"run": {"status": "ok", "outputs_sha256": sha, "config": cfg}}}}
 
 
 def test_lossless_compares_every_eagle_run_with_greedy_and_never_skips():
@@ -191,7 +191,7 @@ import json, sys, time
 from ci.history import History
 path, tag, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
 run = json.loads(sys.argv[4])
-cells = [{"name": f"cell{i}", "notebook": "nb", "verdict": "expected", "bundle": {"runs": {"run": run}}}
+cells = [{"name": f"cell{i}", "notebook": "nb", "verdict": "expected", "notebook_record": {"runs": {"run": run}}}
          for i in range(40)]
 while time.time() < start:
     pass
@@ -245,3 +245,19 @@ def test_notebook_past_the_hard_limit_is_killed(tmp_path, capsys):
     assert nightly.main(["--matrix", str(matrix), "--out", str(tmp_path / "o")]) == 1
     assert time.perf_counter() - t0 < 60
     assert "NotebookTimeout" in capsys.readouterr().err
+
+
+def test_a_missing_notebook_or_unknown_parameter_is_a_usage_error_before_anything_runs(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.html").write_text("an earlier night's report")  # nothing is removed either
+    cells = [
+        _ok("fine", "a"),
+        {"name": "gone", "notebook": "notebooks/no_such.ipynb", "parameters": {}, "expect": "ok"},
+        {**_ok("typo", "b"), "parameters": {"tga": "b"}},
+    ]
+    assert nightly.main(["--matrix", str(_matrix(tmp_path, cells)), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "cell 'gone': notebook notebooks/no_such.ipynb not found" in err
+    assert "cell 'typo': parameter(s) ['tga'] are not in fixture_ok.ipynb's parameters cell" in err
+    assert sorted(p.name for p in out.iterdir()) == ["report.html"]

@@ -4,15 +4,20 @@ papermill on tiny settings writes the notebook record it promises (shipped model
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import jupytext
 import nbformat
 import papermill
 import pytest
+import yaml
 
 from ci.kernelspec import KernelSpecError, kernel_name
-from workbench.notebook import load_bundle
+from workbench.notebook import load_record
 from workbench.views import plots
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,16 +37,80 @@ def test_every_notebook_is_paired():
     assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == sorted(p.stem for p in NOTEBOOKS.glob("*.py")) == NAMES
 
 
-@pytest.mark.parametrize(
-    "path", sorted(NOTEBOOKS.glob("*.ipynb")) + sorted(FIXTURES.glob("*.ipynb")), ids=lambda p: p.name
-)
+ALL_IPYNB = sorted(ROOT.glob("notebooks/*.ipynb")) + sorted(FIXTURES.glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", ALL_IPYNB, ids=lambda p: p.name)
 def test_committed_without_outputs(path):
+    """An executed notebook committed by mistake (outputs, counts, papermill's injected cell or its
+    metadata) fails here; pre-commit strips them before a commit (.pre-commit-config.yaml)."""
     nb = nbformat.read(path, as_version=4)
     for c in nb.cells:
         if c.cell_type == "code":
             assert c.outputs == [] and c.execution_count is None, f"{path.name} is committed with outputs"
+        assert "injected-parameters" not in c.metadata.get("tags", []), f"{path.name} is a papermill output"
+    assert "papermill" not in nb.metadata and "widgets" not in nb.metadata, f"{path.name} was executed"
     assert sum("parameters" in c.metadata.get("tags", []) for c in nb.cells) == 1
     assert {"record_path", "expect"} <= set(papermill.inspect_notebook(str(path)))
+    assert nb.metadata.get("language_info", {}).get("name") == "python", f"{path.name} has no language_info"
+
+
+def _hooks() -> dict[str, list[str]]:
+    """The pre-commit hooks' commands (id -> argv, the tool from this venv)."""
+    cfg = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
+    hooks = {h["id"]: h for repo in cfg["repos"] for h in repo["hooks"]}
+    pins = {
+        line.split("==")[0].lower().replace("_", "-"): line for line in (ROOT / "constraints.txt").read_text().split()
+    }
+    for h in hooks.values():
+        for dep in h.get("additional_dependencies", []):
+            assert pins.get(dep.split("==")[0]) == dep, f"hook {h['id']}: {dep} is not the constraints.txt pin"
+    bindir = Path(sys.executable).parent
+    return {k: [str(bindir / shlex.split(h["entry"])[0]), *shlex.split(h["entry"])[1:]] for k, h in hooks.items()}
+
+
+def test_pre_commit_strips_an_executed_notebook_and_syncs_a_pair(tmp_path):
+    """An executed notebook fails the clean check; the configured nbstripout hook makes it pass; the
+    jupytext hook carries an edit of a .py into its .ipynb."""
+    bindir = Path(sys.executable).parent
+    valid = subprocess.run([str(bindir / "pre-commit"), "validate-config", str(ROOT / ".pre-commit-config.yaml")])
+    assert valid.returncode == 0
+    hooks = _hooks()
+    out = tmp_path / "ran.ipynb"
+    papermill.execute_notebook(
+        str(FIXTURES / "fixture_ok.ipynb"),
+        str(out),
+        kernel_name=kernel_name(),
+        progress_bar=False,
+        parameters={"record_path": str(tmp_path / "r.json")},
+    )
+    with pytest.raises(AssertionError, match="committed with outputs|papermill output|was executed"):
+        test_committed_without_outputs(out)
+    subprocess.run([*hooks["nbstripout"], str(out)], check=True)
+    nb = nbformat.read(out, as_version=4)
+    nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
+    nbformat.write(nb, out)  # papermill's injected cell is source: the check names it, a person removes it
+    test_committed_without_outputs(out)
+    for ext in ("py", "ipynb"):
+        shutil.copy(NOTEBOOKS / f"01_reproduce_crash.{ext}", tmp_path / f"01_reproduce_crash.{ext}")
+    py = tmp_path / "01_reproduce_crash.py"
+    py.write_text(py.read_text().replace("# # 01 · Reproduce", "# # 01 · Reproduce (edited)"))
+    subprocess.run([*hooks["jupytext-sync"], str(py)], check=True, capture_output=True)
+    assert _cells(jupytext.read(py)) == _cells(nbformat.read(py.with_suffix(".ipynb"), as_version=4))
+    assert "(edited)" in nbformat.read(py.with_suffix(".ipynb"), as_version=4).cells[0].source
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_parameter_is_documented_for_papermill(name):
+    """``papermill --help-notebook`` shows every assignment of the parameters cell with its type and help
+    (a help text papermill cannot parse drops the parameter: the nightly would then refuse it)."""
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    assigned = [line.split("=")[0].split(":")[0].strip() for line in cell.source.splitlines() if "=" in line]
+    params = papermill.inspect_notebook(str(NOTEBOOKS / f"{name}.ipynb"))
+    assert list(params) == assigned
+    for p in params.values():
+        assert p["inferred_type_name"] not in ("None", "Unknown type") and len(p["help"]) > 10, p
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -51,9 +120,10 @@ def test_in_sync_with_paired_py(name):
     ), f"{name}.ipynb and {name}.py differ: run `jupytext --sync notebooks/{name}.py`"
     params = papermill.inspect_notebook(str(NOTEBOOKS / f"{name}.ipynb"))
     if name in ENGINE_NAMES:
-        assert {"steps", "topk", "draft_tokens", "max_new_tokens", "dp", "dp_policy", "revision"} <= set(params)
+        assert {"steps", "topk", "draft_tokens", "max_new_tokens", "dp_policy", "revision"} <= set(params)
+        assert ("dp" in params) == (name != "03_backend_comparison")  # 03 takes its DP sizes as compare_dps
     else:
-        assert {"releases", "replay_releases", "backend", "live"} <= set(params)
+        assert {"releases", "replay_releases", "live"} <= set(params)
 
 
 def _run(name: str, tmp_path: Path, **params) -> tuple:
@@ -69,7 +139,7 @@ def _run(name: str, tmp_path: Path, **params) -> tuple:
         execution_timeout=300,
         parameters={**base, **params, "record_path": str(record)},
     )
-    return load_bundle(record), nbformat.read(out, as_version=4)
+    return load_record(record), nbformat.read(out, as_version=4)
 
 
 def _outputs(nb, kind: str) -> list:
@@ -77,7 +147,7 @@ def _outputs(nb, kind: str) -> list:
 
 
 def test_01_shows_the_crash_as_data(tmp_path):
-    bundle, nb = _run(
+    record, nb = _run(
         "01_reproduce_crash",
         tmp_path,
         backend="triton",
@@ -87,8 +157,8 @@ def test_01_shows_the_crash_as_data(tmp_path):
         compare_backends=["fa3"],
         expect="crash",
     )
-    run = bundle["runs"][bundle["primary"]]
-    assert bundle["status"] == run["status"] == "crashed"
+    run = record["runs"][record["primary"]]
+    assert record["status"] == run["status"] == "crashed"
     crash = run["crash"]
     assert (crash["rank"], crash["phase"], crash["forward_mode"], crash["exception_type"]) == (
         1,
@@ -97,7 +167,7 @@ def test_01_shows_the_crash_as_data(tmp_path):
         "AttributeError",
     )
     assert CRASH in crash["message"] and "init_forward_metadata" in crash["traceback"]
-    assert bundle["runs"]["eagle/fa3"]["status"] == "ok"
+    assert record["runs"]["eagle/fa3"]["status"] == "ok"
     assert not _outputs(nb, "error"), "a crash must be shown as data, not a failed cell"
     text = "".join(o.get("text", "") for o in _outputs(nb, "stream"))
     assert CRASH in text and "init_forward_metadata" in text
@@ -105,11 +175,11 @@ def test_01_shows_the_crash_as_data(tmp_path):
 
 
 def test_02_fix_is_lossless_and_undo_brings_the_crash_back(tmp_path):
-    bundle, _ = _run(
+    record, _ = _run(
         "02_apply_fix", tmp_path, backend="triton", revision="pr-24860", dp=2, dp_policy="pack", expect="ok"
     )
-    ref, fixed, undo = (bundle["runs"][k] for k in ("reference", "fixed", "undo"))
-    assert bundle["primary"] == "fixed"
+    ref, fixed, undo = (record["runs"][k] for k in ("reference", "fixed", "undo"))
+    assert record["primary"] == "fixed"
     assert ref["status"] == fixed["status"] == "ok"
     assert fixed["config"]["apply_fix_in_place"] and fixed["config"]["revision"] == "pr-24860"
     assert fixed["outputs_sha256"] == ref["outputs_sha256"] and fixed["outputs"] == ref["outputs"]
@@ -118,11 +188,10 @@ def test_02_fix_is_lossless_and_undo_brings_the_crash_back(tmp_path):
 
 
 def test_03_compares_backends_with_labelled_plots(tmp_path):
-    bundle, nb = _run(
+    record, nb = _run(
         "03_backend_comparison",
         tmp_path,
         backends=["fa3", "torch_native"],
-        dp=1,
         expect="ok",
         repeats=2,
         sweep_backends=["torch_native", "fa3"],
@@ -130,15 +199,15 @@ def test_03_compares_backends_with_labelled_plots(tmp_path):
         sweep_num_prompts=1,
         sweep_max_new_tokens=8,
     )
-    runs = bundle["runs"]
+    runs = record["runs"]
     assert sorted(runs) == sorted(
         f"{m}/{b}/dp1#{i}" for b in ("fa3", "torch_native") for m in ("eagle", "greedy") for i in (0, 1)
     )
     assert all(r["status"] == "ok" for r in runs.values())
     assert len({r["outputs_sha256"] for r in runs.values()}) == 1, "EAGLE3 must be lossless on every backend"
     assert runs["eagle/fa3/dp1#0"]["config"]["kernel_stand_in"] is True
-    assert {r["backend"] for r in bundle["compare"]["rows"]} == {"fa3", "torch_native"}
-    assert bundle["sweep"]["findings"] == [
+    assert {r["backend"] for r in record["compare"]["rows"]} == {"fa3", "torch_native"}
+    assert record["sweep"]["findings"] == [
         "float32: all 2 backends agree exactly (same tokens, same acceptance) at "
         "every setting; one curve stands for all; every output equals the fp32 "
         "greedy output."
@@ -149,7 +218,7 @@ def test_03_compares_backends_with_labelled_plots(tmp_path):
         plots.phase_latency(recs),
         plots.accept_length_hist(recs),
         plots.acceptance_per_position(recs),
-        plots.speedup_intervals(bundle["compare"]),
+        plots.speedup_intervals(record["compare"]),
         plots.crash_matrix(recs),
     ):
         texts = [t.get_text() for ax in fig.axes for t in (*ax.get_xticklabels(), *ax.get_yticklabels(), ax.title)]
@@ -159,9 +228,9 @@ def test_03_compares_backends_with_labelled_plots(tmp_path):
 
 
 def test_04_replays_the_real_releases_from_the_shipped_measurements(tmp_path):
-    bundle, nb = _run("04_upstream_replay", tmp_path, live=False, expect="ok")
-    runs = bundle["runs"]
-    assert bundle["primary"] == "checks" and runs["checks"]["status"] == "ok" and runs["checks"]["problems"] == []
+    record, nb = _run("04_upstream_replay", tmp_path, live=False, expect="ok")
+    runs = record["runs"]
+    assert record["primary"] == "checks" and runs["checks"]["status"] == "ok" and runs["checks"]["problems"] == []
     for v in ("0.5.12", "0.5.13"):
         crash = runs[f"replay/{v}"]["crash"]
         assert runs[f"replay/{v}"]["status"] == "crashed" and crash["message"] == CRASH

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.upstream import cli
+from workbench.cli import main as workbench_main
 from workbench.upstream.bisect import BisectError, commits_between
 
 requires_network = pytest.mark.skipif(
@@ -34,8 +34,9 @@ def test_bisect_names_the_field_removal(version: str, tmp_path: Path) -> None:
     history = make_history(version, tmp_path / "repo", unrelated_after=5)
     out = tmp_path / "bisect.json"
     assert (
-        cli.main(
+        workbench_main(
             [
+                "upstream",
                 "bisect",
                 "--sglang-src",
                 str(tmp_path / "repo"),
@@ -57,8 +58,9 @@ def test_bisect_names_the_field_removal(version: str, tmp_path: Path) -> None:
     assert all("has no attribute 'kv_indptr'" in t["why"] for t in bad)
     lint = tmp_path / "bisect-lint.json"
     assert (
-        cli.main(
+        workbench_main(
             [
+                "upstream",
                 "bisect",
                 "--sglang-src",
                 str(tmp_path / "repo"),

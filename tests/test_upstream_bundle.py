@@ -17,8 +17,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from workbench.cli import main as workbench_main
 from workbench.debug.bundle import BundleError
-from workbench.upstream import cli
 from workbench.upstream.bundle_replay import driver_cfg, load_bundle, reference_metadata
 
 SLOTS = [17, 18, 19, 20, 21]  # row 0's slots from an earlier request on this rank
@@ -157,7 +157,9 @@ requires_network = pytest.mark.skipif(
 def test_real_releases_on_a_workbench_bundle(versions: tuple, tmp_path: Path) -> None:
     folder = write_bundle(tmp_path)
     out = tmp_path / "replay.json"
-    assert cli.main(["replay", "--bundle", str(folder), "--sglang", *versions, "--json", str(out)]) == 0
+    assert (
+        workbench_main(["upstream", "replay", "--bundle", str(folder), "--sglang", *versions, "--json", str(out)]) == 0
+    )
     result = json.loads(out.read_text())
     old, new = result["releases"]["0.5.13"], result["releases"]["0.5.14"]
     assert old["outcome"] == "crashed" and old["same_exception_as_bundle"], old
@@ -190,7 +192,12 @@ def test_real_releases_on_the_bundle_a_workbench_crash_wrote(tmp_path: Path) -> 
     assert res.status == "crashed" and res.crash["bundle"], res.summary()
     folder = Path(res.crash["bundle"])
     out = tmp_path / "replay.json"
-    assert cli.main(["replay", "--bundle", str(folder), "--sglang", "0.5.13", "0.5.14", "--json", str(out)]) == 0
+    assert (
+        workbench_main(
+            ["upstream", "replay", "--bundle", str(folder), "--sglang", "0.5.13", "0.5.14", "--json", str(out)]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     old, new = result["releases"]["0.5.13"], result["releases"]["0.5.14"]
     assert old["outcome"] == "crashed" and old["same_exception_as_bundle"], old

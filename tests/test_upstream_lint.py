@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.upstream import cli
+from workbench.cli import main as workbench_main
 from workbench.upstream.lint import ATTN_DIR, MODES_FILE, SPEC_DIR, analyse, finding_key, query
 from workbench.upstream.lint_modes import parse_forward_modes
 
@@ -182,7 +182,7 @@ def test_spec_input_attributes_and_installs() -> None:
 
 
 def test_bad_source_dir_is_refused(tmp_path: Path, capsys) -> None:
-    assert cli.main(["lint", "--sglang-src", str(tmp_path)]) == 2
+    assert workbench_main(["upstream", "lint", "--sglang-src", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert str(tmp_path) in err and "no sglang/srt package" in err
 
@@ -202,7 +202,7 @@ def test_real_checkout_between_prs(version: str, tmp_path: Path) -> None:
     between = make_checkout(version, tmp_path / "between", ("EagleDraftExtendInput", "kv_indptr"))
     clean = make_checkout(version, tmp_path / "clean")
     out = tmp_path / "between.json"
-    assert cli.main(["lint", "--sglang-src", str(between), "--replay", "--json", str(out)]) == 0
+    assert workbench_main(["upstream", "lint", "--sglang-src", str(between), "--replay", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     hits = {f["backend"]: f for f in query(result, attribute="kv_indptr", cls="EagleDraftExtendInput", mode="IDLE")}
     triton = hits["triton"]
@@ -212,7 +212,9 @@ def test_real_checkout_between_prs(version: str, tmp_path: Path) -> None:
     assert "has no attribute 'kv_indptr'" in triton["triage"]["reason"]
     # From 0.5.14 on, flashinfer reads the field through getattr(..., None): guarded, no finding.
     assert "flashinfer" not in hits and {"flashinfer_mla", "wave"} <= set(hits)
-    clean_result = cli.main(["lint", "--sglang-src", str(clean), "--json", str(tmp_path / "clean.json")])
+    clean_result = workbench_main(
+        ["upstream", "lint", "--sglang-src", str(clean), "--json", str(tmp_path / "clean.json")]
+    )
     assert clean_result == 0
     clean_findings = json.loads((tmp_path / "clean.json").read_text())
     assert query(clean_findings, attribute="kv_indptr", cls="EagleDraftExtendInput") == []

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.upstream import astscan, cli
+from workbench.cli import main as workbench_main
+from workbench.upstream import astscan
 from workbench.upstream import release_replay as replay_mod
 from workbench.upstream.contract_survey import analyse_sources, format_table, survey
 from workbench.upstream.env import EnvBuildError, ReplayEnv, dependency_specs
@@ -203,8 +204,18 @@ def test_survey_offline_table_and_plot(tmp_path: Path) -> None:
     assert result["releases"]["0.5.13"]["facts"]["EagleDraftExtendInput has kv_indptr"]["text"] == "no"
     assert result["releases"]["0.5.14"]["facts"]["EagleDraftExtendInput has kv_indptr"]["text"] == "yes"
     assert (
-        cli.main(
-            ["--cache-dir", str(cache), "survey", "--versions", "0.5.13", "0.5.14", "--out", str(tmp_path / "out")]
+        workbench_main(
+            [
+                "upstream",
+                "--cache-dir",
+                str(cache),
+                "survey",
+                "--versions",
+                "0.5.13",
+                "0.5.14",
+                "--out",
+                str(tmp_path / "out"),
+            ]
         )
         == 0
     )
@@ -225,7 +236,7 @@ def test_version_checks_name_the_bad_value(tmp_path: Path, capsys: pytest.Captur
         "0.5.14",
     ]
     cache = _fake_cache(tmp_path)
-    assert cli.main(["--cache-dir", str(cache), "replay", "--sglang", "0.5.99"]) == 2
+    assert workbench_main(["upstream", "--cache-dir", str(cache), "replay", "--sglang", "0.5.99"]) == 2
     err = capsys.readouterr().err
     assert "0.5.99" in err and "known releases" in err and "0.5.13.post1" in err
 
@@ -362,3 +373,14 @@ def test_real_replay(version: str) -> None:
     assert crash["raised_at"]["file"].endswith("layers/attention/triton_backend.py")
     assert "triton_backend.py" in crash["traceback"]
     assert (crash["rank"], crash["phase"], crash["forward_mode"], crash["batch_size"]) == (0, "draft-extend", "IDLE", 2)
+
+
+def test_replay_venvs_take_torch_from_torch_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """$TORCH_INDEX (the Makefile's and the workflow's) reaches the replay venvs' torch install: the pin
+    from that index without its dependencies (which the next install brings from pip's usual indexes)."""
+    from workbench.upstream.env import TORCH_PIN, torch_args
+
+    monkeypatch.delenv("TORCH_INDEX", raising=False)
+    assert torch_args() == [TORCH_PIN]
+    monkeypatch.setenv("TORCH_INDEX", "https://download.pytorch.org/whl/cpu")
+    assert torch_args() == [TORCH_PIN, "--index-url", "https://download.pytorch.org/whl/cpu", "--no-deps"]

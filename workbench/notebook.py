@@ -5,9 +5,10 @@ upstream views); importing this module makes ``RunResult`` render as ``workbench
 It loads no engine (torch) until a function needs one: the nightly and its fast notebooks read and
 write notebook records through it.
 
-A notebook writes one *notebook record* (``save_bundle``) at its ``record_path``: its parameters
+A notebook writes one *notebook record* (``save_record``) at its ``record_path``: its parameters
 and every run record it made, by role (e.g. ``run``; ``reference`` / ``fixed`` / ``undo``;
-``eagle/triton``), with one role named primary. ``ci.nightly`` reads it back with ``load_bundle``.
+``eagle/triton``), with one role named primary. ``ci.nightly`` reads it back with ``load_record``. (A *crash bundle* is
+another thing: the batch a forward raised on, ``workbench.debug``.)
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def run_config(params: Mapping[str, Any], **overrides: Any) -> dict:
     return config
 
 
-def save_bundle(
+def save_record(
     path: str | Path,
     notebook: str,
     parameters: dict,
@@ -84,8 +85,8 @@ def save_bundle(
     return p
 
 
-def load_bundle(path: str | Path) -> dict:
-    """Read a notebook record; a bare run record is wrapped as a bundle with one run, ``run``."""
+def load_record(path: str | Path) -> dict:
+    """Read a notebook record; a bare run record is wrapped as a notebook record with one run, ``run``."""
     doc = json.loads(Path(path).read_text())
     if doc.get("schema") == SCHEMA:
         return doc

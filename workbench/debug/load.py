@@ -1,4 +1,5 @@
-"""Loading a crash bundle: every check names the file and what is wrong (``BundleError``)."""
+"""Loading a crash bundle: every check names the file and what is wrong (``BundleError``); sizes,
+indices and the batch's consistency are checked (``bounds``) before the replay allocates anything."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from workbench.backends import backend_names
+from workbench.debug import bounds
 from workbench.debug.bundle import (
     ALLOWED_SPEC_CLASSES,
     DTYPES,
@@ -25,7 +27,6 @@ from workbench.debug.bundle import (
     CrashBundle,
     dtype_name,
 )
-from workbench.engine.forward_mode import ForwardMode
 
 FIELD_KINDS = ("tensor", "tensor_omitted", "value", "enum", "none")
 
@@ -38,6 +39,7 @@ def _read_meta(d: Path) -> dict:
     f = d / JSON_NAME
     if not f.is_file():
         raise _fail(f, "missing (a bundle directory holds bundle.json and tensors.safetensors)")
+    bounds.check_int(f, "size in bytes", f.stat().st_size, 1, bounds.MAX_JSON_BYTES)
     try:
         meta = json.loads(f.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -61,6 +63,7 @@ def _read_tensors(d: Path, meta: dict) -> dict[str, torch.Tensor]:
     f = d / TENSORS_NAME
     if not f.is_file():
         raise _fail(f, "missing (a bundle directory holds bundle.json and tensors.safetensors)")
+    bounds.check_int(f, "size in bytes", f.stat().st_size, 1, bounds.MAX_TENSOR_FILE_BYTES)
     try:
         tensors = load_file(str(f))
     except (SafetensorError, OSError, ValueError) as e:
@@ -82,33 +85,10 @@ def _read_tensors(d: Path, meta: dict) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def _check_batch(f: Path, meta: dict, t: dict[str, torch.Tensor]) -> None:
-    if meta["forward_mode"] not in ForwardMode.__members__:
-        raise _fail(f, f"forward_mode {meta['forward_mode']!r}; valid: {list(ForwardMode.__members__)}")
+def _check_backend(f: Path, meta: dict) -> None:
 
     if meta["backend"] not in backend_names():
         raise _fail(f, f"backend {meta['backend']!r}; valid: {backend_names()}")
-    bs = meta["batch_size"]
-    for k in ("seq_lens", "req_pool_indices", "extend_seq_lens", "extend_prefix_lens"):
-        v = t.get(f"forward_batch.{k}")
-        if v is not None and list(v.shape) != [bs]:
-            raise _fail(f, f"forward_batch.{k} has shape {list(v.shape)}, batch_size is {bs}")
-    row_ids, rows = t["req_to_token.row_ids"], t["req_to_token.rows"]
-    n_rows, width = meta["req_to_token_shape"]
-    if rows.dim() != 2 or rows.shape[0] != row_ids.numel() or rows.shape[1] > width:
-        raise _fail(
-            f,
-            f"req_to_token.rows {list(rows.shape)} does not fit row_ids {list(row_ids.shape)} "
-            f"and req_to_token_shape {meta['req_to_token_shape']}",
-        )
-    if row_ids.numel() and (int(row_ids.min()) < 0 or int(row_ids.max()) >= n_rows):
-        raise _fail(f, f"req_to_token.row_ids {row_ids.tolist()} outside the pool's {n_rows} rows")
-    pool_idx, seq_lens = t["forward_batch.req_pool_indices"], t["forward_batch.seq_lens"]
-    unknown = sorted(set(pool_idx.tolist()) - set(row_ids.tolist()))
-    if unknown:
-        raise _fail(f, f"req_pool_indices {unknown} have no row in req_to_token.rows")
-    if seq_lens.numel() and int(seq_lens.max()) > rows.shape[1]:
-        raise _fail(f, f"seq_lens max {int(seq_lens.max())} exceeds the {rows.shape[1]} stored columns")
 
 
 def _check_spec(f: Path, meta: dict, t: dict[str, torch.Tensor]) -> None:
@@ -144,8 +124,13 @@ def load_bundle(path: str | Path) -> CrashBundle:
     d = p.parent if p.name == JSON_NAME else p
     if not d.is_dir():
         raise _fail(d, "no such bundle directory")
+    f = d / JSON_NAME
     meta = _read_meta(d)
+    bounds.check_meta(f, meta)  # every size and count, before any tensor is read
+    _check_backend(f, meta)
     tensors = _read_tensors(d, meta)
-    _check_batch(d / JSON_NAME, meta, tensors)
-    _check_spec(d / JSON_NAME, meta, tensors)
+    bounds.check_batch(f, meta, tensors)
+    _check_spec(f, meta, tensors)
+    bounds.check_spec_indices(f, meta, tensors)
+    bounds.check_replay_bytes(f, meta, tensors)
     return CrashBundle(d, meta, tensors)

@@ -34,12 +34,15 @@ def run_paired(
     seed: int = COMPARISON.order_seed,
     run: Callable[[dict], RunResult] | None = None,
     on_event: OnEvent | None = None,
+    keep_failed: bool = False,
 ) -> tuple[dict[str, list[RunResult]], list[list[str]]]:
     """``repeats`` repeats of every arm (label, config overrides), each repeat in a random order
     drawn from ``seed``; ``run`` (default ``reproduce``) runs one config. Returns (runs per label,
     repeat i at index i; the order run per repeat). A run that does not end ok stops everything
-    (SystemExit naming it). ``on_event`` gets the runs' events (through ``reproduce``) and a
-    ``plan`` / ``run`` event per run (``workbench.run.events``)."""
+    (SystemExit naming it), or with ``keep_failed`` is kept (its arm is not run again: the same
+    config fails the same way; its later turns are reported as skipped) while the other arms go
+    on. ``on_event`` gets the runs' events (through ``reproduce``) and a ``plan`` / ``run`` event
+    per run (``workbench.run.events``)."""
     if run is None:
 
         def run(cfg: dict) -> RunResult:
@@ -50,17 +53,24 @@ def run_paired(
     order = []
     if on_event is not None:
         on_event("plan", None, {"runs": repeats * len(arms)})
+    failed: set[str] = set()
     for _ in range(repeats):
         this = list(arms)
         rng.shuffle(this)
-        order.append([label for label, _ in this])
+        order.append([label for label, _ in this if label not in failed])
         for label, overrides in this:
+            if label in failed:
+                if on_event is not None:
+                    on_event("run", None, {"label": label, "status": "skipped"})
+                continue
             r = run({**config, **overrides})
             if on_event is not None:
                 on_event("run", None, {"label": label, "status": r.status})
             if r.status != "ok":
                 print(r.summary())
-                raise SystemExit(f"{label} run ended {r.status}")
+                if not keep_failed:
+                    raise SystemExit(f"{label} run ended {r.status}")
+                failed.add(label)
             runs[label].append(r)
     return runs, order
 

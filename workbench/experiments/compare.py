@@ -26,8 +26,8 @@ from workbench.run.record import RunResult
 SCHEMA = "workbench.compare/2"  # a format name (not a module path)
 NOTE = (
     "Timing covers generation only (first prefill to last token); setup_s (model load, rank start, warm-up) "
-    "is apart. flashinfer and fa3 compute with torch stand-ins and Triton runs in its interpreter on a "
-    "machine without a GPU: latency compares code paths on this machine, not GPU kernels."
+    "is apart. flashinfer and fa3 compute with torch stand-ins of their kernels (on every machine) and Triton "
+    "runs in its interpreter on CPU: latency compares code paths on this machine, not GPU kernels."
 )
 
 
@@ -109,6 +109,8 @@ def pairs(records: dict[str, list[dict]], rows: list[dict]) -> list[dict]:
         for b in rows[i + 1 :]:
             if (a["mode"], a["dp"]) != (b["mode"], b["dp"]):
                 continue
+            if a["arm"] not in records or b["arm"] not in records:  # an arm that failed in some repeat
+                continue
             r = paired_ratio(_tps(records[a["arm"]]), _tps(records[b["arm"]]))
             out.append(
                 {
@@ -133,7 +135,7 @@ def dp_cost(records: dict[str, list[dict]], rows: list[dict]) -> list[dict]:
     out = []
     for (b, mode, dp), r in by.items():
         base = by.get((b, mode, 1))
-        if dp == 1 or base is None:
+        if dp == 1 or base is None or r["arm"] not in records or base["arm"] not in records:
             continue
         ratio = paired_ratio(_tps(records[r["arm"]]), _tps(records[base["arm"]]))
         forwards = sum(r["forwards_per_run"].values())
@@ -203,6 +205,22 @@ def headline(doc: dict) -> str:
     return f"Compared {doc['compared']}. Found EAGLE3/greedy: {found or 'no pair of greedy and EAGLE3 runs'}.{extra}"
 
 
+def failed_row(rec: dict) -> dict:
+    """A run that did not end ok, as a row: its backend, mode and dp, and how it ended."""
+    crash = rec.get("crash") or {}
+    return {
+        "backend": rec["config"]["backend"],
+        "label": record_label(rec, sep=" "),
+        "kernel": rec["config"]["kernel"],
+        "mode": rec["config"]["mode"],
+        "dp": rec["config"]["dp"],
+        "status": rec["status"],
+        "exception": f"{crash.get('exception_type')}: {crash.get('message')}" if crash else None,
+        "phase": crash.get("phase"),
+        "rank": crash.get("rank"),
+    }
+
+
 def compare(
     config: dict,
     backends: Sequence[str],
@@ -217,15 +235,19 @@ def compare(
 ) -> dict:
     """Run and summarise; returns (and writes to ``json_out``) the comparison document.
     ``records_out``, given a dict, receives every run record keyed ``<mode>/<backend>/dp<N>#<repeat>``;
-    ``run`` replaces ``reproduce`` (tests); ``on_event``: progress (``workbench.run.events``)."""
+    ``run`` replaces ``reproduce`` (tests); ``on_event``: progress (``workbench.run.events``). A run
+    that does not end ok is kept as a ``failed`` row (its arm is not run again); the rest is
+    summarised and shown, and only arms ok in every repeat enter the paired ratios."""
     if repeats < 2:
         raise ValueError(f"invalid repeats {repeats!r}; valid: an integer >= 2 (an interval needs repeats)")
     arms = [(f"{m}/{b}/dp{dp}", {"backend": b, "mode": m, "dp": dp}) for dp in dps for b in backends for m in modes]
-    runs, order = run_paired(config, arms, repeats, run=run, on_event=on_event)
-    records = {arm: [r.record for r in rs] for arm, rs in runs.items()}
+    runs, order = run_paired(config, arms, repeats, run=run, on_event=on_event, keep_failed=True)
     if records_out is not None:
-        records_out.update({f"{arm}#{i}": rec for arm, recs in records.items() for i, rec in enumerate(recs)})
-    rows = [{**summarize_runs(recs), "arm": arm} for arm, recs in records.items()]
+        records_out.update({f"{arm}#{i}": r.record for arm, rs in runs.items() for i, r in enumerate(rs)})
+    failed = [failed_row(r.record) for rs in runs.values() for r in rs if r.status != "ok"]
+    records = {arm: [r.record for r in rs if r.status == "ok"] for arm, rs in runs.items()}
+    rows = [{**summarize_runs(recs), "arm": arm} for arm, recs in records.items() if recs]
+    paired = {arm: recs for arm, recs in records.items() if len(recs) == repeats}  # ok in every repeat
     doc = {
         "schema": SCHEMA,
         "compared": describe({**config, "dp": "/".join(map(str, dps))}, list(backends), repeats),
@@ -237,9 +259,10 @@ def compare(
         "interval": INTERVAL,
         "note": NOTE,
         "rows": rows,
-        "speedup": speedups(records, backends, dps),
-        "pairs": pairs(records, rows),
-        "dp_cost": dp_cost(records, rows),
+        "failed": failed,
+        "speedup": speedups(paired, backends, dps),
+        "pairs": pairs(paired, rows),
+        "dp_cost": dp_cost(paired, rows),
     }
     doc["headline"] = headline(doc)
     if verbose:
@@ -265,6 +288,8 @@ def format_text(doc: dict) -> str:
         )
         if r["collective_ms_per_forward"]:
             lines.append(f"    DP collectives per forward ms: {fmt(r['collective_ms_per_forward'], digits=2)}")
+    for f in doc.get("failed", []):
+        lines.append(f"{f['label']:32s} {f['mode']:6s} dp{f['dp']}  FAILED: {f['status']} {f['exception'] or ''}")
     lines.append("")
     for s in doc["speedup"]:
         lines.append(

@@ -8,13 +8,11 @@ verify pass carries no spec_info here, which is why EagleVerifyInput never rides
 Each cell also carries the outcome the declared contracts predict (``expected_outcome``): a
 backend that declares ``reads_spec_kv_indptr`` must fail on a non-empty decode/idle batch whose
 spec_info lacks ``kv_indptr``, every other cell must pass. A cell that differs either way is
-*unexpected*, and ``workbench contracts`` exits 1.
+*unexpected*, and ``workbench contracts`` (``workbench/cli/experiments.py``) exits 1.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -193,17 +191,3 @@ def format_failures(rows: list[dict]) -> str:
         for r in bad
     ]
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="workbench contracts", description=__doc__)
-    ap.add_argument("--backends", nargs="+", default=None)
-    ap.add_argument("--revisions", nargs="+", default=None)
-    ap.add_argument("--json", default=None, help="write every cell here")
-    args = ap.parse_args(argv)
-    rows = run_matrix(args.backends, args.revisions)
-    print(format_failures(rows))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
-    return 1 if unexpected(rows) else 0

@@ -4,7 +4,7 @@ the experiments' rows, the notebook gate and every view and plot label read the 
 
 from __future__ import annotations
 
-# On a machine without their packages these backends compute with torch references (docs/design.md §3).
+# These backends compute with torch stand-ins of their libraries' kernels on every machine (docs/design.md §3).
 STAND_IN_ON_CPU = {"flashinfer": "torch stand-in", "fa3": "torch stand-in"}
 BACKEND_ORDER = ("triton", "flashinfer", "fa3", "torch_native")
 
@@ -12,7 +12,7 @@ BACKEND_ORDER = ("triton", "flashinfer", "fa3", "torch_native")
 def backend_label(backend: str, stand_in: bool | None = None, interpreter: bool | None = None, sep: str = "\n") -> str:
     """``flashinfer\\n(torch stand-in)``, ``triton\\n(interpreter)``, or the bare name.
 
-    ``stand_in`` None (no record said) falls back to what the backend is on a CPU machine."""
+    ``stand_in`` None (no record said) falls back to what the backend always is (flashinfer, fa3: stand-ins)."""
     if stand_in is None:
         stand_in = backend in STAND_IN_ON_CPU
     if stand_in:

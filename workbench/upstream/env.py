@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -25,7 +26,8 @@ from packaging.version import Version
 from .releases import Log, echo, ensure_wheel, wheel_requirements
 from .standin import STANDIN_NOTE, write_standin
 
-TORCH_PIN = "torch==2.13.0"  # the CPU build from local disk; unpinned pulls a CUDA build
+TORCH_PIN = "torch==2.13.0"  # the CPU build: from $TORCH_INDEX when set (PyPI's torch is the CUDA build)
+TORCH_INDEX_ENV = "TORCH_INDEX"  # a pip index for torch alone, as the Makefile's TORCH_INDEX
 TRITON_PIN = "triton==3.9.0"
 # What sglang's import chain for the replay path needs; a pin in the release's own
 # metadata (transformers, openai) wins over the bare name.
@@ -130,6 +132,13 @@ def _pip_install(python: Path, args: list[str], step: str, tag: str, log: Log) -
     if proc.wait() != 0:
         text = "\n".join(lines)
         raise EnvBuildError(step, _missing_from(text), " | ".join(lines[-4:]))
+
+
+def torch_args() -> list[str]:
+    """pip arguments installing torch: the pin alone, or with ``$TORCH_INDEX`` set the pin from that index
+    without dependencies (they come with the next install, from pip's usual indexes), as ``make venv`` does."""
+    index = os.environ.get(TORCH_INDEX_ENV, "").strip()
+    return [TORCH_PIN, "--index-url", index, "--no-deps"] if index else [TORCH_PIN]
 
 
 def _site_packages(python: Path) -> Path:
@@ -242,8 +251,8 @@ def _ensure_deps(version: str, cache_dir: Path, log: Log, rebuild: bool, wheel: 
     made = subprocess.run([sys.executable, "-m", "venv", str(root)], capture_output=True, text=True)
     if made.returncode != 0:
         raise EnvBuildError("venv", f"{sys.executable} -m venv", made.stderr.strip()[-300:])
-    _pip_install(python, [TORCH_PIN], "torch", tag, log)
-    _pip_install(python, [TRITON_PIN, *specs], "imports", tag, log)
+    _pip_install(python, torch_args(), "torch", tag, log)
+    _pip_install(python, [TORCH_PIN, TRITON_PIN, *specs], "imports", tag, log)  # torch's own deps come here
     write_standin(_site_packages(python))
     log(f"{tag} {STANDIN_NOTE}")
     packages = _installed_versions(python)

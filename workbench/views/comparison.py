@@ -14,7 +14,8 @@ from workbench.views.tables import Table
 
 
 def compare_table(doc: dict) -> Table:
-    """One row per backend × mode × dp: tokens/s, generation and setup time, attention share, verdict columns."""
+    """One row per backend × mode × dp: tokens/s, generation and setup time, attention share, verdict columns;
+    a config whose run failed is a row saying how it ended."""
     rows = []
     for r in doc["rows"]:
         rows.append(
@@ -22,6 +23,7 @@ def compare_table(doc: dict) -> Table:
                 "backend (kernel)": f"{r['label']}: {r['kernel']}",
                 "mode": r["mode"],
                 "dp": r["dp"],
+                "status": f"ok ({r['repeats']} runs)",
                 "device": r["device"],
                 "threads per rank": r.get("torch_threads_per_rank"),
                 "tokens/s": fmt(r["tokens_per_s"]),
@@ -33,6 +35,13 @@ def compare_table(doc: dict) -> Table:
                 else "",
                 "accept length": fmt(r["accept_length_mean"], digits=2) if r["mode"] == "eagle" else "",
             }
+        )
+    for f in doc.get("failed", []):
+        status = f"{f['status']}" + (
+            f" on rank {f['rank']} in {f['phase']}: {f['exception']}" if f["exception"] else ""
+        )
+        rows.append(
+            {"backend (kernel)": f"{f['label']}: {f['kernel']}", "mode": f["mode"], "dp": f["dp"], "status": status}
         )
     return Table(rows)
 

@@ -28,16 +28,24 @@ def _same_frame(exc: BaseException, recorded: dict) -> bool:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="workbench debug", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``debug``."""
+    ap = sub.add_parser(
+        "debug",
+        help="replay a crash bundle in this process (exit 0: the recorded crash, or with --fix the reference)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("bundle", type=Path, help="a crash-bundle-rank<R> directory (crash.bundle of a run record)")
+    ap.add_argument(
+        "bundle", type=Path, metavar="BUNDLE", help="a crash-bundle-rank<R> directory (crash.bundle of a run record)"
+    )
     ap.add_argument("--fix", action="store_true", help="apply PR #28221's fix for the replay (seq_lens fallback)")
-    ap.add_argument("--json", type=Path, default=None, help="write the replay outcome here")
+    ap.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the replay outcome here")
     ap.add_argument("--pdb", action="store_true", help="open pdb in the failing frame (post-mortem)")
-    args = ap.parse_args(argv)
+    ap.set_defaults(func=cmd_debug)
 
+
+def cmd_debug(args: argparse.Namespace) -> int:
     try:
         b = load_bundle(args.bundle)
     except BundleError as e:
@@ -77,7 +85,3 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(outcome, indent=1))
         print(f"written to {args.json}")
     return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
-"""`workbench upstream survey|replay|lint|bisect|fidelity|nightly` (also `python -m workbench.upstream ...`).
+"""``workbench upstream survey|replay|lint|bisect|fidelity|nightly``: the real SGLang releases.
 
 Each subcommand imports what it runs when it runs (the replays and the fidelity check load torch,
-the survey plot matplotlib), so `--help` and a usage error answer at once.
+the survey plot matplotlib), so ``--help`` and a usage error answer at once.
 """
 
 from __future__ import annotations
@@ -13,31 +13,27 @@ import time
 from pathlib import Path
 
 from workbench.debug.bundle import BundleError
+from workbench.upstream.bisect import BisectError
+from workbench.upstream.lint import SourceError
+from workbench.upstream.releases import ReleaseError, check_version, default_cache_dir, echo, known_releases
 
-from .bisect import BisectError
-from .lint import SourceError
-from .releases import ReleaseError, check_version, default_cache_dir, echo, known_releases
 
-
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    """The argument parser (also usable as a sub-parser source by the main CLI)."""
-    if prog is None:
-        argv0 = Path(sys.argv[0])
-        via_main = argv0.name == "workbench" or argv0.parent.name == "workbench"
-        prog = "workbench upstream" if via_main else "python -m workbench.upstream"
-    parser = argparse.ArgumentParser(
-        prog=prog,
+def register(top: argparse._SubParsersAction) -> None:
+    """Add ``upstream`` and its sub-commands; ``--cache-dir`` is taken before or after the sub-command."""
+    parser = top.add_parser(
+        "upstream",
+        help="the real SGLang releases: survey, lint, bisect, replay, fidelity, nightly guard lane",
         description=(
-            "Real sglang releases: a static contract survey of their wheels, and a replay of the "
-            "kv_indptr crash on their real code (CPU, Triton interpreter)."
+            "Real sglang releases: a static contract survey of their wheels, the contract lint of releases "
+            "or a checkout, bisection, and replays of the kv_indptr crash on their real code (CPU, Triton "
+            "interpreter)."
         ),
+        epilog="exit codes: 0 as asked (every replay conclusive, no untriaged finding, no fidelity difference); "
+        "1 otherwise; 2 a usage error before anything runs (unknown release, not an sglang checkout, refused bundle)",
     )
-    parser.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=None,
-        help=f"wheels, sources and dependency venvs (default {default_cache_dir()})",
-    )
+    parser.set_defaults(func=_main, kernels=False)
+    cache_help = f"wheels, sources and dependency venvs (default $WB_UPSTREAM_CACHE or {default_cache_dir()})"
+    parser.add_argument("--cache-dir", type=Path, default=None, help=cache_help)
     sub = parser.add_subparsers(dest="command", required=True)
     sv = sub.add_parser("survey", help="static survey of release wheels (ast only, no import)")
     sv.add_argument(
@@ -111,11 +107,14 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     fd.add_argument("--survey", type=Path, default=None, help="upstream_survey.json from `survey --out`")
     fd.add_argument("--replay", type=Path, default=None, help="replay records JSON (a list) from `replay --json`")
     fd.add_argument("--json", type=Path, default=None, dest="json_out")
-    return parser
+    helps = {a.dest: a.help for a in sub._choices_actions}
+    for name, p in sub.choices.items():  # also after the sub-command (SUPPRESS: a value given before it stays)
+        p.add_argument("--cache-dir", type=Path, default=argparse.SUPPRESS, help=cache_help)
+        p.description = p.description or helps.get(name)
 
 
 def _fidelity(args: argparse.Namespace) -> int:  # imports on use (module docstring)
-    from .fidelity import fidelity, format_fidelity, load_snapshot, snapshot_from
+    from workbench.upstream.fidelity import fidelity, format_fidelity, load_snapshot, snapshot_from
 
     snap = load_snapshot()
     if args.survey or args.replay:
@@ -128,7 +127,8 @@ def _fidelity(args: argparse.Namespace) -> int:  # imports on use (module docstr
     echo(format_fidelity(result))
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=1))
-    return 0
+    compared = any(c["equal"] is not None for c in result["checks"])  # nothing compared is no pass
+    return 1 if result["differences"] or not compared else 0
 
 
 def _check_versions(versions: list[str], cache_dir: Path) -> list[str]:
@@ -137,9 +137,8 @@ def _check_versions(versions: list[str], cache_dir: Path) -> list[str]:
 
 
 def _survey(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
+    from workbench.upstream.contract_survey import format_details, format_table, survey
     from workbench.views.plots.survey import plot_survey
-
-    from .contract_survey import format_details, format_table, survey
 
     versions = _check_versions(args.versions, cache_dir) if args.versions else None
     start = time.perf_counter()
@@ -160,7 +159,7 @@ def _survey(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use
 
 
 def _replay(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
-    from .release_replay import replay
+    from workbench.upstream.release_replay import replay
 
     versions = _check_versions(args.sglang, cache_dir)
     records = []
@@ -196,8 +195,8 @@ def _write(path: Path | None, data: object) -> None:
 
 
 def _lint(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
-    from .guard import check
-    from .lint import format_findings
+    from workbench.upstream.guard import check
+    from workbench.upstream.lint import format_findings
 
     versions = _check_versions(args.sglang, cache_dir) if args.sglang else None
     result = check(
@@ -216,7 +215,7 @@ def _lint(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (
 
 
 def _bisect(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
-    from .bisect import bisect
+    from workbench.upstream.bisect import bisect
 
     result = bisect(
         args.sglang_src,
@@ -239,7 +238,7 @@ def _bisect(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use
 
 
 def _replay_bundle(args: argparse.Namespace, cache_dir: Path) -> int:  # imports on use (module docstring)
-    from .bundle_replay import replay_bundle
+    from workbench.upstream.bundle_replay import replay_bundle
 
     result = replay_bundle(
         args.bundle, _check_versions(args.sglang, cache_dir), cache_dir, log=echo, timeout_s=args.timeout
@@ -251,13 +250,18 @@ def _replay_bundle(args: argparse.Namespace, cache_dir: Path) -> int:  # imports
             + (r.get("exception") or f"equal to reference: {r.get('equal_to_reference')}")
         )
     _write(args.json_out, result)
-    return 0 if all(r["outcome"] in ("ok", "crashed") for r in result["releases"].values()) else 1
+    return 0 if all(_bundle_conclusive(r) for r in result["releases"].values()) else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code (2 for a bad version string)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _bundle_conclusive(r: dict) -> bool:
+    """A release's replay of a bundle agrees with it: the bundle's own exception, or the reference metadata."""
+    if r["outcome"] == "crashed":
+        return bool(r.get("same_exception_as_bundle"))
+    return r["outcome"] == "ok" and bool(r.get("equal_to_reference"))
+
+
+def _main(args: argparse.Namespace) -> int:
+    """Run the parsed ``workbench upstream`` command; returns the exit code (2 for a bad version string)."""
     cache_dir = args.cache_dir or default_cache_dir()
     try:
         if args.command == "survey":
@@ -268,9 +272,8 @@ def main(argv: list[str] | None = None) -> int:
             return _lint(args, cache_dir)
         if args.command == "nightly":
             # imports on use (module docstring)
+            from workbench.upstream.lane import run_lane
             from workbench.views.upstream import lane_html
-
-            from .lane import run_lane
 
             night = run_lane(
                 args.out,
@@ -289,7 +292,3 @@ def main(argv: list[str] | None = None) -> int:
     except (ReleaseError, SourceError, BisectError, BundleError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
