@@ -79,6 +79,7 @@ def cmd_contracts(args: argparse.Namespace) -> int:  # imports on use (workbench
 def register(sub: argparse._SubParsersAction) -> None:  # imports on use (workbench.cli docstring)
     """Add ``bench``, ``compare``, ``sweep`` and ``contracts``."""
     from workbench.backends import backend_names
+    from workbench.experiments.sweep import SETTINGS
     from workbench.run.config import add_run_args
     from workbench.speculative.revisions import REVISIONS
 
@@ -127,9 +128,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # imports on use (workbe
     sw.add_argument(
         "--settings",
         nargs="+",
-        default=["1,1,2", "3,1,4", "3,2,6", "7,1,8", "5,4,16", "6,10,32"],  # = workbench.experiments.sweep.SETTINGS
+        default=[",".join(map(str, s)) for s in SETTINGS],
         metavar="S,K,N",
-        help="steps,topk,draft_tokens triples",
+        help="steps,topk,draft_tokens triples (default: the shipped sweep's, "
+        + " ".join(",".join(map(str, s)) for s in SETTINGS)
+        + ")",
     )
     sw.add_argument(
         "--merge", nargs="+", default=None, metavar="JSON", help="merge sweep JSONs run in parts (nothing is run)"

@@ -18,7 +18,7 @@ from workbench.run.events import OnEvent
 from workbench.run.labels import backend_sort_key, record_label
 
 SCHEMA = "workbench.sweep/1"  # the shipped acceptance_sweep.json's format name (not a module path)
-# the last chain is the comparison's (workbench.experiments.definition)
+# (7, 1, 8) is the comparison's chain (workbench.experiments.definition); the CLI's --settings default
 SETTINGS: tuple[tuple[int, int, int], ...] = ((1, 1, 2), (3, 1, 4), (3, 2, 6), (7, 1, 8), (5, 4, 16), (6, 10, 32))
 SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "acceptance_sweep.json"
 AGREEMENT = (
