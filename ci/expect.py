@@ -7,6 +7,7 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
+from ci.history import params_of
 from ci.matrix import EXPECT_FIELDS, PRIMARY
 from workbench.run.record import CRASH_FIELDS as RECORD_CRASH_FIELDS
 
@@ -155,20 +156,21 @@ def check_lossless(cells: list[dict]) -> dict[str, list[str]]:
 
 
 def check_accept_length(
-    cells: list[dict], previous: dict[tuple[str, str], tuple[float, str]], tolerance: float
+    cells: list[dict], previous: dict[tuple[str, str, str], tuple[float, str]], tolerance: float
 ) -> dict[str, list[str]]:
     """Mean accept length of each ok EAGLE3 run may fall at most ``tolerance`` below the last
-    night that ran the same cell and role."""
+    night that ran the same cell and role with the same parameters and models (``ci.history.params_of``);
+    a run whose parameters or models changed has no such night and starts a new baseline."""
     reasons: dict[str, list[str]] = defaultdict(list)
     for cell, role, rec in ok_runs(cells):
         now = (rec.get("metrics") or {}).get("accept_length_mean")
-        before = previous.get((cell, role))
+        before = previous.get((cell, role, params_of(rec)[0]))
         if rec["config"].get("mode") != "eagle" or now is None or before is None:
             continue
         if before[0] - now > tolerance:
             reasons[cell].append(
                 f"accept length: run {role!r} mean {now:.3f} is {before[0] - now:.3f} below night "
-                f"{before[1]}'s {before[0]:.3f} (tolerance {tolerance})"
+                f"{before[1]}'s {before[0]:.3f} (tolerance {tolerance}; same parameters and models)"
             )
     return reasons
 

@@ -2,10 +2,16 @@
 
 WAL mode and a busy timeout let several runners read and write at once; each night is appended
 in one ``BEGIN IMMEDIATE`` transaction, so a night is stored whole or not at all.
+
+Each run row carries ``params_hash``, a hash of everything that defines the experiment the run
+belongs to (``params_of``: its settings, prompts and the models' sha256, not the backend), so only
+runs of the same experiment are compared across nights: the accept-length check and the trend
+lines key on it, and a change of settings or models starts a new line instead of a jump in an old one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import statistics
@@ -23,7 +29,8 @@ CREATE TABLE IF NOT EXISTS runs (
     night_id INTEGER NOT NULL REFERENCES nights(id), cell TEXT NOT NULL, role TEXT NOT NULL, notebook TEXT,
     backend TEXT, kernel TEXT, kernel_stand_in INTEGER, interpreter INTEGER, revision TEXT, dp INTEGER,
     mode TEXT, status TEXT, exception_type TEXT, accept_length_mean REAL, acceptance_rate REAL,
-    tokens_per_s REAL, wall_s REAL, latency_median_ms TEXT, outputs_sha256 TEXT, cell_verdict TEXT
+    tokens_per_s REAL, wall_s REAL, latency_median_ms TEXT, outputs_sha256 TEXT, cell_verdict TEXT,
+    params_hash TEXT, params TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_cell ON runs(cell, role, night_id);
 """
@@ -47,7 +54,26 @@ RUN_COLUMNS = (
     "latency_median_ms",
     "outputs_sha256",
     "cell_verdict",
+    "params_hash",
+    "params",
 )
+ADDED_COLUMNS = {"params_hash": "TEXT", "params": "TEXT"}  # absent from histories written before them
+# run settings that do not define the experiment: what ran it (the backend is a row's own column),
+# limits, notes and test hooks
+NOT_PARAMS = ("backend", "kernel", "kernel_stand_in", "timeout_s", "extra", "fault", "prompts")
+
+
+def params_of(rec: dict) -> tuple[str, dict]:
+    """(params_hash, params) of a run record: its config without ``NOT_PARAMS``, the prompts as their
+    sha256, and the models' sha256 (``config.models_sha256``; absent in records of older versions,
+    which then never share a hash with newer ones)."""
+    cfg = rec.get("config") or {}
+    params = {k: v for k, v in cfg.items() if k not in NOT_PARAMS}
+    prompts = json.dumps(cfg.get("prompts"), sort_keys=True).encode()
+    params["prompts_sha256"] = hashlib.sha256(prompts).hexdigest()[:16]
+    params.setdefault("models_sha256", None)
+    text = json.dumps(params, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12], params
 
 
 def run_rows(cells: Iterable[dict]) -> list[dict]:
@@ -57,6 +83,7 @@ def run_rows(cells: Iterable[dict]) -> list[dict]:
         for role, rec in ((c.get("notebook_record") or {}).get("runs") or {}).items():
             cfg, m = rec.get("config", {}), rec.get("metrics") or {}
             lat = {k: 1000 * statistics.median(v) for k, v in (m.get("latency_s") or {}).items() if v}
+            phash, params = params_of(rec)
             rows.append(
                 {
                     "cell": c["name"],
@@ -78,6 +105,8 @@ def run_rows(cells: Iterable[dict]) -> list[dict]:
                     "latency_median_ms": json.dumps(lat),
                     "outputs_sha256": rec.get("outputs_sha256"),
                     "cell_verdict": c.get("verdict"),
+                    "params_hash": phash,
+                    "params": json.dumps(params, sort_keys=True, default=str),
                 }
             )
     return rows
@@ -116,6 +145,10 @@ class History:
         try:
             for stmt in filter(str.strip, SCHEMA.split(";")):
                 self.db.execute(stmt)
+            have = {r[1] for r in self.db.execute("PRAGMA table_info(runs)").fetchall()}
+            for col, kind in ADDED_COLUMNS.items():
+                if col not in have:
+                    self.db.execute(f"ALTER TABLE runs ADD COLUMN {col} {kind}")
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -131,15 +164,20 @@ class History:
         """Close the connection."""
         self.db.close()
 
-    def previous_accept_lengths(self) -> dict[tuple[str, str], tuple[float, str]]:
-        """(cell, role) -> (mean accept length, night label) from the latest night with an ok EAGLE3 run of it."""
+    def previous_accept_lengths(self) -> dict[tuple[str, str, str], tuple[float, str]]:
+        """(cell, role, params_hash) -> (mean accept length, night label) from the latest night with an ok
+        EAGLE3 run of that cell and role with the same parameters and models (rows without a hash, from
+        before it was kept, match nothing)."""
         rows = self.db.execute(
-            "SELECT r.cell, r.role, r.accept_length_mean, n.label FROM runs r JOIN nights n ON n.id = r.night_id "
+            "SELECT r.cell, r.role, r.params_hash, r.accept_length_mean, n.label FROM runs r "
+            "JOIN nights n ON n.id = r.night_id "
             "WHERE r.status = 'ok' AND r.mode = 'eagle' AND r.accept_length_mean IS NOT NULL "
+            "AND r.params_hash IS NOT NULL "
             "AND r.night_id = (SELECT MAX(night_id) FROM runs r2 WHERE r2.cell = r.cell AND r2.role = r.role "
-            "AND r2.status = 'ok' AND r2.mode = 'eagle' AND r2.accept_length_mean IS NOT NULL)"
+            "AND r2.params_hash = r.params_hash AND r2.status = 'ok' AND r2.mode = 'eagle' "
+            "AND r2.accept_length_mean IS NOT NULL)"
         ).fetchall()
-        return {(r["cell"], r["role"]): (r["accept_length_mean"], r["label"]) for r in rows}
+        return {(r["cell"], r["role"], r["params_hash"]): (r["accept_length_mean"], r["label"]) for r in rows}
 
     def append_night(self, label: str, finished_at: str, verdict: str, cells: list[dict], meta: dict) -> int:
         """Store a night and all its runs in one transaction; returns the night id."""

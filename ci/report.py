@@ -14,7 +14,7 @@ from ci.expect import describe, describe_expect, parity_groups
 from ci.publish import shipped_note, write_junit, write_markdown
 from workbench.run.labels import record_label
 from workbench.views import plots
-from workbench.views.comparison import comparison_section
+from workbench.views.comparison import comparison_section, headlines
 
 CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:12px}
 td,th{border:1px solid #ddd;padding:4px 6px;vertical-align:top;text-align:left}th{background:#f5f5f5}
@@ -68,7 +68,6 @@ def make_plots(cells: list[dict], trend_rows: list[dict], folder: Path) -> dict[
             "acceptance_per_position",
             lambda p: plots.acceptance_per_position(recs, p),
         ),
-        "EAGLE3 speedup over greedy": ("speedup", lambda p: plots.speedup(recs, p)),
         "History trend": ("history_trend", lambda p: plots.history_trend(trend_rows, p)),
     }
     out = {}
@@ -193,6 +192,7 @@ def write_report(out: Path, summary: dict, cells: list[dict], trend_rows: list[d
         **summary,
         "cells": [cell_summary(c) for c in cells],
         "plots": {t: str(p.relative_to(out)) for t, p in figures.items()},
+        "comparisons": headlines(cells),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     write_junit(out, summary, cells)
@@ -209,6 +209,8 @@ def write_report(out: Path, summary: dict, cells: list[dict], trend_rows: list[d
         "Also here: <a href='summary.md'>summary.md</a>, <a href='junit.xml'>junit.xml</a>, "
         "<a href='summary.json'>summary.json</a>.</p>"
     )
+    found = "".join(f"<li>{html.escape(h)}</li>" for h in summary["comparisons"])
+    found = f"<h2>EAGLE3 against greedy</h2><ul>{found}</ul>" if found else ""
     matrix = _figure(MATRIX_TITLE, figures[MATRIX_TITLE], out)
     imgs = "".join(_figure(t, p, out) for t, p in figures.items() if t != MATRIX_TITLE)
     head = "".join(
@@ -219,7 +221,8 @@ def write_report(out: Path, summary: dict, cells: list[dict], trend_rows: list[d
     page = (
         "<!doctype html><html><head><meta charset='utf-8'><title>Workbench nightly "
         f"{html.escape(str(summary['night']))}"
-        f"</title><style>{CSS}</style></head><body><h1>EAGLE3 + DP attention nightly</h1>{_banner(summary)}{matrix}"
+        f"</title><style>{CSS}</style></head><body><h1>EAGLE3 + DP attention nightly</h1>{_banner(summary)}"
+        f"{found}{matrix}"
         f"{meta}<h2>Results</h2>{table}<h2>Output parity</h2>{_parity_table(cells)}<h2>Plots</h2>{imgs}"
         f"{comparison_section(cells, out / 'plots' / 'comparison')}{_lane_section(out)}</body></html>"
     )

@@ -17,13 +17,21 @@
 # # 03 · Backends compared: tokens/s with intervals, metadata cost, attention, acceptance
 #
 # Every backend runs the same prompts with plain greedy decoding (the target alone) and with the
-# EAGLE3 loop, `repeats` times each, **interleaved** (round by round) so that machine noise spreads
-# evenly. Each figure is the **median over the repeats with a 95 % bootstrap interval**; two
-# figures whose intervals overlap are reported as *not different*.
+# EAGLE3 loop in **paired repeats**: each repeat runs every (backend, mode) once, in an order drawn
+# at random per repeat. Each figure is the **median over the repeats with its order-statistic
+# interval**, whose exact coverage is printed with it (at the default 6 repeats: 96.9 %). Two arms
+# are compared by their ratio *within each repeat* (EAGLE3 / greedy, one backend / another), so
+# noise both share cancels; the verdict is *faster* or *slower* when that ratio's interval lies
+# above or below 1, and otherwise *undecided*, with the number of repeats that would decide it.
+#
+# Parameters left at `None` take the comparison every face shares
+# (`workbench.experiments.definition.COMPARISON`: the spec setting, prompts, new tokens, threads,
+# batch size and repeats that `workbench bench`, `workbench compare` and the nightly also run).
 #
 # **What is timed.** `tokens/s` and the phase latencies cover generation only, from the first
-# prefill to the last token. Model load, DP rank start and one untimed warm-up request (which takes
-# the Triton interpreter's first launches) are `setup_s`, shown apart.
+# prefill to the last token. Model load, DP rank start and an untimed warm-up (one request's prefill
+# and decode round on every rank, which takes the Triton interpreter's first launches) are `setup_s`,
+# shown apart.
 #
 # **Read the numbers with their kernels.** On CPU the triton backend runs our Triton
 # kernels in Triton's *interpreter* (numpy, slow), and flashinfer and fa3 compute with **torch
@@ -35,24 +43,27 @@ from IPython.display import display
 
 from workbench import notebook
 from workbench.experiments.compare import compare
+from workbench.experiments.definition import COMPARISON
 from workbench.experiments.sweep import SETTINGS, load_shipped, provenance, sweep
 from workbench.views import comparison as views
 from workbench.views import plots
 from workbench.views.display import progress
 
 # %% tags=["parameters"]
-backends: list[str] = ["triton", "flashinfer", "fa3", "torch_native"]  # compared, greedy and EAGLE3 each (any of these)
+backends: list[str] = ["torch_native", "fa3", "flashinfer"]  # compared, greedy and EAGLE3 each (any backend)
 revision: str = "pr-28221"  # code state: pre-24860, pr-24860 (the regression) or pr-28221 (the fix)
 dp_policy: str = "balanced"  # prompts to DP ranks at compare_dps > 1: balanced or pack
-steps: int = 3  # EAGLE draft steps per round (at least 1)
-topk: int = 2  # branches kept per draft step (at least 1)
-draft_tokens: int = 4  # tree tokens verified per request (2 .. steps * topk + 1)
-num_prompts: int = 2  # how many shipped prompts (at least 1; unused when prompts is given)
+steps = None  # type: int|None  EAGLE draft steps per round (at least 1); None: the comparison's chain
+topk = None  # type: int|None  branches kept per draft step (at least 1); None: the comparison's chain
+draft_tokens = None  # type: int|None  tree tokens verified per request; None: the comparison's chain
+num_prompts = None  # type: int|None  how many shipped prompts (at least 1); None: the comparison's (all)
 prompts = None  # type: list[str]|None  prompt strings; None: num_prompts of the shipped set
-max_new_tokens: int = 16  # tokens generated per prompt (at least 1)
+max_new_tokens = None  # type: int|None  tokens generated per prompt (at least 1); None: the comparison's (64)
+threads = None  # type: int|None  torch threads per run (at least 1); None: the comparison's (1)
+max_running = None  # type: int|None  requests decoded at once (at least 1); None: the comparison's (1)
 model_dir = None  # type: str|None  folder with target/ and draft/; None: the shipped models
 timeout_s: float = 300.0  # whole-run limit in seconds; past it the run ends as timeout
-repeats: int = 3  # runs per backend, mode and dp, interleaved (at least 2)
+repeats = None  # type: int|None  paired repeats (at least 2); None: the comparison's (6, coverage 96.9 %)
 compare_dps: list[int] = [1]  # DP sizes compared, e.g. [1, 2]
 sweep_live: bool = True  # True: run a small acceptance sweep now; False: only the shipped one
 sweep_backends: list[str] = ["torch_native", "fa3"]  # backends of the live sweep (the torch paths are fast)
@@ -73,6 +84,8 @@ params = dict(
     num_prompts=num_prompts,
     prompts=prompts,
     max_new_tokens=max_new_tokens,
+    threads=threads,
+    max_running=max_running,
     model_dir=model_dir,
     timeout_s=timeout_s,
     repeats=repeats,
@@ -84,7 +97,8 @@ params = dict(
     sweep_max_new_tokens=sweep_max_new_tokens,
     expect=expect,
 )
-config = notebook.run_config(params)
+config = notebook.run_config(COMPARISON.apply(params))
+repeats = repeats or COMPARISON.repeats
 
 # %% [markdown]
 # ## Runs: greedy and EAGLE3 per backend, repeated
@@ -102,17 +116,19 @@ views.compare_table(doc)
 
 # %% [markdown]
 # ## Speedup of EAGLE3 over greedy
-# Median EAGLE3 tokens/s over median greedy tokens/s, with a bootstrap interval that resamples both
-# sides. *Outputs identical* checks losslessness: every EAGLE3 run produced the greedy tokens.
+# The median of the per-repeat ratios EAGLE3 tokens/s / greedy tokens/s, with its interval, the
+# interval's exact coverage and the verdict. *Outputs identical* checks losslessness: every EAGLE3
+# run produced the greedy tokens.
 
 # %%
+print(doc["headline"])
 display(views.speedup_table(doc))
 plots.show(plots.speedup_intervals(doc))
 
 # %% [markdown]
 # ## Tokens/s: every repeat and the interval
-# Dots are single runs; bars are the median and its 95 % interval. Pairs whose intervals overlap
-# are listed as not different.
+# Dots are single runs; bars are the median and its interval. Below, each backend against each
+# other backend of the same mode, by the same paired ratio.
 
 # %%
 plots.show(plots.tokens_per_s_spread(doc))

@@ -9,7 +9,7 @@ import statistics
 import pytest
 
 from workbench.experiments.compare import compare
-from workbench.experiments.stats import different, ratio, summarize
+from workbench.experiments.stats import fmt_interval, paired_ratio, summarize, verdict
 from workbench.experiments.sweep import agreement, findings, groups, load_shipped
 from workbench.run.api import make_config, reproduce
 from workbench.run.config import ConfigError
@@ -18,13 +18,19 @@ from workbench.views import plots
 TINY = dict(steps=3, topk=2, draft_tokens=4, prompts=["The capital of France is", "Once upon a time"], max_new_tokens=8)
 
 
-def test_bootstrap_interval_brackets_the_median_and_ratio_matches_medians():
-    s = summarize([1.0, 2.0, 3.0, 4.0, 100.0])
-    assert s["median"] == 3.0 and s["ci95"][0] <= 3.0 <= s["ci95"][1] and s["ci95"][1] <= 100.0
-    r = ratio([4.0, 4.2, 3.8], [2.0, 2.1, 1.9])
-    assert r["median"] == pytest.approx(4.0 / 2.0) and r["ci95"][0] < 2.0 < r["ci95"][1]
-    assert different(summarize([1.0, 1.1, 0.9]), summarize([5.0, 5.1, 4.9])) is True
-    assert different(summarize([1.0, 2.0, 3.0]), summarize([2.5, 3.5, 4.5])) is False
+def test_summaries_and_paired_ratios_carry_order_statistic_intervals_and_verdicts():
+    s = summarize([1.0, 2.0, 3.0, 4.0, 100.0, 5.0])
+    assert s["median"] == 3.5 and s["ci"] == [1.0, 100.0] and s["coverage"] == pytest.approx(1 - 2 / 64)
+    r = paired_ratio([4.0, 4.4, 3.6, 4.0, 4.2, 3.8], [2.0, 2.0, 2.0, 2.0, 2.0, 2.0])
+    assert r["median"] == pytest.approx(2.0) and r["ci"] == [pytest.approx(1.8), pytest.approx(2.2)]
+    assert verdict(r)["verdict"] == "faster" and verdict(paired_ratio([1.0] * 6, [2.0] * 6))["verdict"] == "slower"
+    mixed = verdict(paired_ratio([1.1, 0.9, 1.2, 0.8, 1.1, 0.9], [1.0] * 6))
+    assert mixed["verdict"] == "undecided" and mixed["repeats_needed"] is None and "both sides" in mixed["text"]
+    short = verdict(paired_ratio([2.0, 2.1, 1.9], [1.0] * 3))  # 3 repeats: coverage 75 %, not a verdict
+    assert short["verdict"] == "undecided" and short["repeats_needed"] == 6 and "75.0 %" in short["text"]
+    assert "exact coverage 96.9 %, n = 6" in fmt_interval(r) and fmt_interval(r).startswith("2.00 (95 % CI")
+    with pytest.raises(ValueError, match="equal lengths"):
+        paired_ratio([1.0], [1.0, 2.0])
 
 
 def test_tokens_per_s_covers_generation_only():
@@ -50,6 +56,7 @@ def test_dp2_generation_comes_from_rank_stamps_and_keeps_idle_ranks_apart():
     assert rec["status"] == "ok" and m["setup_s"] > m["generation_s"] > 0  # rank start is setup, not generation
     assert m["latency_s_idle"]["verify"] and m["forward_s_idle"]  # rank 1 holds nothing
     assert len(m["latency_s_idle"]["verify"]) == len(m["latency_s"]["verify"])
+    assert 0 < m["warmup_s"] < m["setup_s"]  # every rank warmed up (in setup, not in generation)
     assert m["collective_s"]["forward/busy"] and set(rec["dp"]["rank_setup_s"]) == {"0", "1"}
 
 
@@ -61,20 +68,25 @@ def test_compare_reports_medians_intervals_speedup_and_verdicts(tmp_path):
     )
     kinds = [k for k, _, _ in events]  # progress: 8 runs planned, each reports done (dp 1) and is counted
     assert [p["runs"] for k, _, p in events if k == "plan"] == [8] and kinds.count("run") == kinds.count("done") == 8
-    assert json.loads(out.read_text())["schema"] == "workbench.compare/1"
+    assert json.loads(out.read_text())["schema"] == "workbench.compare/2"
+    assert doc["headline"].startswith("Compared EAGLE3 (3, 2, 4) (steps, topk, draft tokens) vs greedy on fa3, ")
+    assert len(doc["order"]) == 2 and all(sorted(o) == sorted(r["arm"] for r in doc["rows"]) for o in doc["order"])
     assert {(r["backend"], r["mode"]) for r in doc["rows"]} == {
         (b, m) for b in ("fa3", "torch_native") for m in ("greedy", "eagle")
     }
     for r in doc["rows"]:
         assert r["repeats"] == 2 and len(r["tokens_per_s_values"]) == 2 and len(r["outputs_sha256"]) == 1
-        lo, hi = r["tokens_per_s"]["ci95"]
+        lo, hi = r["tokens_per_s"]["ci"]
         assert lo <= r["tokens_per_s"]["median"] <= hi
         assert r["tokens_per_s"]["median"] == statistics.median(r["tokens_per_s_values"])
         assert r["metadata_ms"] and 0 < r["attention_share"]["median"] < 1
     fa3 = next(r for r in doc["rows"] if r["backend"] == "fa3")
     assert "stand-in" in fa3["label"]
     assert all(s["lossless"] and s["speedup"]["median"] > 0 for s in doc["speedup"])
-    assert {p["verdict"] for p in doc["pairs"]} <= {"different", "not different"} and len(doc["pairs"]) == 2
+    assert all(s["speedup"]["n"] == 2 and s["verdict"]["verdict"] == "undecided" for s in doc["speedup"])  # 2 repeats
+    assert len(doc["pairs"]) == 2 and all(p["ratio"]["n"] == 2 for p in doc["pairs"])
+    assert all(s["repetition_loop_share"] == 0.0 for s in doc["speedup"])  # 8 tokens: too short to loop
+    assert doc["headline"].endswith("greedy outputs ending in a repetition loop: 0 %.")
     for fig in (
         plots.tokens_per_s_spread(doc),
         plots.metadata_cost(doc),
@@ -144,13 +156,16 @@ def test_bfloat16_runs_and_the_shipped_sweep_is_labelled():
     assert {r["dtype"] for r in shipped["rows"]} == {"float32", "bfloat16"}
 
 
-def test_bench_runs_the_cpu_chain_unless_a_spec_setting_is_given():
-    from workbench.experiments.bench import BENCH_SPEC, with_bench_spec
+def test_the_comparison_definition_fills_only_what_a_config_leaves_unset():
+    from workbench.experiments.definition import COMPARISON
 
-    assert with_bench_spec({"backend": "torch_native"}) == {"backend": "torch_native", **BENCH_SPEC}
-    assert BENCH_SPEC == {"steps": 5, "topk": 1, "draft_tokens": 6}
-    assert with_bench_spec({"topk": 4}) == {"topk": 4}  # the others keep the run defaults
-    make_config(with_bench_spec({}))  # a valid setting
+    spec = {"steps": COMPARISON.steps, "topk": COMPARISON.topk, "draft_tokens": COMPARISON.draft_tokens}
+    full = COMPARISON.apply({"backend": "torch_native"})
+    assert full == {"backend": "torch_native", **spec, "max_new_tokens": 64, "threads": 1, "max_running": 1}
+    assert COMPARISON.apply({"topk": 4, "threads": 2})["threads"] == 2  # given keys stay
+    assert "steps" not in COMPARISON.apply({"topk": 4})  # the others keep the run defaults
+    assert COMPARISON.repeats == 6
+    make_config(full)  # a valid setting
 
 
 def test_a_failed_run_is_kept_as_a_failed_row_and_the_rest_is_shown(monkeypatch):

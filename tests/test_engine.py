@@ -21,7 +21,7 @@ from workbench.run.config import ConfigError
 
 MODEL_DIR = os.environ.get("WB_MODEL_DIR")
 NEW_TOKENS = 40
-SPEC = [(1, 1, 2), (3, 1, 4), (5, 4, 16), (6, 10, 32)]
+SPEC = [(1, 1, 2), (3, 1, 4), (7, 1, 8), (5, 4, 16), (6, 10, 32)]  # (7, 1, 8): the comparison's chain
 
 
 @pytest.fixture(scope="module")

@@ -184,8 +184,18 @@ def test_accept_length_drop_against_previous_night(tmp_path, capsys):
     matrix.write_text(json.dumps(lower))
     assert nightly.main(base + ["--out", str(tmp_path / "n2"), "--night", "n2"]) == 1
     assert (
-        "accept length: run 'run' mean 2.200 is 0.300 below night n1's 2.500 (tolerance 0.1)" in capsys.readouterr().err
+        "accept length: run 'run' mean 2.200 is 0.300 below night n1's 2.500 (tolerance 0.1; same parameters"
+        in capsys.readouterr().err
     )
+    # other parameters (or models): another experiment, a new baseline, not a drop
+    lower["cells"][0]["parameters"]["max_new_tokens"] = 4
+    matrix.write_text(json.dumps(lower))
+    assert nightly.main(base + ["--out", str(tmp_path / "n3"), "--night", "n3"]) == 0
+    with History(hist) as h:
+        rows = [r for r in h.trend_rows() if r["role"] == "run"]
+    assert [r["night"] for r in rows] == ["n1", "n2", "n3"]
+    assert rows[0]["params_hash"] == rows[1]["params_hash"] != rows[2]["params_hash"]
+    assert json.loads(rows[2]["params"])["max_new_tokens"] == 4 and "models_sha256" in json.loads(rows[2]["params"])
 
 
 APPEND = """

@@ -221,10 +221,10 @@ def test_03_compares_backends_with_labelled_plots(tmp_path):
         plots.phase_latency(recs),
         plots.accept_length_hist(recs),
         plots.acceptance_per_position(recs),
-        plots.speedup(recs),
+        plots.speedup_intervals(record["compare"]),
         plots.crash_matrix(recs),
     ):
-        texts = [t.get_text() for ax in fig.axes for t in (*ax.get_xticklabels(), ax.title)]
+        texts = [t.get_text() for ax in fig.axes for t in (*ax.get_xticklabels(), *ax.get_yticklabels(), ax.title)]
         texts += [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
         named = [t for t in texts if "fa3" in t]
         assert named and all("stand-in" in t for t in named), (fig.get_suptitle(), named)

@@ -158,3 +158,23 @@ def test_the_chain_tree_is_what_the_ranking_keeps_at_topk_one(steps, n):
     ranked, chained = build_tree(root, scores, tokens, parents, n), chain_tree(root, tokens, n)
     for name in ("tokens", "parent", "depth", "ancestor_mask", "next_token", "next_sibling"):
         assert torch.equal(getattr(ranked, name), getattr(chained, name)), name
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_the_chain_shortcut_of_greedy_verify_equals_the_tree_walk(n):
+    """greedy_verify on a chain (is_chain: the run of matches from the root) against the general
+    ancestor-mask walk on the same tree, for targets that agree for 0..n-1 positions."""
+    import dataclasses
+
+    from workbench.speculative.eagle_tree import chain_tree
+
+    gen = torch.Generator().manual_seed(n)
+    bs = 3 * n
+    tree = chain_tree(torch.randint(0, 9, (bs,), generator=gen), torch.randint(0, 9, (bs, n - 1), generator=gen), n)
+    pred = torch.randint(0, 9, (bs, n), generator=gen)
+    for b in range(bs):  # row b agrees with the chain for its first b % n drafts, then (likely) not
+        agree = b % n
+        pred[b, :agree] = tree.tokens[b, 1 : agree + 1]
+    general = dataclasses.replace(tree, is_chain=False)
+    for got, want in zip(greedy_verify(tree, pred), greedy_verify(general, pred), strict=True):
+        assert torch.equal(got, want)

@@ -21,8 +21,9 @@ exit codes (every command):
   0  done, and the outcome is the one asked for (run: --expect met; debug: the bundle's crash
      reproduced, or with --fix the metadata equal to the reference; contracts: every cell as its
      contract predicts; upstream: every replay conclusive, no untriaged finding, no fidelity difference)
-  1  it ran, and the outcome is not the one asked for (run: --expect not met; bench, compare, sweep:
-     a run that did not finish; see each command's --help)
+  1  it ran, and the outcome is not the one asked for (run: --expect not met; bench: EAGLE3's output
+     differs from greedy, or a run did not finish; compare, sweep: a run that did not finish; see
+     each command's --help)
   2  usage error, before anything runs: an unknown flag or value, a refused crash bundle, an unknown
      release, a checkout that is not sglang (the message names the bad value and the valid ones)
 """

@@ -9,27 +9,34 @@ from pathlib import Path
 
 
 def cmd_bench(args: argparse.Namespace) -> int:  # imports on use (workbench.cli docstring)
-    from workbench.experiments.bench import bench, with_bench_spec
+    """Exit 0 when every EAGLE3 run generated the greedy tokens, 1 when any did not (2: bad input)."""
+    from workbench.experiments.bench import bench
+    from workbench.experiments.definition import COMPARISON
     from workbench.run.config import config_from_args, make_config
     from workbench.views.display import progress
 
-    config = with_bench_spec(config_from_args(args))
+    config = COMPARISON.apply(config_from_args(args))
     backends = args.backends or [make_config(config).backend]
+    repeats = args.repeats or COMPARISON.repeats
     with progress("bench", disable=None) as on_event:  # a bar on a terminal (stderr), none in a log
-        bench(config, backends=backends, repeats=args.repeats, json_out=args.json, on_event=on_event)
+        out = bench(config, backends=backends, repeats=repeats, json_out=args.json, on_event=on_event)
+    if not out["lossless_all"]:
+        print("workbench bench: EAGLE3 outputs differ from greedy (not lossless)", file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:  # imports on use (workbench.cli docstring)
     from workbench.experiments.compare import compare, format_text
+    from workbench.experiments.definition import COMPARISON
     from workbench.run.config import config_from_args
     from workbench.views.display import progress
 
     with progress("compare", disable=None) as on_event:
         doc = compare(
-            config_from_args(args),
+            COMPARISON.apply(config_from_args(args)),
             backends=args.backends,
-            repeats=args.repeats,
+            repeats=args.repeats or COMPARISON.repeats,
             dps=args.dps,
             json_out=args.json,
             verbose=False,
@@ -72,6 +79,7 @@ def cmd_contracts(args: argparse.Namespace) -> int:  # imports on use (workbench
 def register(sub: argparse._SubParsersAction) -> None:  # imports on use (workbench.cli docstring)
     """Add ``bench``, ``compare``, ``sweep`` and ``contracts``."""
     from workbench.backends import backend_names
+    from workbench.experiments.sweep import SETTINGS
     from workbench.run.config import add_run_args
     from workbench.speculative.revisions import REVISIONS
 
@@ -79,20 +87,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # imports on use (workbe
     b = sub.add_parser(
         "bench",
         help="plain greedy vs EAGLE3 on the same backend(s): accept length, tokens/s, speedup",
-        description="Plain greedy vs EAGLE3 on the same backend(s), repeats interleaved. Without "
-        "--steps/--topk/--draft-tokens, EAGLE3 runs the chain (5, 1, 6), the fastest setting measured at "
-        "batch 1 on a 2-core CPU (docs/guide.md); any of them given, the others keep the run defaults.",
+        description="Plain greedy vs EAGLE3 on the same backend(s), in paired repeats. Unless given, the spec "
+        "setting, prompts, new tokens, threads, batch size and repeats are the comparison's "
+        "(workbench.experiments.definition, docs/guide.md); naming any of --steps/--topk/--draft-tokens keeps "
+        "the run defaults for the others. Exit 0 when EAGLE3 was lossless, 1 when not.",
     )
     add_run_args(b, exclude=("mode",))
     b.add_argument("--backends", nargs="+", default=None, choices=backend_names(), metavar="BACKEND")
-    b.add_argument("--repeats", type=int, default=5, help="runs per backend and mode, interleaved")
+    b.add_argument("--repeats", type=int, default=None, help="paired repeats (default: the comparison's, 6)")
     b.add_argument("--json", default=None, metavar="OUT", help="write the medians, intervals and records here")
     b.set_defaults(func=cmd_bench)
     c = sub.add_parser(
         "compare",
-        help="backends x greedy/EAGLE3 (x dp), repeats interleaved: medians, intervals, speedups",
-        description="Every backend x mode (x dp) --repeats times, round by round; medians with 95 %% "
-        "bootstrap intervals; figures whose intervals overlap are reported as not different.",
+        help="backends x greedy/EAGLE3 (x dp) in paired repeats: medians, intervals, speedups, verdicts",
+        description="Every backend x mode (x dp) in paired repeats, each repeat in a random order; medians "
+        "with order-statistic intervals and their exact coverage; paired ratios read as faster, slower or "
+        "undecided. Unless given, the settings are the comparison's (as bench). Exit 1 when a run failed.",
     )
     add_run_args(c, exclude=("mode", "backend", "dp"))
     c.add_argument(
@@ -102,7 +112,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # imports on use (workbe
         choices=backend_names(),
         metavar="BACKEND",
     )
-    c.add_argument("--repeats", type=int, default=5, help="runs per backend, mode and dp, interleaved")
+    c.add_argument("--repeats", type=int, default=None, help="paired repeats (default: the comparison's, 6)")
     c.add_argument("--dps", type=int, nargs="+", default=[1], help="DP sizes to compare (e.g. 1 2)")
     c.add_argument("--json", default=None, metavar="OUT", help="write the comparison here")
     c.set_defaults(func=cmd_compare)
@@ -118,9 +128,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # imports on use (workbe
     sw.add_argument(
         "--settings",
         nargs="+",
-        default=["1,1,2", "3,1,4", "3,2,6", "5,4,16", "6,10,32"],
+        default=[",".join(map(str, s)) for s in SETTINGS],
         metavar="S,K,N",
-        help="steps,topk,draft_tokens triples",
+        help="steps,topk,draft_tokens triples (default: the shipped sweep's, "
+        + " ".join(",".join(map(str, s)) for s in SETTINGS)
+        + ")",
     )
     sw.add_argument(
         "--merge", nargs="+", default=None, metavar="JSON", help="merge sweep JSONs run in parts (nothing is run)"

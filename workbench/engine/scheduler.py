@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
+
 from workbench.engine.schedule_batch import Req, ScheduleBatch
 
 AnyRank = Callable[[bool], bool]
@@ -67,7 +69,10 @@ class Scheduler:
             return self.any_rank(bool(self.waiting))
         return True
 
+    @torch.inference_mode()
     def run(self) -> list[Req]:
+        """Step until done; the finished requests by rid. Under inference mode, as upstream's event
+        loop (``DynamicGradMode``): the round's bookkeeping ops skip autograd's dispatch too."""
         while self.step():
             pass
         return sorted(self.finished, key=lambda r: r.rid)

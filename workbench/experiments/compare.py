@@ -1,24 +1,29 @@
-"""``workbench compare``: every backend × mode (× dp) run N times, interleaved; medians with 95 %
-bootstrap intervals of every figure, EAGLE3-over-greedy speedups, and which differences are real.
+"""``workbench compare``: every backend × mode (× dp) in paired repeats (each repeat runs every arm
+once, in a random order); medians with order-statistic intervals of every figure, and verdicts from
+paired ratios: EAGLE3 over greedy per backend, each backend against each other, dp N against dp 1.
 
 Per run, a figure is reduced to one number (tokens/s; the median of a phase's or a forward's
-samples); across repeats it is reported as the median with a bootstrap interval. Two figures
-whose intervals overlap are reported as "not different".
+samples); across repeats it is the median with its interval and that interval's exact coverage.
+Two arms are compared by their ratio within each repeat (``stats.paired_ratio``), which is
+"faster" / "slower" when its interval excludes 1 and otherwise undecided, with the repeats that
+would decide it. Unless told otherwise it runs the comparison of ``definition.COMPARISON``.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from workbench.experiments.bench import MODES, run_interleaved
-from workbench.experiments.stats import INTERVAL, different, fmt, ratio, summarize
+from workbench.experiments.bench import MODES, run_paired
+from workbench.experiments.definition import COMPARISON, describe
+from workbench.experiments.stats import INTERVAL, fmt, fmt_interval, paired_ratio, summarize, verdict
 from workbench.run.events import OnEvent
 from workbench.run.labels import record_label
+from workbench.run.record import RunResult
 
-SCHEMA = "workbench.compare/1"  # a format name (not a module path)
+SCHEMA = "workbench.compare/2"  # a format name (not a module path)
 NOTE = (
     "Timing covers generation only (first prefill to last token); setup_s (model load, rank start, warm-up) "
     "is apart. flashinfer and fa3 compute with torch stand-ins of their kernels (on every machine) and Triton "
@@ -93,42 +98,47 @@ def summarize_runs(records: Sequence[dict]) -> dict:
     }
 
 
-def _verdict(a: dict | None, b: dict | None) -> str:
-    d = different(a, b)
-    return "n/a" if d is None else ("different" if d else "not different")
+def _tps(records: Sequence[dict]) -> list[float | None]:
+    return [r["metrics"]["tokens_per_s"] for r in records]
 
 
-def pairs(rows: list[dict], figure: str = "tokens_per_s") -> list[dict]:
-    """Every two rows of the same mode and dp: their figures and whether they differ."""
+def pairs(records: dict[str, list[dict]], rows: list[dict]) -> list[dict]:
+    """Every two backends of the same mode and dp: tokens/s of a over b per repeat, and the verdict."""
     out = []
     for i, a in enumerate(rows):
         for b in rows[i + 1 :]:
-            if (a["mode"], a["dp"]) == (b["mode"], b["dp"]):
-                out.append(
-                    {
-                        "mode": a["mode"],
-                        "dp": a["dp"],
-                        "a": a["label"],
-                        "b": b["label"],
-                        "figure": figure,
-                        "a_value": fmt(a[figure]),
-                        "b_value": fmt(b[figure]),
-                        "verdict": _verdict(a[figure], b[figure]),
-                    }
-                )
+            if (a["mode"], a["dp"]) != (b["mode"], b["dp"]):
+                continue
+            if a["arm"] not in records or b["arm"] not in records:  # an arm that failed in some repeat
+                continue
+            r = paired_ratio(_tps(records[a["arm"]]), _tps(records[b["arm"]]))
+            out.append(
+                {
+                    "mode": a["mode"],
+                    "dp": a["dp"],
+                    "a": a["label"],
+                    "b": b["label"],
+                    "figure": "tokens_per_s",
+                    "a_value": fmt(a["tokens_per_s"]),
+                    "b_value": fmt(b["tokens_per_s"]),
+                    "ratio": r,
+                    "verdict": verdict(r),
+                }
+            )
     return out
 
 
-def dp_cost(rows: list[dict]) -> list[dict]:
-    """Per backend × mode: tokens/s at each dp > 1 next to dp 1, and the DP collectives per forward."""
+def dp_cost(records: dict[str, list[dict]], rows: list[dict]) -> list[dict]:
+    """Per backend × mode: tokens/s at each dp > 1 against dp 1 (paired per repeat), and the DP
+    collectives per forward."""
     by = {(r["backend"], r["mode"], r["dp"]): r for r in rows}
     out = []
     for (b, mode, dp), r in by.items():
         base = by.get((b, mode, 1))
-        if dp == 1 or base is None:
+        if dp == 1 or base is None or r["arm"] not in records or base["arm"] not in records:
             continue
+        ratio = paired_ratio(_tps(records[r["arm"]]), _tps(records[base["arm"]]))
         forwards = sum(r["forwards_per_run"].values())
-        coll = r["collective_ms_per_forward"]
         out.append(
             {
                 "backend": b,
@@ -136,8 +146,9 @@ def dp_cost(rows: list[dict]) -> list[dict]:
                 "dp": dp,
                 "tokens_per_s_dp1": fmt(base["tokens_per_s"]),
                 f"tokens_per_s_dp{dp}": fmt(r["tokens_per_s"]),
-                "verdict": _verdict(base["tokens_per_s"], r["tokens_per_s"]),
-                "collective_ms_per_forward": fmt(coll, digits=2),
+                "ratio": ratio,
+                "verdict": verdict(ratio),
+                "collective_ms_per_forward": fmt(r["collective_ms_per_forward"], digits=2),
                 "forwards_per_rank": forwards / dp,
                 "forward_s_dp1": fmt(base["forward_s_per_run"], digits=2),
                 f"forward_s_dp{dp}_all_ranks": fmt(r["forward_s_per_run"], digits=2),
@@ -149,6 +160,49 @@ def dp_cost(rows: list[dict]) -> list[dict]:
             }
         )
     return out
+
+
+def speedups(records: dict[str, list[dict]], backends: Sequence[str], dps: Sequence[int]) -> list[dict]:
+    """EAGLE3 over greedy per backend and dp: the paired ratio of tokens/s, its verdict, losslessness."""
+    out = []
+    for dp in dps:
+        for b in backends:
+            g, e = records.get(f"greedy/{b}/dp{dp}"), records.get(f"eagle/{b}/dp{dp}")
+            if not g or not e:
+                continue
+            r = paired_ratio(_tps(e), _tps(g))
+            out.append(
+                {
+                    "backend": b,
+                    "label": record_label(e[0], sep=" "),
+                    "dp": dp,
+                    "speedup": r,
+                    "verdict": verdict(r),
+                    "accept_length_mean": e[0]["metrics"]["accept_length_mean"],
+                    "repetition_loop_share": (g[0]["metrics"].get("repetition_loops") or {}).get("share"),
+                    "lossless": all(x["outputs_sha256"] == g[0]["outputs_sha256"] for x in e + g),
+                }
+            )
+    return out
+
+
+def headline(doc: dict) -> str:
+    """One line: what was compared and what it found (EAGLE3 vs greedy per backend and dp; the
+    accept length, and the share of greedy outputs ending in a repetition loop, where acceptance is cheap)."""
+    found = "; ".join(
+        f"{s['label']} dp{s['dp']} {fmt(s['speedup'], digits=2)}x {s['verdict']['verdict']}"
+        + ("" if s["lossless"] else " (OUTPUTS DIFFER FROM GREEDY)")
+        for s in doc["speedup"]
+    )
+    first = doc["speedup"][0] if doc["speedup"] else {}
+    loops = first.get("repetition_loop_share")
+    extra = (
+        f" Accept length {first['accept_length_mean']:.2f}; greedy outputs ending in a repetition loop: "
+        f"{'n/a' if loops is None else f'{100 * loops:.0f} %'}."
+        if first.get("accept_length_mean") is not None
+        else ""
+    )
+    return f"Compared {doc['compared']}. Found EAGLE3/greedy: {found or 'no pair of greedy and EAGLE3 runs'}.{extra}"
 
 
 def failed_row(rec: dict) -> dict:
@@ -170,59 +224,47 @@ def failed_row(rec: dict) -> dict:
 def compare(
     config: dict,
     backends: Sequence[str],
-    repeats: int = 5,
+    repeats: int = COMPARISON.repeats,
     dps: Sequence[int] = (1,),
     modes: Sequence[str] = MODES,
     json_out: str | None = None,
     verbose: bool = True,
     records_out: dict | None = None,
+    run: Callable[[dict], RunResult] | None = None,
     on_event: OnEvent | None = None,
 ) -> dict:
     """Run and summarise; returns (and writes to ``json_out``) the comparison document.
     ``records_out``, given a dict, receives every run record keyed ``<mode>/<backend>/dp<N>#<repeat>``;
-    ``on_event``: progress (``workbench.run.events``). A run that does not end ok is kept as a
-    ``failed`` row (its config is not run again); the rest is summarised and shown."""
+    ``run`` replaces ``reproduce`` (tests); ``on_event``: progress (``workbench.run.events``). A run
+    that does not end ok is kept as a ``failed`` row (its arm is not run again); the rest is
+    summarised and shown, and only arms ok in every repeat enter the paired ratios."""
     if repeats < 2:
         raise ValueError(f"invalid repeats {repeats!r}; valid: an integer >= 2 (an interval needs repeats)")
-    rows, speedups, records, failed = [], [], {}, []
-    for dp in dps:
-        runs = run_interleaved({**config, "dp": dp}, list(backends), repeats, modes, on_event, keep_failed=True)
-        for key, rs in runs.items():
-            if records_out is not None:
-                records_out.update({f"{key}/dp{dp}#{i}": r.record for i, r in enumerate(rs)})
-            failed += [failed_row(r.record) for r in rs if r.status != "ok"]
-            records[f"{key}/dp{dp}"] = [r.record for r in rs if r.status == "ok"]
-            if records[f"{key}/dp{dp}"]:
-                rows.append(summarize_runs(records[f"{key}/dp{dp}"]))
-        if {"greedy", "eagle"} <= set(modes):
-            for b in backends:
-                g, e = records[f"greedy/{b}/dp{dp}"], records[f"eagle/{b}/dp{dp}"]
-                if not g or not e:
-                    continue
-                tps = lambda recs: [r["metrics"]["tokens_per_s"] for r in recs]  # noqa: E731
-                speedups.append(
-                    {
-                        "backend": b,
-                        "label": record_label(e[0], sep=" "),
-                        "dp": dp,
-                        "speedup": ratio(tps(e), tps(g)),
-                        "lossless": all(r["outputs_sha256"] == g[0]["outputs_sha256"] for r in e + g),
-                    }
-                )
+    arms = [(f"{m}/{b}/dp{dp}", {"backend": b, "mode": m, "dp": dp}) for dp in dps for b in backends for m in modes]
+    runs, order = run_paired(config, arms, repeats, run=run, on_event=on_event, keep_failed=True)
+    if records_out is not None:
+        records_out.update({f"{arm}#{i}": r.record for arm, rs in runs.items() for i, r in enumerate(rs)})
+    failed = [failed_row(r.record) for rs in runs.values() for r in rs if r.status != "ok"]
+    records = {arm: [r.record for r in rs if r.status == "ok"] for arm, rs in runs.items()}
+    rows = [{**summarize_runs(recs), "arm": arm} for arm, recs in records.items() if recs]
+    paired = {arm: recs for arm, recs in records.items() if len(recs) == repeats}  # ok in every repeat
     doc = {
         "schema": SCHEMA,
+        "compared": describe({**config, "dp": "/".join(map(str, dps))}, list(backends), repeats),
         "config": {k: v for k, v in config.items() if k != "backend"},
         "backends": list(backends),
         "dps": list(dps),
         "repeats": repeats,
+        "order": order,
         "interval": INTERVAL,
         "note": NOTE,
         "rows": rows,
         "failed": failed,
-        "speedup": speedups,
-        "pairs": pairs(rows),
-        "dp_cost": dp_cost(rows),
+        "speedup": speedups(paired, backends, dps),
+        "pairs": pairs(paired, rows),
+        "dp_cost": dp_cost(paired, rows),
     }
+    doc["headline"] = headline(doc)
     if verbose:
         print(format_text(doc))
     if json_out:
@@ -232,8 +274,8 @@ def compare(
 
 
 def format_text(doc: dict) -> str:
-    """The comparison as plain text: figures per row, speedups, metadata cost, verdicts."""
-    lines = [doc["note"], f"median [95 % interval] over {doc['repeats']} interleaved repeats", ""]
+    """The comparison as plain text: the headline, figures per row, speedups, verdicts."""
+    lines = [doc["headline"], doc["note"], f"intervals: {doc['interval']}", ""]
     for r in doc["rows"]:
         lines.append(
             f"{r['label']:32s} {r['mode']:6s} dp{r['dp']}  tokens/s {fmt(r['tokens_per_s'])}  "
@@ -251,23 +293,22 @@ def format_text(doc: dict) -> str:
     lines.append("")
     for s in doc["speedup"]:
         lines.append(
-            f"speedup EAGLE3 / greedy  {s['label']:32s} dp{s['dp']}  {fmt(s['speedup'], digits=2)}x  "
-            f"outputs identical: {s['lossless']}"
+            f"EAGLE3 / greedy  {s['label']:32s} dp{s['dp']}  {fmt_interval(s['speedup'])}x: "
+            f"{s['verdict']['text']}; outputs identical: {s['lossless']}"
         )
     for d in doc["dp_cost"]:
         n = d["dp"]
-        at_dp = d[f"tokens_per_s_dp{n}"]
         lines.append(
-            f"dp{d['dp']} vs dp1  {d['backend']} {d['mode']}: tokens/s {d['tokens_per_s_dp1']} -> "
-            f"{at_dp} ({d['verdict']}); generation {d['generation_s_dp1']} -> {d[f'generation_s_dp{n}']} s; "
-            f"forwards {d['forward_s_dp1']} s -> {d[f'forward_s_dp{n}_all_ranks']} s over all ranks, "
-            f"of which DP collectives {d[f'collective_s_dp{n}_all_ranks']} s "
-            f"({d['collective_ms_per_forward']} ms per forward); setup {d['setup_s_dp1']} -> "
-            f"{d[f'setup_s_dp{n}']} s (not in tokens/s)"
+            f"dp{n} vs dp1  {d['backend']} {d['mode']}: tokens/s {d['tokens_per_s_dp1']} -> "
+            f"{d[f'tokens_per_s_dp{n}']}, ratio {fmt_interval(d['ratio'])}: {d['verdict']['text']}; generation "
+            f"{d['generation_s_dp1']} -> {d[f'generation_s_dp{n}']} s; forwards {d['forward_s_dp1']} s -> "
+            f"{d[f'forward_s_dp{n}_all_ranks']} s over all ranks, of which DP collectives "
+            f"{d[f'collective_s_dp{n}_all_ranks']} s ({d['collective_ms_per_forward']} ms per forward); setup "
+            f"{d['setup_s_dp1']} -> {d[f'setup_s_dp{n}']} s (not in tokens/s)"
         )
-    same = [p for p in doc["pairs"] if p["verdict"] == "not different"]
-    lines.append(
-        "tokens/s pairs not different (intervals overlap): "
-        + ("; ".join(f"{p['a']} ~ {p['b']} ({p['mode']}, dp{p['dp']})" for p in same) or "none")
-    )
+    for p in doc["pairs"]:
+        lines.append(
+            f"{p['a']} / {p['b']} ({p['mode']}, dp{p['dp']}) tokens/s: {fmt_interval(p['ratio'])}: "
+            f"{p['verdict']['text']}"
+        )
     return "\n".join(lines)

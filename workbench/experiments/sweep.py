@@ -18,7 +18,8 @@ from workbench.run.events import OnEvent
 from workbench.run.labels import backend_sort_key, record_label
 
 SCHEMA = "workbench.sweep/1"  # the shipped acceptance_sweep.json's format name (not a module path)
-SETTINGS: tuple[tuple[int, int, int], ...] = ((1, 1, 2), (3, 1, 4), (3, 2, 6), (5, 4, 16), (6, 10, 32))
+# (7, 1, 8) is the comparison's chain (workbench.experiments.definition); the CLI's --settings default
+SETTINGS: tuple[tuple[int, int, int], ...] = ((1, 1, 2), (3, 1, 4), (3, 2, 6), (7, 1, 8), (5, 4, 16), (6, 10, 32))
 SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "acceptance_sweep.json"
 AGREEMENT = (
     "identical_prompts: prompts whose EAGLE3 output equals the fp32 greedy output token for token; "
@@ -180,6 +181,7 @@ def sweep(
         "schema": SCHEMA,
         "measured": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "versions": {k: env.get(k) for k in ("python", "torch", "triton", "platform")},
+        "models_sha256": ref.record["config"].get("models_sha256"),
         "config": {k: v for k, v in config.items() if k not in ("backend", "prompts")},
         "prompts": len(reference),
         "max_new_tokens": config.get("max_new_tokens"),
@@ -200,9 +202,10 @@ def merge(docs: Sequence[dict]) -> dict:
     and fp32 greedy reference; refuses parts that differ in those."""
     first = docs[0]
     for d in docs[1:]:
-        for k in ("prompts", "max_new_tokens", "reference"):
-            if d[k] != first[k]:
-                raise ValueError(f"sweep parts differ in {k}: {d[k]!r} vs {first[k]!r}; valid: parts of one sweep")
+        for k in ("prompts", "max_new_tokens", "reference", "models_sha256"):
+            a, b = d.get(k), first.get(k)
+            if a != b:
+                raise ValueError(f"sweep parts differ in {k}: {a!r} vs {b!r}; valid: parts of one sweep")
     rows = [r for d in docs for r in d["rows"]]
     return {
         **first,
@@ -232,7 +235,10 @@ def provenance(doc: dict) -> str:
     v = doc.get("versions") or {}
     what = "shipped measurement" if doc.get("shipped") else "measured live"
     backends = ", ".join(sorted({r["label"] for r in doc["rows"]}))
+    models = f"; models sha256 {doc['models_sha256'][:12]}" if doc.get("models_sha256") else ""
+    commit = f"; commit {doc['commit']}" if doc.get("commit") else ""  # written by whoever shipped it
     return (
         f"{what} of {doc.get('measured')} ({doc['prompts']} prompts x {doc.get('max_new_tokens')} tokens; "
-        f"backends {backends}; python {v.get('python')}, torch {v.get('torch')}, triton {v.get('triton')})"
+        f"backends {backends}; python {v.get('python')}, torch {v.get('torch')}, triton {v.get('triton')}{models}"
+        f"{commit})"
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 from pathlib import Path
 
@@ -74,6 +76,28 @@ def load_models(directory: Path | None = None) -> tuple[LlamaForCausalLM, Eagle3
             f"the target (hidden {tcfg.hidden_size}, vocab {tcfg.vocab_size}); rebuild with `{REBUILD}`"
         )
     return target, head
+
+
+def models_sha256(directory: Path | str | None = None) -> str | None:
+    """sha256 over both checkpoints' files (config and weights, target then draft): which models a run
+    used, so that results of different models are never compared as one experiment. None when a file
+    is missing (loading then fails with a CheckpointError anyway)."""
+    directory = Path(directory) if directory is not None else DEFAULT_MODEL_DIR
+    files = [directory / m / f for m in ("target", "draft") for f in ("config.json", "model.safetensors")]
+    if not all(f.is_file() for f in files):
+        return None
+    return _files_sha256(tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files))
+
+
+@functools.lru_cache(maxsize=8)
+def _files_sha256(stamped: tuple[tuple[str, int, int], ...]) -> str:
+    """sha256 over the files' bytes; cached per (path, mtime, size), so a process hashes a checkpoint once."""
+    h = hashlib.sha256()
+    for path, _, _ in stamped:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
 
 
 def load_prompts(path: Path | None = None) -> list:

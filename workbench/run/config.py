@@ -119,7 +119,7 @@ class RunConfig:
     )
     warmup: bool = field(
         default=True,
-        metadata=_arg("one untimed short request before generation at dp 1 (counted in setup_s)", cli=False),
+        metadata=_arg("one untimed prefill + decode round on every rank before generation (in setup_s)", cli=False),
     )
     extra: dict = field(default_factory=dict, metadata=_arg("free-form notes kept in the record", cli=False))
 

@@ -37,10 +37,11 @@ class EventSink(Protocol):
 
 class EventStream(Observer):
     """A rank's events (``forward``, ``latency``, ``accepts``) into ``sink`` as they happen: the DP
-    rank process streams them to its launcher."""
+    rank process streams them to its launcher. While ``muted()`` (the warm-up) it sends forwards only:
+    the launcher keeps the phases and accepts it receives as the run's."""
 
-    def __init__(self, rank: int, sink: EventSink) -> None:
-        self.rank, self.sink = rank, sink
+    def __init__(self, rank: int, sink: EventSink, muted: Callable[[], bool] = lambda: False) -> None:
+        self.rank, self.sink, self.muted = rank, sink, muted
         self.phase: str | None = None
 
     def on_phase_start(self, phase: str) -> None:
@@ -51,7 +52,9 @@ class EventStream(Observer):
         self.sink.put(("forward", self.rank, {**what, "batch_size": forward_batch.batch_size}))
 
     def on_phase(self, phase: str, seconds: float, idle: bool) -> None:
-        self.sink.put(("latency", self.rank, (phase, seconds, idle)))
+        if not self.muted():
+            self.sink.put(("latency", self.rank, (phase, seconds, idle)))
 
     def on_accepts(self, accepted_drafts: list[int]) -> None:
-        self.sink.put(("accepts", self.rank, list(accepted_drafts)))
+        if not self.muted():
+            self.sink.put(("accepts", self.rank, list(accepted_drafts)))

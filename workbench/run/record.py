@@ -155,8 +155,12 @@ def build_record(
     timing = timing or {}
     ordered = [outputs.get(i) for i in range(len(prompts))]
     tokens = sum(len(o) for o in ordered if o)
+    from workbench.models.loader import models_sha256  # torch: not at import (the nightly's merge runs without it)
+
     config = cfg.to_dict()
-    config.update(prompts=prompts, kernel=kernel, kernel_stand_in=kernel_stand_in)
+    config.update(
+        prompts=prompts, kernel=kernel, kernel_stand_in=kernel_stand_in, models_sha256=models_sha256(cfg.model_dir)
+    )
     rec = {
         "status": status or ("ok" if not crash else "error" if crash.get("phase") == "setup" else "crashed"),
         "config": config,

@@ -49,12 +49,18 @@ def observers(
 ) -> list[Observer]:
     """Everything that watches one rank's run, in the order it is called at each hook
     (``workbench.engine.hooks``): timing into ``metrics``; the rank's event stream to its launcher
-    (DP ranks); the test hook's fault (``cfg.fault``); crash capture into ``bundle_dir``."""
+    (DP ranks); the test hook's fault (``cfg.fault``); crash capture into ``bundle_dir``. During the
+    warm-up (``metrics.muted``) timing records nothing, the stream sends no phases or accepts and
+    the fault waits."""
     found: list[Observer] = [Timing(metrics, dp=dp)]
+
+    def muted() -> bool:
+        return metrics.muted
+
     if events is not None:
-        found.append(EventStream(rank, events))
+        found.append(EventStream(rank, events, muted))
     if cfg.fault is not None:
-        found.append(FaultInjection(cfg.fault, rank))
+        found.append(FaultInjection(cfg.fault, rank, muted))
     found.append(CrashCapture(rank, cfg.dp, cfg.revision, cfg.apply_fix_in_place, bundle_dir))
     return found
 
@@ -129,8 +135,8 @@ def _run_rank(
         apply_dtype(worker, cfg.dtype)
         out["kernel"], out["kernel_stand_in"] = worker.backend.kernel, worker.backend.kernel_is_stand_in
         out["device"], out["torch_threads"] = tensor_device(worker), torch.get_num_threads()
-        if cfg.warmup and dp_comm is None:  # under DP the warm-up's last round would run the regressed path
-            out["warmup_s"] = warm_up(worker, metrics, lambda: Scheduler(worker, cfg.max_running, any_rank), Req)
+        if cfg.warmup:  # every rank, the same request (timing.warm_up)
+            out["warmup_s"] = warm_up(worker, metrics, Req)
         reqs = [Req(i, encode(prompts[i]), cfg.max_new_tokens) for i in prompt_ids]
         sched = Scheduler(worker, cfg.max_running, any_rank)
         sched.add(reqs)

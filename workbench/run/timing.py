@@ -1,7 +1,7 @@
 """Timing, as one observer of the run (``workbench.engine.hooks``): every forward pass, every
 ``init_forward_metadata`` call, the attention layers of each forward and the DP collectives, into the
-run's ``Metrics``. ``warm_up`` runs one short request with the metrics muted so the first launches
-count as setup, not generation; ``apply_dtype`` and ``tensor_device`` act on a built worker.
+run's ``Metrics``. ``warm_up`` runs one request's prefill and decode round with the metrics muted (on every
+rank) so the first launches count as setup, not generation; ``apply_dtype`` and ``tensor_device`` act on a built worker.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from workbench.engine.metrics import Metrics
 from workbench.models.tokenizer import encode
 
 WARMUP_PROMPT = "Warm-up."
-WARMUP_NEW_TOKENS = 2  # prefill + one decode round: every forward mode of a round launches once
+WARMUP_NEW_TOKENS = 64  # more than prefill + one round produce: the round ends with a draft-extend
 
 
 class Timing(Observer):
@@ -83,16 +83,23 @@ def tensor_device(worker: Any) -> str:
     return str(worker.target.kv_cache.k_buffers[0].device)
 
 
-def warm_up(worker: Any, metrics: Metrics, make_scheduler: Callable[[], Any], make_req: Callable[..., Any]) -> float:
-    """One short request through a throwaway scheduler, nothing recorded; returns its seconds.
+def warm_up(worker: Any, metrics: Metrics, make_req: Callable[..., Any]) -> float:
+    """One request's prefill and one decode round, nothing recorded, its memory freed; returns seconds.
 
-    Under DP every rank warms up with the same request, so the ranks run the same forwards."""
+    The request is long enough not to finish in that round, so the round runs every forward mode a
+    busy rank runs (EAGLE3: target and draft EXTEND, draft DECODE, TARGET_VERIFY, DRAFT_EXTEND;
+    greedy: EXTEND, DECODE). It bypasses the scheduler, so under DP every rank runs exactly these
+    forwards with the same request and the collectives line up; no rank is idle, so the warm-up
+    never takes the idle draft-extend path a regressed revision crashes on (that stays in generation).
+    IDLE forwards are not warmed. While ``metrics.muted``, the run's observers record, stream and
+    inject nothing (``workbench.run.runner.observers``)."""
     t0 = time.perf_counter()
     metrics.muted = True
     try:
-        sched = make_scheduler()
-        sched.add([make_req(-1, encode(WARMUP_PROMPT), WARMUP_NEW_TOKENS)])
-        sched.run()
+        with torch.inference_mode():  # as Scheduler.run
+            batch = worker.prefill([make_req(-1, encode(WARMUP_PROMPT), WARMUP_NEW_TOKENS)])
+            batch = worker.decode(batch)
+            worker.release(batch, torch.ones(len(batch), dtype=torch.bool))
     finally:
         metrics.muted = False
     return time.perf_counter() - t0

@@ -9,6 +9,7 @@ lower index) ahead of its children, so every kept node's parent is kept too.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -24,6 +25,7 @@ class DraftTree:
     ancestor_mask: torch.Tensor  # (bs, N, N) bool: node i sees node j (ancestors and itself)
     next_token: torch.Tensor  # first child, -1 if none (upstream: retrive_next_token)
     next_sibling: torch.Tensor  # next sibling in tree order, -1 if none
+    is_chain: bool = False  # node i is the child of node i - 1 (topk 1): ``greedy_verify`` takes a shortcut
 
     @property
     def num_nodes(self) -> int:
@@ -154,22 +156,32 @@ def build_tree(
 def chain_tree(verified_id: torch.Tensor, cand_tokens: torch.Tensor, num_draft_tokens: int) -> DraftTree:
     """topk 1: candidate i is the child of candidate i - 1 and path scores never rise along a
     chain (a product of probabilities), so ``build_tree`` keeps the first N - 1 candidates in
-    order. The same tree without ranking: verified_id (bs,), cand_tokens (bs, C), C >= N - 1."""
+    order. The same tree without ranking: verified_id (bs,), cand_tokens (bs, C), C >= N - 1.
+    Its shape tensors are the same every round; they are built once per N and device."""
     bs, num_cand = cand_tokens.shape
     n = num_draft_tokens
     if num_cand < n - 1:
         raise ValueError(f"{num_cand} draft candidates cannot fill {n - 1} tree slots")
-    nodes = torch.arange(n)
+    parent, depth, anc, first, sibling = _chain_shape(n, str(cand_tokens.device))
     tokens = torch.cat((verified_id.view(bs, 1), cand_tokens[:, : n - 1]), dim=1)
-    first = torch.where(nodes < n - 1, nodes + 1, -1)
     return DraftTree(
         tokens,
-        (nodes - 1).expand(bs, n),
-        nodes.expand(bs, n),
-        torch.ones(n, n, dtype=torch.bool).tril().expand(bs, n, n),
+        parent.expand(bs, n),
+        depth.expand(bs, n),
+        anc.expand(bs, n, n),
         first.expand(bs, n),
-        torch.full((bs, n), -1, dtype=torch.int64),
+        sibling.expand(bs, n),
+        is_chain=True,
     )
+
+
+@functools.lru_cache(maxsize=16)
+def _chain_shape(n: int, device: str) -> tuple[torch.Tensor, ...]:
+    """(parent, depth, ancestor mask, first child, next sibling) of an n-node chain, unexpanded."""
+    with torch.inference_mode(False), torch.device(device):
+        nodes = torch.arange(n)
+        first = torch.where(nodes < n - 1, nodes + 1, -1)
+        return nodes - 1, nodes, torch.ones(n, n, dtype=torch.bool).tril(), first, torch.full((n,), -1)
 
 
 def ancestor_mask(parent: torch.Tensor) -> torch.Tensor:
@@ -215,6 +227,12 @@ def greedy_verify(tree: DraftTree, target_pred: torch.Tensor) -> tuple[torch.Ten
     after the last accepted node).
     """
     bs, n = tree.tokens.shape
+    if tree.is_chain:  # node i's parent is i - 1: the accepted path is the run of matches from the root
+        run = (tree.tokens[:, 1:] == target_pred[:, :-1]).cumprod(1)
+        accept_len = run.sum(1)
+        nodes = torch.arange(n).expand(bs, n)
+        path = torch.where(nodes <= accept_len.unsqueeze(1), nodes, -1)
+        return path, accept_len, target_pred.gather(1, accept_len.unsqueeze(1)).squeeze(1)
     match = tree.tokens == target_pred.gather(1, tree.parent.clamp(min=0))
     match[:, 0] = True
     accepted = ~(tree.ancestor_mask & ~match.unsqueeze(1)).any(-1)  # every node on the way matches

@@ -152,8 +152,18 @@ class EagleWorker(WorkerBase):
                 prefix = batch.seq_lens.repeat_interleave(self.topk)
                 self.draft.draft_attn_backend.plan(rows, prefix, self.steps)
                 path_cols = prefix.unsqueeze(1) + torch.arange(self.steps - 1)  # (R, steps - 1) in req_to_token
+                table = self.memory.req_to_token_pool.req_to_token
+                chain = step_slots.t().contiguous() if self.topk == 1 else None  # (bs, steps - 1): the path
+                if chain is not None:  # known before the first step: written once (step i reads columns < prefix + i)
+                    table[rows.unsqueeze(1), path_cols] = chain.to(table.dtype)
                 for i in range(1, self.steps):
-                    hidden, own = self._draft_step(rows, prefix, path_cols[:, :i], step_slots[i - 1], branches, i)
+                    if chain is not None:
+                        own = chain[:, :i]
+                    else:  # the branches' paths change with every selection: rewritten per step
+                        own = torch.cat((branches.path_slots, step_slots[i - 1].view(len(batch), -1, 1)), dim=2)
+                        own = own.flatten(0, 1)
+                        table[rows.unsqueeze(1), path_cols[:, :i]] = own.to(table.dtype)
+                    hidden = self._draft_step(rows, prefix, step_slots[i - 1], branches, i)
                     branches.select(*self._draft_topk(hidden), hidden, own)
         return branches.tree(state.verified_id, self.num_draft_tokens)
 
@@ -183,24 +193,19 @@ class EagleWorker(WorkerBase):
         self,
         rows: torch.Tensor,
         prefix: torch.Tensor,
-        path_cols: torch.Tensor,
         new_slots: torch.Tensor,
         branches: DraftBranches,
         i: int,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> torch.Tensor:
         """Draft forward i over the branch rows (bs * k,): each tip token at position prefix + i - 1
-        sees the prompt and its own path, written at ``path_cols`` (bs * k, i) of its row.
-        Returns (hidden (bs * k, H), path slots (bs * k, i))."""
-        bs, k = branches.scores.shape
-        own = torch.cat((branches.path_slots, new_slots.view(bs, k, 1)), dim=2).flatten(0, 1)
-        table = self.memory.req_to_token_pool.req_to_token
-        table[rows.unsqueeze(1), path_cols] = own.to(table.dtype)
+        sees the prompt and its own path, which the caller wrote into its row's columns
+        prefix .. prefix + i - 1 (the tip's slot ``new_slots`` last). Returns hidden (bs * k, H)."""
         tokens = branches.tokens.flatten()
         spec = EagleDraftInput(
             hidden_states=branches.hidden,
             verified_id=tokens,
             capture_hidden_mode=CaptureHiddenMode.LAST,
-            num_tokens_per_req=k,
+            num_tokens_per_req=branches.scores.shape[1],
         )
         fb = self.draft.make_batch(
             ForwardMode.DECODE,
@@ -213,7 +218,7 @@ class EagleWorker(WorkerBase):
             capture_hidden_mode=CaptureHiddenMode.LAST,
         )
         self.draft.draft_attn_backend.init_forward_metadata(fb, i)  # timed there for the observers
-        return self.run(self.draft, fb, branches.hidden), own
+        return self.run(self.draft, fb, branches.hidden)
 
     # ---- verify, accept, draft-extend -------------------------------------------------------
     def _verify(self, batch: ScheduleBatch, tree: DraftTree) -> EagleVerifyOutput:
@@ -259,8 +264,9 @@ class EagleWorker(WorkerBase):
         keep = torch.zeros_like(res.slots, dtype=torch.bool)
         keep.scatter_(1, node, True)  # padding entries re-mark the root
         self.memory.allocator.free(res.slots[~keep])
-        table = self.memory.req_to_token_pool.req_to_token
-        self.ops.assign(table, batch.req_pool_indices, batch.seq_lens, keep_n, res.slots.gather(1, node)[valid])
+        if self.topk > 1:  # a chain keeps a prefix of its nodes: verify already wrote them in place
+            table = self.memory.req_to_token_pool.req_to_token
+            self.ops.assign(table, batch.req_pool_indices, batch.seq_lens, keep_n, res.slots.gather(1, node)[valid])
         accepted = res.accept_length.tolist()
         self.metrics.add_accepts(accepted)
         self.hooks.on_accepts(accepted)

@@ -7,7 +7,7 @@ import base64
 import html
 from pathlib import Path
 
-from workbench.experiments.stats import fmt
+from workbench.experiments.stats import fmt, fmt_interval
 from workbench.experiments.sweep import groups, load_shipped, provenance
 from workbench.views import plots
 from workbench.views.tables import Table
@@ -47,12 +47,18 @@ def compare_table(doc: dict) -> Table:
 
 
 def speedup_table(doc: dict) -> Table:
+    """EAGLE3 over greedy per backend and dp: the paired ratio with its interval and coverage, the verdict."""
     return Table(
         [
             {
                 "backend": s["label"],
                 "dp": s["dp"],
-                "EAGLE3 / greedy tokens/s": fmt(s["speedup"], digits=2),
+                "accept length": None if s.get("accept_length_mean") is None else f"{s['accept_length_mean']:.2f}",
+                "greedy outputs in a repetition loop": None
+                if s.get("repetition_loop_share") is None
+                else f"{100 * s['repetition_loop_share']:.0f} %",
+                "EAGLE3 / greedy tokens/s (per-repeat ratio)": fmt_interval(s["speedup"]),
+                "verdict": s["verdict"]["text"],
                 "outputs identical": s["lossless"],
             }
             for s in doc["speedup"]
@@ -73,19 +79,20 @@ def metadata_table(doc: dict, mode: str = "eagle") -> Table:
 
 
 def verdicts(doc: dict) -> list[str]:
-    """Plain lines: which tokens/s figures are not different, and DP against dp 1."""
+    """Plain lines: each backend against each other, and DP against dp 1 (paired ratios, verdicts)."""
     lines = [
-        f"{p['a']} vs {p['b']} ({p['mode']}, dp {p['dp']}): {p['a_value']} vs {p['b_value']} tokens/s: {p['verdict']}"
+        f"{p['a']} / {p['b']} ({p['mode']}, dp {p['dp']}): {p['a_value']} vs {p['b_value']} tokens/s, ratio "
+        f"{fmt_interval(p['ratio'])}: {p['a']} {p['verdict']['text']}"
         for p in doc["pairs"]
     ]
     for d in doc["dp_cost"]:
         n = d["dp"]
         at = d[f"tokens_per_s_dp{n}"]
         lines.append(
-            f"dp {d['dp']} vs dp 1, {d['backend']} {d['mode']}: {d['tokens_per_s_dp1']} -> {at} tokens/s "
-            f"({d['verdict']}); forwards {d['forward_s_dp1']} s -> {d[f'forward_s_dp{n}_all_ranks']} s "
-            f"(all ranks), of which DP collectives {d[f'collective_s_dp{n}_all_ranks']} s, "
-            f"{d['collective_ms_per_forward']} ms per forward"
+            f"dp {d['dp']} vs dp 1, {d['backend']} {d['mode']}: {d['tokens_per_s_dp1']} -> {at} tokens/s, ratio "
+            f"{fmt_interval(d['ratio'])}: {d['verdict']['text']}; forwards {d['forward_s_dp1']} s -> "
+            f"{d[f'forward_s_dp{n}_all_ranks']} s (all ranks), of which DP collectives "
+            f"{d[f'collective_s_dp{n}_all_ranks']} s, {d['collective_ms_per_forward']} ms per forward"
         )
     return lines
 
@@ -117,6 +124,15 @@ def _img(path: Path) -> str:
     return f"<img alt='{html.escape(path.stem)}' src='data:image/png;base64,{data}'>"
 
 
+def headlines(cells: list[dict]) -> list[str]:
+    """``cell: <what was compared and what it found>`` for every cell that ran a comparison."""
+    return [
+        f"{c['name']}: {(c.get('bundle') or {})['compare']['headline']}"
+        for c in cells
+        if ((c.get("bundle") or {}).get("compare") or {}).get("headline")
+    ]
+
+
 def comparison_section(cells: list[dict], folder: Path, shipped_sweep: dict | None = None) -> str:
     """HTML for the nightly report: each cell's comparison (tables, spread and metadata plots) and
     acceptance sweep (live, and the shipped full measurement labelled with its date and versions)."""
@@ -127,14 +143,18 @@ def comparison_section(cells: list[dict], folder: Path, shipped_sweep: dict | No
         name = c["name"].replace("/", "_")
         if bundle.get("compare"):
             doc = bundle["compare"]
+            plots.speedup_intervals(doc, folder / f"{name}_speedup")
             plots.tokens_per_s_spread(doc, folder / f"{name}_tokens_per_s")
             plots.metadata_cost(doc, folder / f"{name}_metadata")
             parts.append(
-                f"<h3>{html.escape(c['name'])}: backends compared ({doc['repeats']} interleaved repeats)</h3>"
-                f"<p>{html.escape(doc['note'])}</p>{compare_table(doc)._repr_html_()}{speedup_table(doc)._repr_html_()}"
+                f"<h3>{html.escape(c['name'])}: backends compared ({doc['repeats']} paired repeats in random "
+                f"order)</h3><p><b>{html.escape(doc['headline'])}</b></p><p>{html.escape(doc['note'])} "
+                f"Intervals: {html.escape(doc['interval'])}.</p>"
+                f"{speedup_table(doc)._repr_html_()}{compare_table(doc)._repr_html_()}"
                 f"<h4>init_forward_metadata, ms per call</h4>{metadata_table(doc)._repr_html_()}"
                 f"<ul>{''.join(f'<li>{html.escape(v)}</li>' for v in verdicts(doc))}</ul>"
-                f"{_img(folder / f'{name}_tokens_per_s.png')}{_img(folder / f'{name}_metadata.png')}"
+                f"{_img(folder / f'{name}_speedup.png')}{_img(folder / f'{name}_tokens_per_s.png')}"
+                f"{_img(folder / f'{name}_metadata.png')}"
             )
         if bundle.get("sweep"):
             parts.append(_sweep_html(bundle["sweep"], folder / f"{name}_sweep", f"{c['name']}: acceptance sweep, "))

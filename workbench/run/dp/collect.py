@@ -77,10 +77,12 @@ class Collector:
         ends = [r["gen_end"] for r in self.results.values() if r.get("gen_end") is not None]
         devices = sorted({r["device"] for r in self.results.values() if r.get("device")})
         threads = sorted({r["torch_threads"] for r in self.results.values() if r.get("torch_threads")})
+        warm = [r["warmup_s"] for r in self.results.values() if r.get("warmup_s") is not None]
         out = {
             "device": ", ".join(devices) or None,
             "generation_s": None,
             "setup_s": None,
+            "warmup_s": max(warm) if warm else None,  # the ranks warm up side by side
             "torch_threads": threads[0] if len(threads) == 1 else threads or None,
             "rank_setup_s": {str(k): r.get("setup_s") for k, r in sorted(self.results.items())},
         }

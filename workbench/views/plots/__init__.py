@@ -8,7 +8,7 @@ from workbench.views.plots.compare import attention_split, metadata_cost, speedu
 from workbench.views.plots.matrix import crash_matrix
 from workbench.views.plots.runs import accept_length_hist, acceptance_per_position, phase_latency
 from workbench.views.plots.sweep import acceptance_sweep
-from workbench.views.plots.trends import history_trend, speedup
+from workbench.views.plots.trends import history_trend
 
 __all__ = [
     "acceptance_sweep",
@@ -25,5 +25,4 @@ __all__ = [
     "record_label",
     "save",
     "show",
-    "speedup",
 ]

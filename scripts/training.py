@@ -2,7 +2,8 @@
 then the EAGLE3 head on the frozen target's hidden states with training-time test (the head is
 unrolled ``ttt_steps`` draft steps on its own states, as at inference).
 
-Run through ``scripts/train_models.py``; seeds and step counts fix the result.
+Run through ``scripts/train_models.py``; seeds and step counts fix the result. A script, not part of the
+package: nothing the workbench runs imports it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import hashlib
 import math
 import sysconfig
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -104,13 +106,18 @@ def ttt_mask(seq: int, step: int) -> torch.Tensor:
 
 
 def head_ttt_loss(
-    head: Eagle3Head, xb: torch.Tensor, aux: torch.Tensor, target_logits: torch.Tensor, ttt_steps: int
+    head: Eagle3Head,
+    xb: torch.Tensor,
+    aux: torch.Tensor,
+    target_logits: torch.Tensor,
+    ttt_steps: int,
+    agree_from: int = 0,
 ) -> tuple[torch.Tensor, list[float]]:
     """xb: (B, L+1) tokens; aux: (B, L, 3H) target states at 0..L-1; target_logits: (B, L, V).
 
     Step k at position p reads token p+1+k and the previous step's state at p, sits at RoPE
     position p+k, and is trained towards the target's distribution for token p+2+k.
-    Returns the weighted loss and the top-1 agreement per step.
+    Returns the weighted loss and the top-1 agreement per step over positions >= ``agree_from``.
     """
     bsz, seq = aux.shape[0], aux.shape[1]
     attn = head.self_attn
@@ -139,7 +146,7 @@ def head_ttt_loss(
         logp = F.log_softmax(head.logits(hidden[:, :n]), dim=-1)
         p_t = F.softmax(target_logits[:, 1 + k : 1 + k + n], dim=-1)
         total = total + (0.8**k) * -(p_t * logp).sum(-1).mean()
-        accs.append((logp.argmax(-1) == p_t.argmax(-1)).float().mean().item())
+        accs.append((logp[:, agree_from:].argmax(-1) == p_t[:, agree_from:].argmax(-1)).float().mean().item())
     return total, accs
 
 
@@ -153,32 +160,65 @@ def train_head(
     ttt_steps: int,
     seed: int,
     log,
+    data: Iterator[torch.Tensor] | None = None,
+    init: Eagle3Head | None = None,
+    tag: str = "head",
 ) -> Eagle3Head:
+    """Train an EAGLE3 head on ``data`` (default: random corpus windows), (batch, seq + 1) per step.
+
+    ``init``: start from this head's weights (the self-distillation stage) instead of a new head
+    with the target's embedding and lm_head."""
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed + 1)
     head = Eagle3Head(cfg)
     with torch.no_grad():
-        head.embed_tokens.weight.copy_(target.embed_tokens.weight)
-        head.lm_head.weight.copy_(target.lm_head.weight)
+        if init is not None:
+            head.load_state_dict(init.state_dict())
+        else:
+            head.embed_tokens.weight.copy_(target.embed_tokens.weight)
+            head.lm_head.weight.copy_(target.lm_head.weight)
     opt = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    data = corpus(held_out=False)
+    data = data if data is not None else batches(corpus(held_out=False), batch, seq, gen)
     target.eval()
     t0 = time.time()
-    for step, xb in zip(range(steps), batches(data, batch, seq, gen), strict=False):
+    for step, xb in zip(range(steps), data, strict=False):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, lr)
-        with torch.no_grad():
-            hidden, aux = target(xb[:, :-1], torch.arange(seq).expand(batch, seq))
-            tlogits = target.logits(hidden)
-        loss, accs = head_ttt_loss(head, xb, aux, tlogits, ttt_steps)
+        loss, accs = head_step_loss(target, head, xb, ttt_steps)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
-        if step % 50 == 0 or step == steps - 1:
-            tps = (step + 1) * batch * seq / (time.time() - t0)
+        if step % 25 == 0 or step == steps - 1:
+            tps = (step + 1) * xb.numel() / (time.time() - t0)
             log(
-                f"head step {step}/{steps} loss {loss.item():.3f} top1/step {[round(a, 2) for a in accs]} "
+                f"{tag} step {step}/{steps} loss {loss.item():.3f} top1/step {[round(a, 3) for a in accs]} "
                 f"{tps:.0f} tok/s"
             )
     return head
+
+
+def head_step_loss(
+    target: LlamaForCausalLM, head: Eagle3Head, xb: torch.Tensor, ttt_steps: int, agree_from: int = 0
+) -> tuple[torch.Tensor, list[float]]:
+    """The target's states and logits over xb (B, L + 1), then the head's training-time-test loss."""
+    bsz, seq = xb.shape[0], xb.shape[1] - 1
+    with torch.no_grad():
+        hidden, aux = target(xb[:, :-1], torch.arange(seq).expand(bsz, seq))
+        tlogits = target.logits(hidden)
+    return head_ttt_loss(head, xb, aux, tlogits, ttt_steps, agree_from)
+
+
+@torch.no_grad()
+def head_agreement(
+    target: LlamaForCausalLM, head: Eagle3Head, xb: torch.Tensor, ttt_steps: int, agree_from: int = 0
+) -> list[float]:
+    """Top-1 agreement of the head with the target per training-time-test step on xb (B, L + 1),
+    over the positions from ``agree_from`` on (where a draft step's first input is there)."""
+    return head_step_loss(target, head, xb, ttt_steps, agree_from)[1]
+
+
+def pool_batches(pool: torch.Tensor, batch: int, gen: torch.Generator) -> Iterator[torch.Tensor]:
+    """Endless random batches of whole sequences from ``pool`` (N, L + 1)."""
+    while True:
+        yield pool[torch.randint(0, pool.shape[0], (batch,), generator=gen)]

@@ -1,0 +1,67 @@
+"""The one definition of "EAGLE3 against greedy" that ``workbench bench``, ``workbench compare``,
+notebook 03 and the nightly's comparison cell run unless told otherwise.
+
+What is compared: the target alone decoding greedily, and EAGLE3 with the chain below, on the
+same prompts and token budget, one request at a time (batch 1), with one torch thread per run
+(on the 2-core CPU box a second thread does not speed up batch-1 decoding, and one thread keeps
+runs on a shared box from fighting over cores). ``repeats`` paired repeats, each running every
+arm once in a random order, so that the stated interval of every median covers at >= 95 %.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from workbench.experiments.intervals import min_repeats
+from workbench.models.loader import load_prompts
+
+SPEC_KEYS = ("steps", "topk", "draft_tokens")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The comparison's settings; ``apply`` fills a run config's unset keys from them."""
+
+    steps: int = 7  # the chain that measured fastest at batch 1 with the shipped (self-distilled) head:
+    topk: int = 1  # accept length 6.23 of 8 (docs/guide.md §5)
+    draft_tokens: int = 8
+    num_prompts: int | None = None  # the first N shipped prompts; None: all of them
+    max_new_tokens: int = 64
+    threads: int = 1
+    max_running: int = 1
+    repeats: int = min_repeats()  # 6: the fewest whose median interval reaches 95 %
+    order_seed: int = 0  # the random order of the arms within each repeat
+
+    def apply(self, config: dict) -> dict:
+        """``config`` with every comparison key it leaves unset (None or absent) taken from here.
+        The spec setting is taken whole or not at all: naming any of steps/topk/draft_tokens keeps
+        the run defaults for the others."""
+        out = dict(config)
+        if not any(out.get(k) is not None for k in SPEC_KEYS):
+            out.update(steps=self.steps, topk=self.topk, draft_tokens=self.draft_tokens)
+        for key in ("max_new_tokens", "threads", "max_running"):
+            if out.get(key) is None:
+                out[key] = getattr(self, key)
+        if out.get("prompts") is None and self.num_prompts is not None:
+            out["prompts"] = load_prompts()[: self.num_prompts]
+        return out
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+COMPARISON = Comparison()
+
+
+def describe(config: dict, backends: list[str], repeats: int) -> str:
+    """One line: what a comparison of ``config`` (after ``apply``) over ``backends`` ran."""
+    prompts = config.get("prompts")
+    n = len(prompts) if prompts is not None else len(load_prompts())
+    spec = tuple(config.get(k) for k in SPEC_KEYS)
+    threads = config.get("threads")
+    return (
+        f"EAGLE3 {spec} (steps, topk, draft tokens) vs greedy on {', '.join(backends)}: {n} prompts x "
+        f"{config.get('max_new_tokens')} new tokens, batch {config.get('max_running')}, "
+        f"{threads if threads is not None else 'default'} torch thread(s), dp {config.get('dp', 1)}, "
+        f"{repeats} paired repeats in random order"
+    )
