@@ -9,10 +9,12 @@ the release has no such class, 3 when importing it needs a library this host lac
 the CUDA `sgl_kernel` from its memory pools); the last line is `REPRO {json}`.
 """
 
+import atexit
 import contextlib
 import inspect
 import json
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -137,6 +139,7 @@ def main() -> int:
     import importlib
 
     model_dir = tempfile.mkdtemp(prefix="repro-model-")
+    atexit.register(shutil.rmtree, model_dir, True)  # nothing left in the temp dir, however it ends
     with open(os.path.join(model_dir, "config.json"), "w") as f:
         json.dump(TINY_LLAMA, f)
     runner, torch = runner_like(model_dir)
