@@ -273,3 +273,14 @@ def test_a_missing_notebook_or_unknown_parameter_is_a_usage_error_before_anythin
     assert "cell 'gone': notebook notebooks/no_such.ipynb not found" in err
     assert "cell 'typo': parameter(s) ['tga'] are not in fixture_ok.ipynb's parameters cell" in err
     assert sorted(p.name for p in out.iterdir()) == ["report.html"]
+
+
+def test_report_reads_the_comparison_from_the_cell_record_the_runner_writes(tmp_path):
+    """The report's comparison headline and section come from the key ``ci.cell_runner`` writes
+    (``notebook_record``): a cell in that shape gives its headline and an HTML section naming it."""
+    from workbench.views.comparison import headlines
+
+    doc = {"headline": "Found EAGLE3/greedy: torch_native dp1 1.74 [1.56, 1.80]x faster."}
+    cell = {"name": "03_backend_comparison/dp1", "notebook_record": {"compare": doc}}
+    assert headlines([cell]) == [f"03_backend_comparison/dp1: {doc['headline']}"]
+    assert headlines([{"name": "x", "bundle": {"compare": doc}}]) == []

@@ -127,9 +127,9 @@ def _img(path: Path) -> str:
 def headlines(cells: list[dict]) -> list[str]:
     """``cell: <what was compared and what it found>`` for every cell that ran a comparison."""
     return [
-        f"{c['name']}: {(c.get('bundle') or {})['compare']['headline']}"
+        f"{c['name']}: {(c.get('notebook_record') or {})['compare']['headline']}"
         for c in cells
-        if ((c.get("bundle") or {}).get("compare") or {}).get("headline")
+        if ((c.get("notebook_record") or {}).get("compare") or {}).get("headline")
     ]
 
 
@@ -139,10 +139,10 @@ def comparison_section(cells: list[dict], folder: Path, shipped_sweep: dict | No
     parts = []
     folder.mkdir(parents=True, exist_ok=True)
     for c in cells:
-        bundle = c.get("bundle") or {}
+        nb_record = c.get("notebook_record") or {}
         name = c["name"].replace("/", "_")
-        if bundle.get("compare"):
-            doc = bundle["compare"]
+        if nb_record.get("compare"):
+            doc = nb_record["compare"]
             plots.speedup_intervals(doc, folder / f"{name}_speedup")
             plots.tokens_per_s_spread(doc, folder / f"{name}_tokens_per_s")
             plots.metadata_cost(doc, folder / f"{name}_metadata")
@@ -156,8 +156,8 @@ def comparison_section(cells: list[dict], folder: Path, shipped_sweep: dict | No
                 f"{_img(folder / f'{name}_speedup.png')}{_img(folder / f'{name}_tokens_per_s.png')}"
                 f"{_img(folder / f'{name}_metadata.png')}"
             )
-        if bundle.get("sweep"):
-            parts.append(_sweep_html(bundle["sweep"], folder / f"{name}_sweep", f"{c['name']}: acceptance sweep, "))
+        if nb_record.get("sweep"):
+            parts.append(_sweep_html(nb_record["sweep"], folder / f"{name}_sweep", f"{c['name']}: acceptance sweep, "))
     shipped = shipped_sweep if shipped_sweep is not None else load_shipped()
     parts.append(_sweep_html(shipped, folder / "shipped_sweep", "Acceptance sweep, full size: "))
     return "<h2>Backend comparison and acceptance</h2>" + "".join(parts)
