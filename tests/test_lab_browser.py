@@ -180,10 +180,19 @@ def _debugger_recipe(page, frame_text: str) -> tuple[str, str]:
     page.locator(".jp-DebuggerKernelSource-source", has_text=re.compile(f"^{re.escape(module)}$")).first.click()
     editor = page.locator(".jp-MainAreaWidget:not(.lm-mod-hidden) .cm-editor").last
     number = editor.locator(".cm-lineNumbers .cm-gutterElement", has_text=re.compile(f"^{line}$"))
-    number.scroll_into_view_if_needed()
-    row, gutter = number.bounding_box(), editor.locator(".cm-breakpoint-gutter").first.bounding_box()
-    page.mouse.click(gutter["x"] + gutter["width"] / 2, row["y"] + row["height"] / 2)  # the breakpoint
-    page.locator(".jp-DebuggerBreakpoint", has_text=line).first.wait_for(timeout=10_000)
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout  # the test needs playwright anyway
+
+    breakpoint_set = page.locator(".jp-DebuggerBreakpoint", has_text=line).first
+    for _ in range(5):  # the source editor lays out after it opens: a click before that lands nowhere
+        number.scroll_into_view_if_needed()
+        row, gutter = number.bounding_box(), editor.locator(".cm-breakpoint-gutter").first.bounding_box()
+        page.mouse.click(gutter["x"] + gutter["width"] / 2, row["y"] + row["height"] / 2)  # the breakpoint
+        try:
+            breakpoint_set.wait_for(timeout=2_000)
+            break
+        except PlaywrightTimeout:
+            page.wait_for_timeout(500)
+    breakpoint_set.wait_for(timeout=10_000)
     page.locator(".lm-TabBar-tab", has_text="05_debug_crash.ipynb").first.click()
     page.evaluate(DEBUG_JS)
     top = page.locator(".jp-DebuggerCallstackFrame").first
