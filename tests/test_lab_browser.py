@@ -184,6 +184,8 @@ def _debugger_recipe(page, frame_text: str) -> tuple[str, str]:
 
     breakpoint_set = page.locator(".jp-DebuggerBreakpoint", has_text=line).first
     for _ in range(5):  # the source editor lays out after it opens: a click before that lands nowhere
+        if breakpoint_set.count():  # set by the previous click after all: another would clear it
+            break
         number.scroll_into_view_if_needed()
         row, gutter = number.bounding_box(), editor.locator(".cm-breakpoint-gutter").first.bounding_box()
         page.mouse.click(gutter["x"] + gutter["width"] / 2, row["y"] + row["height"] / 2)  # the breakpoint
