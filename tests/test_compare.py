@@ -197,3 +197,20 @@ def test_a_failed_run_is_kept_as_a_failed_row_and_the_rest_is_shown(monkeypatch)
         assert fig.axes
     monkeypatch.setattr(compare_mod, "compare", lambda *a, **k: doc)
     assert main(["compare", "--backends", "fa3", "torch_native"]) == 1
+
+
+def test_the_headline_says_how_many_repeats_would_decide_an_undecided_verdict():
+    """An undecided EAGLE3/greedy pair names the repeats that would decide it at the observed split,
+    or says the repeats split evenly; a decided one is just the word."""
+    from workbench.experiments.compare import headline
+
+    def row(num: list[float]) -> dict:
+        r = paired_ratio(num, [1.0] * len(num))
+        return {"label": "triton", "dp": 1, "speedup": r, "verdict": verdict(r), "lossless": True}
+
+    short, even, clear = row([2.0, 2.1, 1.9]), row([1.1, 0.9, 1.2, 0.8, 1.1, 0.9]), row([2.0] * 6)
+    doc = {"compared": "EAGLE3 vs greedy", "speedup": [short, even, clear]}
+    text = headline(doc)
+    need = short["verdict"]["repeats_needed"]
+    assert need == 6 and f"undecided (about {need} repeats in all would decide)" in text
+    assert "undecided (repeats split evenly around 1)" in text and "2.00 [2.00, 2.00]x faster" in text

@@ -186,11 +186,21 @@ def speedups(records: dict[str, list[dict]], backends: Sequence[str], dps: Seque
     return out
 
 
+def _verdict_word(v: dict) -> str:
+    """``faster`` / ``slower``; an undecided verdict with the repeats in all that would decide it, or
+    why no number of repeats would."""
+    if v["verdict"] != "undecided":
+        return v["verdict"]
+    if v.get("repeats_needed") is None:
+        return "undecided (repeats split evenly around 1)"
+    return f"undecided (about {v['repeats_needed']} repeats in all would decide)"
+
+
 def headline(doc: dict) -> str:
     """One line: what was compared and what it found (EAGLE3 vs greedy per backend and dp; the
     accept length, and the share of greedy outputs ending in a repetition loop, where acceptance is cheap)."""
     found = "; ".join(
-        f"{s['label']} dp{s['dp']} {fmt(s['speedup'], digits=2)}x {s['verdict']['verdict']}"
+        f"{s['label']} dp{s['dp']} {fmt(s['speedup'], digits=2)}x {_verdict_word(s['verdict'])}"
         + ("" if s["lossless"] else " (OUTPUTS DIFFER FROM GREEDY)")
         for s in doc["speedup"]
     )
