@@ -157,12 +157,17 @@ def test_bfloat16_runs_and_the_shipped_sweep_is_labelled():
 
 
 def test_the_comparison_definition_fills_only_what_a_config_leaves_unset():
-    from workbench.experiments.definition import COMPARISON
+    import torch
+
+    from workbench.experiments.definition import COMPARISON, describe
 
     spec = {"steps": COMPARISON.steps, "topk": COMPARISON.topk, "draft_tokens": COMPARISON.draft_tokens}
     full = COMPARISON.apply({"backend": "torch_native"})
-    assert full == {"backend": "torch_native", **spec, "max_new_tokens": 64, "threads": 1, "max_running": 1}
+    assert full == {"backend": "torch_native", **spec, "max_new_tokens": 64, "threads": None, "max_running": 1}
     assert COMPARISON.apply({"topk": 4, "threads": 2})["threads"] == 2  # given keys stay
+    line = describe(full, ["torch_native"], COMPARISON.repeats)  # None: the process's threads, said as a number
+    assert f", {torch.get_num_threads()} torch thread(s) (this process's setting), dp 1," in line
+    assert ", 2 torch thread(s), dp 1," in describe({**full, "threads": 2}, ["torch_native"], 6)
     assert "steps" not in COMPARISON.apply({"topk": 4})  # the others keep the run defaults
     assert COMPARISON.repeats == 6
     make_config(full)  # a valid setting

@@ -2,15 +2,20 @@
 notebook 03 and the nightly's comparison cell run unless told otherwise.
 
 What is compared: the target alone decoding greedily, and EAGLE3 with the chain below, on the
-same prompts and token budget, one request at a time (batch 1), with one torch thread per run
-(on the 2-core CPU box a second thread does not speed up batch-1 decoding, and one thread keeps
-runs on a shared box from fighting over cores). ``repeats`` paired repeats, each running every
-arm once in a random order, so that the stated interval of every median covers at >= 95 %.
+same prompts and token budget, one request at a time (batch 1), with the process's torch threads
+(torch's default: one per core; the nightly's runner, which runs notebooks side by side, gives
+each one thread through ``OMP_NUM_THREADS``). On the 2-core box the second thread makes greedy
+decoding 15 % faster (a decode 3.70 -> 3.13 ms) but the multi-row forwards more (a verify of 8
+tokens 6.00 -> 4.37 ms), so EAGLE3 gains more from it (docs/guide.md). ``repeats`` paired
+repeats, each running every arm once in a random order, so that the stated interval of every
+median covers at >= 95 %.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+
+import torch
 
 from workbench.experiments.intervals import min_repeats
 from workbench.models.loader import load_prompts
@@ -27,7 +32,7 @@ class Comparison:
     draft_tokens: int = 8
     num_prompts: int | None = None  # the first N shipped prompts; None: all of them
     max_new_tokens: int = 64
-    threads: int = 1
+    threads: int | None = None  # None: the process's setting (every arm of a comparison runs in one process)
     max_running: int = 1
     repeats: int = min_repeats()  # 6: the fewest whose median interval reaches 95 %
     order_seed: int = 0  # the random order of the arms within each repeat
@@ -59,9 +64,15 @@ def describe(config: dict, backends: list[str], repeats: int) -> str:
     n = len(prompts) if prompts is not None else len(load_prompts())
     spec = tuple(config.get(k) for k in SPEC_KEYS)
     threads = config.get("threads")
+    if threads is not None:
+        threads = f"{threads} torch thread(s)"
+    elif config.get("dp", 1) == 1:
+        threads = f"{torch.get_num_threads()} torch thread(s) (this process's setting)"
+    else:
+        threads = "the cores divided among the ranks"
     return (
         f"EAGLE3 {spec} (steps, topk, draft tokens) vs greedy on {', '.join(backends)}: {n} prompts x "
         f"{config.get('max_new_tokens')} new tokens, batch {config.get('max_running')}, "
-        f"{threads if threads is not None else 'default'} torch thread(s), dp {config.get('dp', 1)}, "
+        f"{threads}, dp {config.get('dp', 1)}, "
         f"{repeats} paired repeats in random order"
     )
