@@ -7,7 +7,8 @@ executed notebooks (``.ipynb`` and HTML), ``summary.json``, ``report.html``, ``j
 history database and exits 1 on any unexpected outcome (2 on a usage or matrix error).
 
 ``--shard i/N`` runs one shard and writes only its partial ``results.json``; ``--merge DIR...``
-merges shard folders into one report, history entry and exit status.
+merges shard folders into one report, history entry and exit status. ``--lane DIR`` /
+``--lane-history FILE``: the upstream guard lane's latest result, shown in the report (ci/lane.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ci import expect
 from ci.cell_runner import default_jobs, prepare_all, run_cells, thread_env, usable_cores
 from ci.history import History
 from ci.kernelspec import KernelSpecError
+from ci.lane import lane_problems, latest_lane
 from ci.matrix import MatrixError, load_matrix, parse_shard
 from ci.publish import export_html
 from ci.report import write_report
@@ -46,7 +48,6 @@ OWNED = (
     "summary.md",
 )
 COPIED = ("notebooks", "records", "logs")
-LANE_DIR = "lane"  # `workbench upstream nightly --out OUT/lane` (the guard's lane) writes here
 
 
 def _now() -> str:
@@ -127,7 +128,7 @@ def _run(args: argparse.Namespace) -> int:
             f"{(out / RESULTS).resolve()}"
         )
         return 1 if bad else 0
-    return finalize(out, [doc], args.history or out / "history.sqlite", args.night, t0)
+    return finalize(out, [doc], args.history or out / "history.sqlite", args.night, t0, lane=_lane_args(args))
 
 
 def _merge(args: argparse.Namespace) -> int:
@@ -149,20 +150,11 @@ def _merge(args: argparse.Namespace) -> int:
                     shutil.copytree(d / name, out / name, dirs_exist_ok=True)
     if not docs:
         raise MatrixError(f"--merge: no {RESULTS} in {', '.join(args.merge)}")
-    return finalize(out, docs, args.history or out / "history.sqlite", args.night, t0, missing)
+    return finalize(out, docs, args.history or out / "history.sqlite", args.night, t0, missing, _lane_args(args))
 
 
-def lane_problems(out: Path) -> list[str]:
-    """The upstream guard's lane, when `workbench upstream nightly --out OUT/lane` ran first: a night
-    that did not pass is a problem of this night too (the report shows the lane's section)."""
-    path = out / LANE_DIR / "upstream_lane.json"
-    if not path.is_file():
-        return []
-    night = json.loads(path.read_text())
-    if night.get("verdict") == "pass":
-        return []
-    reasons = night.get("problems") or [f"{f['key']}: {f['gate']}" for f in night.get("failing", [])]
-    return [f"upstream lane on sglang {night.get('release')}: {night.get('verdict')}: {'; '.join(reasons)}"]
+def _lane_args(args: argparse.Namespace) -> tuple[Path | None, Path | None]:
+    return (Path(args.lane) if args.lane else None, Path(args.lane_history) if args.lane_history else None)
 
 
 def _missing_shards(docs: list[dict]) -> list[str]:
@@ -180,9 +172,18 @@ def _wall(docs: list[dict], elapsed: float) -> float:
 
 
 def finalize(
-    out: Path, docs: list[dict], history_path: Path, night: str | None, t0: float, missing_dirs: list[str] | None = None
+    out: Path,
+    docs: list[dict],
+    history_path: Path,
+    night: str | None,
+    t0: float,
+    missing_dirs: list[str] | None = None,
+    lane: tuple[Path | None, Path | None] = (None, None),
 ) -> int:
-    """Cross-cell checks, history, report; prints every unexpected cell and where the report is."""
+    """Cross-cell checks, history, report; prints every unexpected cell and where the report is.
+
+    ``lane``: the guard lane's folder (default ``out/lane``) and history (ci/lane.py)."""
+    lane_result = latest_lane(out, lane[0], lane[1], datetime.now(UTC))
     cells = [c for d in docs for c in d["cells"]]
     settings = docs[0]["settings"]
     night = night or _now()
@@ -207,7 +208,7 @@ def finalize(
             c["verdict"] = "unexpected" if c["reasons"] else "expected"
         problems = [f"shard {s} reported no results" for s in _missing_shards(docs)]
         problems += [f"no {RESULTS} in {d}" for d in missing_dirs or []]
-        problems += lane_problems(out)
+        problems += lane_problems(lane_result)
         bad = [c for c in cells if c["verdict"] != "expected"]
         verdict = "fail" if bad or problems else "pass"
         env = docs[0].get("environment", {})
@@ -226,6 +227,7 @@ def finalize(
         "problems": problems,
         "history": str(Path(history_path).resolve()),
         "history_note": history_note,
+        "lane": lane_result,
         "unexpected": [{"cell": c["name"], "reasons": c["reasons"]} for c in bad]
         + [{"cell": "(merge)", "reasons": [p]} for p in problems],
     }
@@ -254,6 +256,16 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--night", default=None, help="label of this night in the history (default: UTC now)")
     ap.add_argument("--model-dir", default=None, help="model checkpoints for every notebook that takes model_dir")
     ap.add_argument("--only", nargs="+", default=None, metavar="TEXT", help="only cells whose name contains TEXT")
+    ap.add_argument(
+        "--lane",
+        default=None,
+        metavar="DIR",
+        help="the upstream guard lane's output (workbench upstream nightly --out DIR), shown in the report "
+        "(default: OUT/lane)",
+    )
+    ap.add_argument(
+        "--lane-history", default=None, metavar="FILE", help="the lane's JSON-lines history (its last night)"
+    )
     return ap
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from ci.expect import describe, describe_expect
+from ci.lane import lane_line
 
 
 def export_html(out: Path, cells: list[dict]) -> None:
@@ -121,7 +122,7 @@ def write_markdown(out: Path, summary: dict, cells: list[dict]) -> Path:
         f"{summary.get('history_note', '')}\n\n"
         "Expected crashes count as a pass: a cell passes when its runs end as the matrix predicts.\n"
     )
-    lines = [head]
+    lines = [head, _md(lane_line(summary["lane"])) + "\n"]
     if bad:
         lines.append("### Unexpected\n")
         lines += [f"- **{_md(b['cell'])}**: {_md('; '.join(b['reasons']))}" for b in bad]

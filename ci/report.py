@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from ci.expect import describe, describe_expect, parity_groups
+from ci.lane import lane_section
 from ci.publish import shipped_note, write_junit, write_markdown
 from workbench.run.labels import record_label
 from workbench.views import plots
@@ -179,12 +180,6 @@ def _banner(summary: dict) -> str:
     )
 
 
-def _lane_section(out: Path) -> str:
-    """The upstream guard's lane (night and history), when it ran into ``out/lane``."""
-    page = out / "lane" / "upstream_lane.html"
-    return page.read_text() if page.is_file() else ""
-
-
 def write_report(out: Path, summary: dict, cells: list[dict], trend_rows: list[dict]) -> Path:
     """Write summary.json, plots/, report.html, junit.xml and summary.md into ``out``; returns the report path."""
     figures = make_plots(cells, trend_rows, out / "plots")
@@ -223,8 +218,9 @@ def write_report(out: Path, summary: dict, cells: list[dict], trend_rows: list[d
         f"{html.escape(str(summary['night']))}"
         f"</title><style>{CSS}</style></head><body><h1>EAGLE3 + DP attention nightly</h1>{_banner(summary)}"
         f"{found}{matrix}"
-        f"{meta}<h2>Results</h2>{table}<h2>Output parity</h2>{_parity_table(cells)}<h2>Plots</h2>{imgs}"
-        f"{comparison_section(cells, out / 'plots' / 'comparison')}{_lane_section(out)}</body></html>"
+        f"{meta}{lane_section(summary['lane'])}<h2>Results</h2>{table}"
+        f"<h2>Output parity</h2>{_parity_table(cells)}<h2>Plots</h2>{imgs}"
+        f"{comparison_section(cells, out / 'plots' / 'comparison')}</body></html>"
     )
     path = out / "report.html"
     path.write_text(page)

@@ -117,18 +117,29 @@ def test_shards_merge_into_one_report(tmp_path, capsys):
     # a merge that misses a shard fails and says which
     assert nightly.main(["--merge", str(tmp_path / "s1"), "--out", str(tmp_path / "half")]) == 1
     assert "shard 2/2 reported no results" in capsys.readouterr().err
-    # the upstream guard's lane, written first into OUT/lane: the report shows it, and a night it did
-    # not pass fails this night too
+    # the upstream guard's lane (tests/test_nightly_lane.py): absent, the report says so in one line;
+    # a current night that did not pass, from the lane's own folder, is shown and fails this night too
+    from datetime import UTC, datetime
+
     from workbench.upstream.lane import LANE_HTML, LANE_JSON
 
-    lane_out = tmp_path / "with-lane"
-    (lane_out / "lane").mkdir(parents=True)
+    assert "Upstream guard lane: no lane result" in (out / "report.html").read_text()
+    assert "Upstream guard lane: no lane result" in (out / "summary.md").read_text()
+    guard = tmp_path / "guard"
+    guard.mkdir()
+    now = datetime.now(UTC).isoformat(timespec="seconds")
     night = {"verdict": "error", "release": "0.5.23", "problems": ["EnvBuildError: torch: offline"], "failing": []}
-    (lane_out / "lane" / LANE_JSON).write_text(json.dumps(night))
-    (lane_out / "lane" / LANE_HTML).write_text("<section><h2>Upstream lane: sglang 0.5.23 (error)</h2></section>")
-    assert nightly.main(["--merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(lane_out)]) == 1
+    night |= {"findings": [], "not_filed": [], "finished_at": now, "workbench_commit": "abc"}
+    (guard / LANE_JSON).write_text(json.dumps(night))
+    (guard / LANE_HTML).write_text("<section>lane page</section>")
+    lane_out = tmp_path / "with-lane"
+    merge = ["--merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(lane_out), "--lane", str(guard)]
+    assert nightly.main(merge) == 1
     assert "upstream lane on sglang 0.5.23: error: EnvBuildError" in capsys.readouterr().err
-    assert "Upstream lane: sglang 0.5.23 (error)" in (lane_out / "report.html").read_text()
+    report = (lane_out / "report.html").read_text()
+    assert "Upstream guard lane: sglang 0.5.23 ERROR" in report and "href='lane/upstream_lane.html'" in report
+    assert (lane_out / "lane" / LANE_HTML).is_file()
+    assert json.loads((lane_out / "summary.json").read_text())["lane"]["state"] == "current"
 
 
 def test_report_opens_with_verdict_and_matrix_links_pages_and_writes_junit_and_markdown(tmp_path, capsys):

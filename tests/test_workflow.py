@@ -120,3 +120,18 @@ def test_the_guard_lane_is_its_own_job():
     guard = yaml.safe_load(WORKFLOW.read_text())["jobs"]["guard"]
     assert "workbench upstream nightly --out guard --history guard-history/upstream_lane.jsonl" in _runs(guard)
     assert "upstream nightly" not in _runs(yaml.safe_load(WORKFLOW.read_text())["jobs"]["upstream"])
+
+
+def test_the_report_gets_the_guard_lanes_night_and_history():
+    jobs = yaml.safe_load(WORKFLOW.read_text())["jobs"]
+    merge = jobs["merge"]
+    assert "guard" in merge["needs"] and "shard" in merge["needs"]
+    got = {s["with"]["name"]: s for s in _uses(merge, "actions/download-artifact") if "name" in s.get("with", {})}
+    # the artifacts the guard job uploads, each optional (a lane that wrote nothing is said so in the report)
+    uploaded = {s["with"]["name"]: s["with"]["path"] for s in _uses(jobs["guard"], "actions/upload-artifact")}
+    assert set(got) == {"guard", "guard-history"} == set(uploaded)
+    assert all(s.get("continue-on-error") is True for s in got.values())
+    runs = " ".join(_runs(merge).split())
+    lane, history = got["guard"]["with"]["path"], got["guard-history"]["with"]["path"]
+    assert f"--lane {lane} --lane-history {history}/upstream_lane.jsonl" in runs
+    assert "--history guard-history/upstream_lane.jsonl" in _runs(jobs["guard"])  # the file the report reads

@@ -4,11 +4,14 @@ A value is a set of origins: a spec-input construction (`Cls(...)`, `Cls.create_
 `cls(...)` in a classmethod, a factory) with the steps it took to get where it is used: returned
 by a function (any depth) and bound by its caller, held in a local, chosen from a dict literal or
 a conditional expression, returned in a tuple and unpacked (`x, ok = f()`: each name may hold any
-element), copied by `dataclasses.replace` / `copy.copy`, or passed as a parameter (`Param`
-markers, resolved by the caller). Not followed: an input stored in an
-attribute and read back elsewhere (`result.next_draft_input = x`, installed by the scheduler next
-round): a field-based flow joins every worker's result into every install and buries the
-findings in noise; such inputs are covered where the worker builds and installs them itself.
+element), copied by `dataclasses.replace` / `copy.copy`, passed as a parameter (`Param`
+markers, resolved by the caller), or read as the field of a result object the flow sees built
+(`out = self.verify(b); out.draft_extend_input`: the value `C(draft_extend_input=v)` / `cls(...)`
+gave it, by keyword, `__init__` parameter or dataclass position, or a `out.draft_extend_input = v`
+patch before `out` is returned). Not followed: an input stored in an attribute of an object the
+flow does not see built and read back elsewhere (`result.next_draft_input = x`, installed by the
+scheduler next round from a parameter): a flow through every such field joins every worker's
+result into every install and buries the findings in noise.
 Calls resolve as `program.Index` says (types read from the sources, else by name): an
 over-approximation, more flow, never less. Loads of `.spec_info` itself are opaque (an installed
 input moving on is not a new install).
@@ -24,6 +27,7 @@ from .program import Func, Index, _callee_name, _own_nodes, parse
 __all__ = ["Func", "Origin", "Param", "Program", "_callee_name", "_own_nodes", "parse"]
 _COPIES = {"replace", "copy", "deepcopy", "_replace"}
 _MAX_DEPTH = 8
+_MAX_HOPS = 16  # locals and returns a field's object is followed through
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,10 @@ class Program(Index):
             if isinstance(base, (ast.List, ast.Tuple)):
                 return set().union(set(), *(rec(v, "sequence") for v in base.elts))
             return set()
+        if isinstance(e, ast.Attribute) and e.attr != "spec_info":
+            return {
+                o.step(f"field {e.attr}") if isinstance(o, Origin) else o for o in self._field(e, where, bind, depth)
+            }
         if isinstance(e, (ast.Starred, ast.Await)):
             return rec(e.value)
         if isinstance(e, ast.NamedExpr):
@@ -134,6 +142,77 @@ class Program(Index):
                 else:
                     out.add(o.step(f"returned by {callee.qualname}"))
         return out
+
+    # -- fields of result objects ------------------------------------------------------------
+    def _field(self, e: ast.Attribute, where: Func, bind: str | None, depth: int) -> set:
+        """What `obj.attr` may hold when `obj` is an object this flow sees built: a local bound to a
+        construction `C(attr=v)` (keyword, `__init__` parameter stored as `self.attr`, or dataclass
+        position) or to a call returning one (any depth), plus `obj.attr = v` stores in `where`."""
+        obj, attr = e.value, e.attr
+        key = (id(where.node), ast.dump(obj), attr, bind)
+        if depth > _MAX_DEPTH or key in self._busy_fields:
+            return set()
+        self._busy_fields.add(key)
+        try:
+            return self._field_of(obj, attr, where, bind, depth)
+        finally:
+            self._busy_fields.discard(key)
+
+    def _field_of(self, obj: ast.expr, attr: str, where: Func, bind: str | None, depth: int, hops: int = 0) -> set:
+        out: set = set()
+        if hops > _MAX_HOPS:
+            return out
+        if isinstance(obj, ast.Name) and obj.id in where.locals:
+            for v in where.locals[obj.id]:
+                out |= self._field_of(v, attr, where, bind, depth, hops + 1)
+            for node in where.nodes:  # `obj.attr = v` (a result object patched before it is returned)
+                if isinstance(node, ast.Assign):
+                    for t in node.targets:
+                        if isinstance(t, ast.Attribute) and t.attr == attr and getattr(t.value, "id", None) == obj.id:
+                            out |= self.value(node.value, where, bind, depth + 1)
+            return out
+        if not isinstance(obj, ast.Call):
+            return out
+        f = obj.func
+        built = f.id if isinstance(f, ast.Name) and f.id in self.bases and f.id not in self.spec else None
+        if isinstance(f, ast.Name) and f.id == "cls" and where.is_classmethod:
+            built = bind or where.owner
+        if built:
+            return set(self.value(self._constructor_argument(obj, built, attr), where, bind, depth + 1))
+        for callee, cbind in self.callees(obj, where):
+            for node in callee.nodes:
+                if not (isinstance(node, ast.Return) and node.value is not None):
+                    continue
+                for o in self._field_of(node.value, attr, callee, cbind, depth, hops + 1):
+                    if isinstance(o, Param):
+                        arg = self.argument(obj, callee, o.name)
+                        out |= {
+                            x.step(f"param {o.name} of {callee.name}") if isinstance(x, Origin) else x
+                            for x in self.value(arg, where, bind, depth + 1)
+                        }
+                    else:
+                        out.add(o.step(f"returned by {callee.qualname}"))
+        return out
+
+    def _constructor_argument(self, call: ast.Call, cls: str, attr: str) -> ast.expr | None:
+        """The expression `cls(...)` passes for its field `attr`."""
+        for k in call.keywords:
+            if k.arg == attr:
+                return k.value
+        init = self.method(cls, "__init__")
+        if init is not None:
+            for node in init.nodes:
+                if (
+                    isinstance(node, ast.Assign)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id in init.params
+                    and any(isinstance(t, ast.Attribute) and t.attr == attr for t in node.targets)
+                ):
+                    return self.argument(call, init, node.value.id)
+            return None
+        names = self.dataclass_fields(cls)
+        args = [a for a in call.args if not isinstance(a, ast.Starred)]
+        return args[names.index(attr)] if attr in names and names.index(attr) < len(args) else None
 
     @staticmethod
     def argument(call: ast.Call, callee: Func, param: str) -> ast.expr | None:

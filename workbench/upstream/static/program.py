@@ -3,8 +3,9 @@
 `Index` holds every function and method of the files (parsed once per content: mutants reparse
 only what they change), their classes' bases, and the types attributes and names hold, read from
 the sources: `self.a = Cls(...)`, `self.a: Cls`, `self.a = param` with `param: Cls`, `x = Cls(...)`,
-and the CamelCase of an attribute that names a class (`eager_runner` -> `EagerRunner`). A call
-resolves through those types, else by name (at most a few candidates): an over-approximation.
+`x: Cls = ...`, and the CamelCase of an attribute that names a class (`eager_runner` -> `EagerRunner`).
+A call resolves through those types (`super().m()` along the class's bases), else by name (at most
+a few candidates): an over-approximation.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 _PARSED: dict[tuple[str, str], ast.Module | None] = {}
-_INDEXED: dict[tuple[str, str], tuple[list, dict]] = {}  # (path, sha1) -> (its Funcs, its classes' bases)
+_INDEXED: dict[tuple[str, str], tuple[list, dict, dict]] = {}  # (path, sha1) -> (Funcs, bases, fields)
 
 
 def _key(path: str, text: str) -> tuple[str, str]:
@@ -46,6 +47,7 @@ class Func:
     owner: str | None  # the class it is defined in
     is_classmethod: bool = False
     locals: dict[str, list[ast.expr]] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)  # local `x: Cls = ...` -> Cls
     nodes: list[ast.AST] = field(default_factory=list)  # its own nodes (see `_own_nodes`)
 
     @property
@@ -80,10 +82,21 @@ def _callee_name(call: ast.Call) -> str | None:
     return f.attr if isinstance(f, ast.Attribute) else (f.id if isinstance(f, ast.Name) else None)
 
 
-def _index(path: str, tree: ast.Module) -> tuple[list[Func], dict[str, list[str]]]:
-    """The functions (top-level and methods) of one module, and its classes' bases."""
+def _named(ann: ast.expr | None) -> str | None:
+    """The class an annotation names: `Cls`, `mod.Cls`, `"Cls"`, `Optional[Cls]`."""
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+        return ann.value.split("[")[0].split(".")[-1].strip("'\" ")
+    if isinstance(ann, ast.Subscript):  # Optional[Cls]
+        return _named(ann.slice)
+    return getattr(ann, "id", getattr(ann, "attr", None))
+
+
+def _index(path: str, tree: ast.Module) -> tuple[list[Func], dict[str, list[str]], dict[str, list[str]]]:
+    """The functions (top-level and methods) of one module, its classes' bases, and their annotated
+    class-body fields in order (a dataclass's positional parameters)."""
     funcs: list[Func] = []
     bases: dict[str, list[str]] = {}
+    fields: dict[str, list[str]] = {}
 
     def add(node, owner: str | None) -> None:
         decos = {getattr(d, "id", getattr(d, "attr", "")) for d in node.decorator_list}
@@ -94,6 +107,8 @@ def _index(path: str, tree: ast.Module) -> tuple[list[Func], dict[str, list[str]
                 targets = [(t, sub.value) for t in sub.targets]
             elif isinstance(sub, (ast.AnnAssign, ast.NamedExpr)) and sub.value is not None:
                 targets = [(sub.target, sub.value)]
+            if isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name) and (c := _named(sub.annotation)):
+                fn.annotations.setdefault(sub.target.id, c)
             for t, v in targets:
                 names = t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]
                 for x in names:  # `a, b = f()`: each name may hold any element (an over-approximation)
@@ -106,10 +121,14 @@ def _index(path: str, tree: ast.Module) -> tuple[list[Func], dict[str, list[str]
             add(node, None)
         elif isinstance(node, ast.ClassDef):
             bases.setdefault(node.name, [getattr(b, "id", getattr(b, "attr", "")) for b in node.bases])
+            fields.setdefault(
+                node.name,
+                [s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)],
+            )
             for sub in node.body:
                 if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     add(sub, node.name)
-    return funcs, bases
+    return funcs, bases, fields
 
 
 class Index:
@@ -121,6 +140,7 @@ class Index:
         self.by_name: dict[str, list[Func]] = {}
         self.methods: dict[str, dict[str, Func]] = {}
         self.bases: dict[str, list[str]] = {}
+        self.fields: dict[str, list[str]] = {}
         for path, text in sorted(files.items()):
             tree, key = parse(path, text), _key(path, text)
             if tree is None:
@@ -129,7 +149,7 @@ class Index:
                 _INDEXED[key] = _index(path, tree)
                 if len(_INDEXED) > 4000:
                     _INDEXED.pop(next(iter(_INDEXED)))
-            funcs, bases = _INDEXED[key]
+            funcs, bases, fields = _INDEXED[key]
             for fn in funcs:
                 self.funcs.append(fn)
                 self.by_name.setdefault(fn.name, []).append(fn)
@@ -137,8 +157,10 @@ class Index:
                     self.methods.setdefault(fn.owner, {}).setdefault(fn.name, fn)
             for cls, b in bases.items():
                 self.bases.setdefault(cls, b)
+                self.fields.setdefault(cls, fields.get(cls, []))
         self._returns: dict[tuple[int, str | None], frozenset] = {}
         self._busy: set[tuple[int, str | None]] = set()
+        self._busy_fields: set[tuple] = set()
         self.attr_types = self._attr_types()
 
     def _name_type(self, name: str, where: Func) -> set[str]:
@@ -154,6 +176,8 @@ class Index:
                     cls = getattr(ann, "id", getattr(ann, "attr", None))
                 if cls in self.methods:
                     return {cls}
+        if where.annotations.get(name) in self.methods:  # `x: Cls = batch.spec_info`
+            return {where.annotations[name]}
         built = {_callee_name(v) for v in where.locals.get(name, []) if isinstance(v, ast.Call)}
         built = {c for c in built if c in self.methods}
         if built:
@@ -165,22 +189,15 @@ class Index:
         """{attribute name: classes of the program it holds}, from `x.a = Cls(...)`, `x.a: Cls` and
         `self.a = param` with the parameter annotated `Cls` (string annotations included)."""
 
-        def named(ann: ast.expr | None) -> str | None:
-            if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
-                return ann.value.split("[")[0].split(".")[-1].strip("'\" ")
-            if isinstance(ann, ast.Subscript):  # Optional[Cls]
-                return named(ann.slice)
-            return getattr(ann, "id", getattr(ann, "attr", None))
-
         out: dict[str, set[str]] = {}
         for fn in self.funcs:
             a = fn.node.args
-            anns = {x.arg: named(x.annotation) for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
+            anns = {x.arg: _named(x.annotation) for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
             for node in fn.nodes:
                 if isinstance(node, ast.Assign):
                     pairs = [(t, node.value, None) for t in node.targets]
                 elif isinstance(node, ast.AnnAssign):
-                    pairs = [(node.target, node.value, named(node.annotation))]
+                    pairs = [(node.target, node.value, _named(node.annotation))]
                 else:
                     continue
                 for t, v, ann in pairs:
@@ -199,6 +216,14 @@ class Index:
                 out[attr] = {camel}
         return out
 
+    def dataclass_fields(self, cls: str, seen: frozenset = frozenset()) -> list[str]:
+        """`cls`'s annotated fields in dataclass order (the bases' first)."""
+        out: list[str] = []
+        for b in reversed(self.bases.get(cls, [])):
+            if b in self.bases and b not in seen:
+                out += [f for f in self.dataclass_fields(b, seen | {cls}) if f not in out]
+        return out + [f for f in self.fields.get(cls, []) if f not in out]
+
     def method(self, cls: str, name: str) -> Func | None:
         """`cls.name` looked up along the bases (by name, first definition wins)."""
         seen, todo = set(), [cls]
@@ -215,6 +240,10 @@ class Index:
     def callees(self, call: ast.Call, where: Func) -> list[tuple[Func, str | None]]:
         """Functions a call may run, each with the class `cls` is bound to (classmethods)."""
         f = call.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and _callee_name(f.value) == "super":
+            # `super().m(...)` in a method of C: `m` along C's bases
+            found = [m for b in self.bases.get(where.owner or "", []) if (m := self.method(b, f.attr))]
+            return [(found[0], where.owner if where.is_classmethod else None)] if found else []
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
             recv = f.value.id
             if recv in ("self", "cls") and where.owner:

@@ -23,6 +23,7 @@ ModelRunner`, `self.eager_runner = EagerRunner(...)`), else by name.
 from __future__ import annotations
 
 import ast
+import functools
 from collections import deque
 
 from .branches import Branches, branches
@@ -54,6 +55,29 @@ def _derived(value: ast.expr, names: set[str]) -> bool:
         other = [k for k in value.keywords if k.arg == "spec_info" and not _names_in(k.value) & names]
         return not other
     return False
+
+
+@functools.lru_cache(maxsize=4096)
+def dp_holds(cond: str) -> bool | None:
+    """Whether a condition's source holds under DP attention: True when it tests DP attention (or
+    an `or` with such a test), False for its negation (`not (enable_dp_attention or ...)`, the
+    `else` of such a test), None when DP attention does not decide it."""
+
+    def holds(e: ast.expr) -> bool | None:
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+            inner = holds(e.operand)
+            return None if inner is None else not inner
+        if isinstance(e, ast.BoolOp):
+            parts = [holds(v) for v in e.values]
+            if isinstance(e.op, ast.Or):
+                return True if True in parts else (False if all(p is False for p in parts) else None)
+            return False if False in parts else (True if all(p is True for p in parts) else None)
+        return True if any(d in ast.unparse(e) for d in _DP_TESTS) else None
+
+    try:
+        return holds(ast.parse(cond, mode="eval").body)
+    except SyntaxError:  # a condition cut at 120 characters
+        return None
 
 
 class Runners:
@@ -143,10 +167,16 @@ class Runners:
     # -- installs -------------------------------------------------------------------------
     def decisive(self, fn: Func, node: ast.AST, base: tuple[str, ...], mode: str) -> bool:
         """Whether `node` runs whenever the walk's start does: every condition around it (other than
-        mode tests) also holds at the start, or, in IDLE, tests DP attention (an IDLE batch exists only
-        under DP attention's MLP sync)."""
+        mode tests) also holds at the start, or, in IDLE, tests DP attention and is not its negation
+        (an IDLE batch exists only under DP attention's MLP sync)."""
         conds = self.br(fn).conds.get(id(node), ())
-        return all(c in base or (mode == "IDLE" and any(d in c for d in _DP_TESTS)) for c in conds)
+        return all(
+            c in base or (mode == "IDLE" and any(d in c for d in _DP_TESTS) and dp_holds(c) is not False) for c in conds
+        )
+
+    def idle_skips(self, fn: Func, node: ast.AST, mode: str) -> bool:
+        """In IDLE, `node` never runs: a condition around it is false under DP attention."""
+        return mode == "IDLE" and any(dp_holds(c) is False for c in self.br(fn).conds.get(id(node), ()))
 
     def follow(
         self, fn: Func, line: int, names: set[str], mode: str, depth: int = 0, up: int = 0, base: tuple = ()
@@ -163,7 +193,7 @@ class Runners:
         )
         here = {"function": fn.qualname, "file": fn.file}
         for node in events:
-            if mode not in self.allowed(fn, node):
+            if mode not in self.allowed(fn, node) or self.idle_skips(fn, node, mode):
                 continue
             if isinstance(node, ast.Assign):
                 for t in node.targets:
