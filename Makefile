@@ -29,8 +29,12 @@ $(STAMP): pyproject.toml constraints.txt
 .PHONY: venv report test bench lab constraints
 venv: $(STAMP)
 
+# The report shows the guard lane's latest night: .ci/run's lane output, else the lane history in the
+# upstream cache (labelled with its age when older than this night; one line saying so when neither exists).
+UPSTREAM_CACHE := $(or $(WB_UPSTREAM_CACHE),$(HOME)/.cache/eagle-workbench/upstream)
 report: $(STAMP)
-	$(BIN)/python -m ci.nightly --matrix ci/matrix.yaml --out artifacts/nightly
+	$(BIN)/python -m ci.nightly --matrix ci/matrix.yaml --out artifacts/nightly \
+	  --lane artifacts/upstream-lane --lane-history $(UPSTREAM_CACHE)/lane_history.jsonl
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
