@@ -22,7 +22,7 @@ def _record(cfg: dict, tps: float, sha: str) -> dict:
     return {
         "status": "ok",
         "config": {**cfg, "kernel": "torch SDPA", "kernel_stand_in": False, "steps": 5, "topk": 1, "draft_tokens": 6},
-        "env": {"triton_interpret": False, "device": "cpu", "torch_threads": 1},
+        "env": {"triton_interpret": False, "device": "cpu", "torch_threads": 1, "workbench_commit": "abc123"},
         "metrics": {
             "tokens_per_s": tps,
             "accept_length_mean": 4.5 if cfg["mode"] == "eagle" else None,
@@ -67,6 +67,18 @@ def test_a_known_paired_ratio_comes_out_through_drift(tmp_path):
     saved = json.loads((tmp_path / "b.json").read_text())
     assert saved["speedup"]["method"].startswith("order statistics") and saved["speedup"]["coverage"] == 0.96875
     assert "order-statistic interval" in saved["interval"] and saved["schema"] == "workbench.bench/2"
+    assert saved["workbench_commit"] == "abc123"  # the commit the runs' records name
+
+
+def test_the_commit_of_the_runs_is_one_commit_or_all_of_them():
+    from workbench.experiments.stats import records_commit
+
+    def rec(commit: str | None) -> dict:
+        return {"env": {"workbench_commit": commit}}
+
+    assert records_commit([rec("a"), rec("a"), rec(None)]) == "a"
+    assert records_commit([rec("b"), rec("a"), rec("b")]) == ["a", "b"]  # runs of different code, all named
+    assert records_commit([rec(None), {"env": {}}]) is None
 
 
 def test_speedup_row_pairs_repeat_by_repeat():

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,7 @@ from workbench.run.api import make_config, reproduce
 from workbench.run.config import ConfigError
 from workbench.views import plots
 
+ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(steps=3, topk=2, draft_tokens=4, prompts=["The capital of France is", "Once upon a time"], max_new_tokens=8)
 
 
@@ -40,6 +43,8 @@ def test_tokens_per_s_covers_generation_only():
     assert m["generation_s"] + m["setup_s"] == pytest.approx(m["wall_s"], rel=0.05)
     assert m["tokens_per_s"] == pytest.approx(m["tokens_generated"] / m["generation_s"])
     assert rec["env"]["device"] == "cpu"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    assert head and rec["env"]["workbench_commit"] in (head, head + "+dirty")  # the code that ran, read by git
     # every forward is timed once, its metadata and attention with it; phases hold whole forwards
     verify = m["forward_s"]["target/TARGET_VERIFY"]
     assert len(verify) == len(m["latency_s"]["verify"]) == len(m["metadata_s"]["target/TARGET_VERIFY"])

@@ -333,7 +333,7 @@ def _write(path: Path | None, data: object) -> None:
 
 
 def _lint(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
-    from workbench.upstream.context import workbench_commit
+    from workbench.run.provenance import workbench_commit
     from workbench.upstream.gate import (
         EXIT_ERROR,
         EXIT_FAIL,

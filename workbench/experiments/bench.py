@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from workbench.experiments.definition import COMPARISON, describe
-from workbench.experiments.stats import INTERVAL, fmt, fmt_interval, paired_ratio, summarize, verdict
+from workbench.experiments.stats import INTERVAL, fmt, fmt_interval, paired_ratio, records_commit, summarize, verdict
 from workbench.models.loader import load_prompts
 from workbench.run.api import reproduce
 from workbench.run.events import OnEvent
@@ -167,7 +167,9 @@ def bench(
     arms = [(f"{m}/{b}", {"backend": b, "mode": m}) for b in backends for m in MODES]
     runs, order = run_paired(config, arms, repeats, run=run, on_event=on_event)
     line = describe(config, backends, repeats)
+    commit = records_commit([r.record for rs in runs.values() for r in rs])
     print(f"compared: {line}")
+    print(f"workbench commit: {commit}")
     rows = []
     for b in backends:
         row = speedup_row(b, [r.record for r in runs[f"greedy/{b}"]], [r.record for r in runs[f"eagle/{b}"]])
@@ -182,6 +184,7 @@ def bench(
         "lossless": rows[0]["lossless"],
         "lossless_all": all(r["lossless"] for r in rows),
         "interval": INTERVAL,
+        "workbench_commit": commit,
         "config": {k: v for k, v in config.items() if k not in ("prompts", "backend")},
         "num_prompts": len(config["prompts"]) if config.get("prompts") is not None else len(load_prompts()),
         "order": order,

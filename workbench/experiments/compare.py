@@ -18,7 +18,7 @@ from pathlib import Path
 
 from workbench.experiments.bench import MODES, run_paired
 from workbench.experiments.definition import COMPARISON, describe
-from workbench.experiments.stats import INTERVAL, fmt, fmt_interval, paired_ratio, summarize, verdict
+from workbench.experiments.stats import INTERVAL, fmt, fmt_interval, paired_ratio, records_commit, summarize, verdict
 from workbench.run.events import OnEvent
 from workbench.run.labels import record_label
 from workbench.run.record import RunResult
@@ -267,6 +267,7 @@ def compare(
         "repeats": repeats,
         "order": order,
         "interval": INTERVAL,
+        "workbench_commit": records_commit([r.record for rs in runs.values() for r in rs]),
         "note": NOTE,
         "rows": rows,
         "failed": failed,

@@ -63,6 +63,13 @@ def verdict(ratio: dict | None, above: str = "faster", below: str = "slower") ->
     return {"verdict": "undecided", "repeats_needed": need, "text": f"undecided ({why})"}
 
 
+def records_commit(records: Sequence[dict]) -> str | list[str] | None:
+    """The workbench commit the runs' records name (``env.workbench_commit``): one commit, the sorted
+    distinct commits when the runs differ, None when no record names one."""
+    found = sorted({c for r in records if (c := (r.get("env") or {}).get("workbench_commit"))})
+    return found[0] if len(found) == 1 else (found or None)
+
+
 def fmt(s: dict | None, scale: float = 1.0, digits: int = 1) -> str:
     """``12.3 [11.9, 12.8]``: the median and its interval, times ``scale``."""
     if not s:
@@ -85,4 +92,4 @@ def fmt_interval(s: dict | None, scale: float = 1.0, digits: int = 2) -> str:
     )
 
 
-__all__ = ["INTERVAL", "METHOD", "fmt", "fmt_interval", "paired_ratio", "summarize", "verdict"]
+__all__ = ["INTERVAL", "METHOD", "fmt", "fmt_interval", "paired_ratio", "records_commit", "summarize", "verdict"]

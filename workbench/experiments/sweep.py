@@ -14,6 +14,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from workbench.experiments.stats import records_commit
 from workbench.run.events import OnEvent
 from workbench.run.labels import backend_sort_key, record_label
 
@@ -149,7 +150,7 @@ def sweep(
     if ref.status != "ok":
         raise RuntimeError(f"the fp32 greedy reference run ended {ref.status}: {ref.summary()}")
     reference = ref.record["outputs"]
-    rows = []
+    rows, records = [], [ref.record]
     for dtype in dtypes:
         for steps, topk, draft_tokens in settings:
             for b in backends:
@@ -165,6 +166,7 @@ def sweep(
                     },
                     on_event=on_event,
                 ).record
+                records.append(rec)
                 rows.append(_row(rec, reference))
                 if on_event is not None:
                     label = f"{b} {dtype} ({steps}, {topk}, {draft_tokens})"
@@ -182,6 +184,7 @@ def sweep(
         "measured": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "versions": {k: env.get(k) for k in ("python", "torch", "triton", "platform")},
         "models_sha256": ref.record["config"].get("models_sha256"),
+        "commit": records_commit(records),
         "config": {k: v for k, v in config.items() if k not in ("backend", "prompts")},
         "prompts": len(reference),
         "max_new_tokens": config.get("max_new_tokens"),
@@ -207,8 +210,12 @@ def merge(docs: Sequence[dict]) -> dict:
             if a != b:
                 raise ValueError(f"sweep parts differ in {k}: {a!r} vs {b!r}; valid: parts of one sweep")
     rows = [r for d in docs for r in d["rows"]]
+    commits = sorted(
+        {c for d in docs for c in ([d["commit"]] if isinstance(d.get("commit"), str) else d.get("commit") or [])}
+    )
     return {
         **first,
+        "commit": commits[0] if len(commits) == 1 else (commits or None),
         "measured": max(d["measured"] for d in docs),
         "rows": rows,
         "findings": findings(rows),
@@ -236,7 +243,7 @@ def provenance(doc: dict) -> str:
     what = "shipped measurement" if doc.get("shipped") else "measured live"
     backends = ", ".join(sorted({r["label"] for r in doc["rows"]}))
     models = f"; models sha256 {doc['models_sha256'][:12]}" if doc.get("models_sha256") else ""
-    commit = f"; commit {doc['commit']}" if doc.get("commit") else ""  # written by whoever shipped it
+    commit = f"; commit {doc['commit']}" if doc.get("commit") else ""  # the runs' (sweep), or whoever shipped it
     return (
         f"{what} of {doc.get('measured')} ({doc['prompts']} prompts x {doc.get('max_new_tokens')} tokens; "
         f"backends {backends}; python {v.get('python')}, torch {v.get('torch')}, triton {v.get('triton')}{models}"

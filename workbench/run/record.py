@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from workbench.engine.metrics import Metrics, loop_summary
+from workbench.run.provenance import workbench_commit
 
 if TYPE_CHECKING:
     from workbench.run.config import RunConfig
@@ -114,8 +115,8 @@ def outputs_sha256(outputs: list[list[int] | None]) -> str:
 
 
 def environment(backend_kernel: str | None, device: str | None = None) -> dict:
-    """Versions and platform, and how the run's kernels executed; ``device`` is where the run's
-    tensors were (``gpu`` only names a GPU the machine has)."""
+    """Versions, platform and the workbench's commit, and how the run's kernels executed; ``device``
+    is where the run's tensors were (``gpu`` only names a GPU the machine has)."""
     import torch
 
     env = {
@@ -132,6 +133,7 @@ def environment(backend_kernel: str | None, device: str | None = None) -> dict:
         env["triton"] = None
     # whether this run's Triton kernels ran in the interpreter (only the triton backend runs them)
     env["triton_interpret"] = bool(backend_kernel) and "interpreter" in backend_kernel
+    env["workbench_commit"] = workbench_commit()  # the code that ran (``+dirty``: with uncommitted changes)
     return env
 
 

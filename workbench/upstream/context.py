@@ -70,24 +70,3 @@ class UpstreamContext:
                 yield
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def workbench_commit() -> str | None:
-    """The workbench's git commit (`<sha>` or `<sha>+dirty`), recorded in every shipped asset and lane
-    night; None outside a git checkout."""
-    import subprocess
-
-    root = Path(__file__).resolve().parents[2]
-    try:
-        sha = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (sha + ("+dirty" if dirty else "")) or None

@@ -15,8 +15,10 @@ import datetime as _dt
 import json
 from pathlib import Path
 
+from workbench.run.provenance import workbench_commit
+
 from . import guard
-from .context import UpstreamContext, workbench_commit
+from .context import UpstreamContext
 from .gate import (
     EXIT_ERROR,
     EXIT_FAIL,

@@ -26,7 +26,9 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass, field
 
-from ..context import UpstreamContext, workbench_commit
+from workbench.run.provenance import workbench_commit
+
+from ..context import UpstreamContext
 from ..sources.releases import check_versions
 from ..sources.trees import SourceTree, release_tree
 from .classes import collect, mro

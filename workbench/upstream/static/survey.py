@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import datetime as _dt
 
-from ..context import UpstreamContext, workbench_commit
+from workbench.run.provenance import workbench_commit
+
+from ..context import UpstreamContext
 from ..sources.releases import check_versions, default_versions
 from ..sources.trees import SourceTree, release_tree
 from .lint import ATTN_DIR, SPEC_DIR, analyse
