@@ -226,7 +226,9 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
         cell.metadata["tags"] = ["injected-parameters"]
         nb.cells.insert(at + 1, cell)
         nbformat.write(nb, COPIES / f"{name}.ipynb")
-    env = {**_lab_env(tmp_path / "jupyter"), "WB_BUNDLE_DIR": str(tmp_path / "bundles")}
+    scratch = tmp_path / "tmp"  # the server's and kernels' temp dir: the debugger's cell files
+    scratch.mkdir()  # (ipykernel_<pid>/, never removed by ipykernel) stay out of the system's /tmp
+    env = {**_lab_env(tmp_path / "jupyter"), "WB_BUNDLE_DIR": str(tmp_path / "bundles"), "TMPDIR": str(scratch)}
     port, token = free_port(), secrets.token_hex(16)
     log = tmp_path / "lab.log"
     with open(log, "w") as out:
@@ -311,5 +313,6 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
         left = _stop(server)
         shutil.rmtree(COPIES, ignore_errors=True)
     assert left == [], f"processes left behind: {left}"
+    assert list(scratch.glob("ipykernel_*")), "the debugger's cell files did not go to the test's temp dir"
     for shot in ("01.png", "05.png", "05-debugger.png"):
         assert (SHOTS / shot).stat().st_size > 10_000, shot
