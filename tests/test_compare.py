@@ -173,6 +173,11 @@ def test_the_comparison_definition_fills_only_what_a_config_leaves_unset():
     line = describe(full, ["torch_native"], COMPARISON.repeats)  # None: the process's threads, said as a number
     assert f", {torch.get_num_threads()} torch thread(s) (this process's setting), dp 1," in line
     assert ", 2 torch thread(s), dp 1," in describe({**full, "threads": 2}, ["torch_native"], 6)
+    assert "(this process's setting), dp 1," in describe({**full, "dp": "1"}, ["torch_native"], 6)  # as compare
+    assert "setting) and the cores divided among the ranks under DP, dp 1/2," in describe(
+        {**full, "dp": "1/2"}, ["torch_native"], 6
+    )
+    assert ", the cores divided among the ranks, dp 2," in describe({**full, "dp": 2}, ["torch_native"], 6)
     assert "steps" not in COMPARISON.apply({"topk": 4})  # the others keep the run defaults
     assert COMPARISON.repeats == 6
     make_config(full)  # a valid setting

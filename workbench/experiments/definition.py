@@ -66,10 +66,12 @@ def describe(config: dict, backends: list[str], repeats: int) -> str:
     threads = config.get("threads")
     if threads is not None:
         threads = f"{threads} torch thread(s)"
-    elif config.get("dp", 1) == 1:
-        threads = f"{torch.get_num_threads()} torch thread(s) (this process's setting)"
-    else:
-        threads = "the cores divided among the ranks"
+    else:  # compare passes its dp sizes joined: "1", "1/2"
+        dps = str(config.get("dp", 1)).split("/")
+        parts = [f"{torch.get_num_threads()} torch thread(s) (this process's setting)"] if "1" in dps else []
+        if any(d != "1" for d in dps):
+            parts.append("the cores divided among the ranks" + (" under DP" if parts else ""))
+        threads = " and ".join(parts)
     return (
         f"EAGLE3 {spec} (steps, topk, draft tokens) vs greedy on {', '.join(backends)}: {n} prompts x "
         f"{config.get('max_new_tokens')} new tokens, batch {config.get('max_running')}, "
