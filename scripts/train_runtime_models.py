@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import sys
 import time
@@ -29,12 +28,12 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from scripts.training import batches, corpus, eval_bits_per_byte, head_ttt_loss, lr_at, train_target  # noqa: E402
 from workbench.models.config import ModelConfig, eagle3_aux_layers  # noqa: E402
 from workbench.models.eagle3 import Eagle3Head  # noqa: E402
 from workbench.models.layers import RMSNorm, Rotary, SwiGLU  # noqa: E402
 from workbench.models.loader import ASSETS  # noqa: E402
 from workbench.models.tokenizer import EOS_ID  # noqa: E402
-from workbench.models.training import batches, corpus, head_ttt_loss, lr_at  # noqa: E402
 
 OUT = ASSETS / "runtime_models"
 
@@ -100,33 +99,6 @@ class Qwen3Target(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden)
-
-
-def train_target(cfg: ModelConfig, args: argparse.Namespace) -> tuple[Qwen3Target, float]:
-    torch.manual_seed(args.seed)
-    gen = torch.Generator().manual_seed(args.seed)
-    model = Qwen3Target(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
-    t0, steps, seq = time.time(), args.target_steps, args.seq
-    for step, xb in zip(range(steps), batches(corpus(held_out=False), args.batch, seq, gen), strict=False):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps, 3e-3)
-        hidden, _ = model(xb[:, :-1], torch.arange(seq).expand(args.batch, seq))
-        loss = F.cross_entropy(model.logits(hidden).flatten(0, 1), xb[:, 1:].flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if step % 50 == 0 or step == steps - 1:
-            tps = (step + 1) * args.batch * seq / (time.time() - t0)
-            print(f"target step {step}/{steps} loss {loss.item() / math.log(2):.2f} bits/byte {tps:.0f} tok/s")
-    model.eval().requires_grad_(False)
-    data = corpus(held_out=True)
-    n = min(64, (data.numel() - 1) // seq)
-    xb = torch.stack([data[i * seq : i * seq + seq + 1] for i in range(n)])
-    hidden, _ = model(xb[:, :-1], torch.arange(seq).expand(n, seq))
-    bpb = F.cross_entropy(model.logits(hidden).flatten(0, 1), xb[:, 1:].flatten()).item() / math.log(2)
-    return model, bpb
 
 
 def train_head(target: Qwen3Target, cfg: ModelConfig, args: argparse.Namespace) -> tuple[Eagle3Head, list]:
@@ -276,7 +248,9 @@ def main() -> None:
         aux_layers=eagle3_aux_layers(args.layers),
     )
     t0 = time.time()
-    target, bpb = train_target(cfg, args)
+    target = train_target(cfg, args.target_steps, args.batch, args.seq, 3e-3, args.seed, print, build=Qwen3Target)
+    target.eval().requires_grad_(False)
+    bpb = eval_bits_per_byte(target, args.seq)
     print(f"target held-out bits/byte {bpb:.3f}")
     write(args.out / "target", *target_files(target, cfg))
     head_cfg = ModelConfig(**{**cfg.__dict__, "num_layers": 1, "aux_layers": ()})

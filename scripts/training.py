@@ -12,11 +12,12 @@ import hashlib
 import math
 import sysconfig
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from workbench.models.config import ModelConfig
 from workbench.models.eagle3 import Eagle3Head
@@ -59,10 +60,21 @@ def lr_at(step: int, total: int, peak: float, warmup: int = 50) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup))))
 
 
-def train_target(cfg: ModelConfig, steps: int, batch: int, seq: int, lr: float, seed: int, log) -> LlamaForCausalLM:
+def train_target(
+    cfg: ModelConfig,
+    steps: int,
+    batch: int,
+    seq: int,
+    lr: float,
+    seed: int,
+    log: Callable[[str], object],
+    build: Callable[[ModelConfig], nn.Module] = LlamaForCausalLM,
+) -> nn.Module:
+    """Next-byte training of ``build(cfg)`` (the workbench's Llama target, or the real-runtime lane's
+    Qwen3 target) on the corpus; the model returns (hidden (B, L, H), aux) and has ``logits``."""
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    model = LlamaForCausalLM(cfg)
+    model = build(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
     data = corpus(held_out=False)
     t0 = time.time()
@@ -86,7 +98,7 @@ def train_target(cfg: ModelConfig, steps: int, batch: int, seq: int, lr: float, 
 
 
 @torch.no_grad()
-def eval_bits_per_byte(model: LlamaForCausalLM, seq: int = 256, max_windows: int = 64) -> float:
+def eval_bits_per_byte(model: nn.Module, seq: int = 256, max_windows: int = 64) -> float:
     data = corpus(held_out=True)
     n = min(max_windows, (data.numel() - 1) // seq)
     xb = torch.stack([data[i * seq : i * seq + seq + 1] for i in range(n)])

@@ -1,0 +1,40 @@
+"""The scripts that train what the workbench ships still run: ``train_runtime_models.py --quick``
+end to end (its models written and loadable as safetensors with their configs), ``train_models.py``
+as far as its argument parser. A moved import fails here, not on the day someone retrains."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_train_runtime_models_quick_run_writes_both_models(tmp_path):
+    out = tmp_path / "models"
+    proc = subprocess.run(
+        [sys.executable, "scripts/train_runtime_models.py", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for role in ("target", "draft"):
+        config = json.loads((out / role / "config.json").read_text())
+        weights = load_file(str(out / role / "model.safetensors"))
+        assert config["hidden_size"] == 128 and weights, role
+    meta = json.loads((out / "TRAINING.json").read_text())
+    assert meta["target"]["steps"] == 10 and meta["head_steps"] == 10
+    assert 0 < meta["target_heldout_bits_per_byte"] < 9  # bytes: 8 bits is a uniform guess
+
+
+def test_train_models_parses_its_arguments():
+    proc = subprocess.run(
+        [sys.executable, "scripts/train_models.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0 and "--quick" in proc.stdout, proc.stderr[-2000:]
