@@ -75,8 +75,23 @@ def run_paired(
     return runs, order
 
 
-def _tps(records: list[dict]) -> list[float | None]:
+def tokens_per_s(records: Sequence[dict]) -> list[float | None]:
+    """Each run's generation tokens/s, in repeat order."""
     return [r["metrics"]["tokens_per_s"] for r in records]
+
+
+def eagle_over_greedy(greedy: Sequence[dict], eagle: Sequence[dict]) -> dict:
+    """The comparison's verdict on one backend's run records, repeat i of each paired: the paired
+    ratio of tokens/s with its interval and verdict, the accept length, the share of greedy outputs
+    in a repetition loop and ``lossless`` (every run's outputs equal the first greedy run's)."""
+    speedup = paired_ratio(tokens_per_s(eagle), tokens_per_s(greedy))
+    return {
+        "speedup": speedup,
+        "verdict": verdict(speedup),
+        "accept_length_mean": eagle[0]["metrics"]["accept_length_mean"],
+        "repetition_loop_share": (greedy[0]["metrics"].get("repetition_loops") or {}).get("share"),
+        "lossless": all(r["outputs_sha256"] == greedy[0]["outputs_sha256"] for r in [*eagle, *greedy]),
+    }
 
 
 def round_breakdown(records: list[dict]) -> dict[str, float]:
@@ -97,8 +112,7 @@ def round_breakdown(records: list[dict]) -> dict[str, float]:
 def speedup_row(backend: str, greedy: list[dict], eagle: list[dict]) -> dict:
     """One backend's figures from its greedy and EAGLE3 run records, repeat i of each paired."""
     e0 = eagle[0]
-    speedup = paired_ratio(_tps(eagle), _tps(greedy))
-    loops = [r["metrics"].get("repetition_loops") or {} for r in greedy]
+    found = eagle_over_greedy(greedy, eagle)
     return {
         "backend": backend,
         "kernel": e0["config"]["kernel"],
@@ -108,16 +122,16 @@ def speedup_row(backend: str, greedy: list[dict], eagle: list[dict]) -> dict:
         "torch_threads": e0["env"].get("torch_threads"),
         "repeats": len(eagle),
         "spec": [e0["config"]["steps"], e0["config"]["topk"], e0["config"]["draft_tokens"]],
-        "accept_length_mean": e0["metrics"]["accept_length_mean"],
+        "accept_length_mean": found["accept_length_mean"],
         "acceptance_rate": e0["metrics"]["acceptance_rate"],
         "acceptance_per_position": e0["metrics"].get("acceptance_per_position"),
-        "repetition_loop_share": (loops[0] or {}).get("share") if loops else None,
-        "greedy_tokens_per_s": summarize(_tps(greedy)),
-        "eagle_tokens_per_s": summarize(_tps(eagle)),
-        "speedup": speedup,
-        "verdict": verdict(speedup),
+        "repetition_loop_share": found["repetition_loop_share"],
+        "greedy_tokens_per_s": summarize(tokens_per_s(greedy)),
+        "eagle_tokens_per_s": summarize(tokens_per_s(eagle)),
+        "speedup": found["speedup"],
+        "verdict": found["verdict"],
         "interval": INTERVAL,
-        "lossless": all(r["outputs_sha256"] == greedy[0]["outputs_sha256"] for r in eagle + greedy),
+        "lossless": found["lossless"],
         "setup_s": summarize([r["metrics"]["setup_s"] for r in eagle + greedy]),
         "eagle_round_ms": round_breakdown(eagle),
         "greedy_round_ms": round_breakdown(greedy),

@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from workbench.experiments.bench import MODES, run_paired
+from workbench.experiments.bench import MODES, eagle_over_greedy, run_paired, tokens_per_s
 from workbench.experiments.definition import COMPARISON, describe
 from workbench.experiments.stats import INTERVAL, fmt, fmt_interval, paired_ratio, records_commit, summarize, verdict
 from workbench.run.events import OnEvent
@@ -98,10 +98,6 @@ def summarize_runs(records: Sequence[dict]) -> dict:
     }
 
 
-def _tps(records: Sequence[dict]) -> list[float | None]:
-    return [r["metrics"]["tokens_per_s"] for r in records]
-
-
 def pairs(records: dict[str, list[dict]], rows: list[dict]) -> list[dict]:
     """Every two backends of the same mode and dp: tokens/s of a over b per repeat, and the verdict."""
     out = []
@@ -111,7 +107,7 @@ def pairs(records: dict[str, list[dict]], rows: list[dict]) -> list[dict]:
                 continue
             if a["arm"] not in records or b["arm"] not in records:  # an arm that failed in some repeat
                 continue
-            r = paired_ratio(_tps(records[a["arm"]]), _tps(records[b["arm"]]))
+            r = paired_ratio(tokens_per_s(records[a["arm"]]), tokens_per_s(records[b["arm"]]))
             out.append(
                 {
                     "mode": a["mode"],
@@ -137,7 +133,7 @@ def dp_cost(records: dict[str, list[dict]], rows: list[dict]) -> list[dict]:
         base = by.get((b, mode, 1))
         if dp == 1 or base is None or r["arm"] not in records or base["arm"] not in records:
             continue
-        ratio = paired_ratio(_tps(records[r["arm"]]), _tps(records[base["arm"]]))
+        ratio = paired_ratio(tokens_per_s(records[r["arm"]]), tokens_per_s(records[base["arm"]]))
         forwards = sum(r["forwards_per_run"].values())
         out.append(
             {
@@ -170,19 +166,7 @@ def speedups(records: dict[str, list[dict]], backends: Sequence[str], dps: Seque
             g, e = records.get(f"greedy/{b}/dp{dp}"), records.get(f"eagle/{b}/dp{dp}")
             if not g or not e:
                 continue
-            r = paired_ratio(_tps(e), _tps(g))
-            out.append(
-                {
-                    "backend": b,
-                    "label": record_label(e[0], sep=" "),
-                    "dp": dp,
-                    "speedup": r,
-                    "verdict": verdict(r),
-                    "accept_length_mean": e[0]["metrics"]["accept_length_mean"],
-                    "repetition_loop_share": (g[0]["metrics"].get("repetition_loops") or {}).get("share"),
-                    "lossless": all(x["outputs_sha256"] == g[0]["outputs_sha256"] for x in e + g),
-                }
-            )
+            out.append({"backend": b, "label": record_label(e[0], sep=" "), "dp": dp, **eagle_over_greedy(g, e)})
     return out
 
 
