@@ -159,6 +159,84 @@ def test_fixes_add_the_optional_field_in_place(tmp_path: Path) -> None:
     assert res.returncode != 0 and "unknown fix ['nope']" in res.stderr and "verify-input" in res.stderr
 
 
+FALLBACK_BACKEND = """
+class TritonAttnBackend:
+    def init_forward_metadata(self, forward_batch):
+        spec_info = forward_batch.spec_info
+        if forward_batch.forward_mode.is_decode_or_idle():
+            if {test}:
+                return "seq_lens"
+            else:
+                return spec_info.kv_indptr.shape
+        return "other"
+"""
+
+FALLBACK_SCRIPT = """
+import sys
+sys.path[:0] = [{root!r}, {runtime!r}]
+import fixes, shim_guard
+from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+class Mode:
+    def __init__(self, decode): self.decode = decode
+    def is_decode_or_idle(self): return self.decode
+
+class Batch:
+    def __init__(self, spec, decode=True): self.spec_info, self.forward_mode = spec, Mode(decode)
+
+class WithNone:
+    kv_indptr = None
+
+class Without:
+    pass
+
+def call(batch):
+    try:
+        return TritonAttnBackend().init_forward_metadata(batch)
+    except AttributeError as exc:
+        tb = exc.__traceback__
+        while tb.tb_next: tb = tb.tb_next
+        return (str(exc), tb.tb_frame.f_code.co_filename.rsplit("/", 1)[-1])
+
+before = call(Batch(WithNone()))
+out = fixes.apply(["triton-idle-fallback"])
+keep = Batch(WithNone())
+got = [call(Batch(None)), call(keep), type(keep.spec_info).__name__, call(Batch(WithNone(), decode=False)),
+       call(Batch(Without()))]
+print(repr((before, out, got, shim_guard.check(fixes.touched(out)), shim_guard.check())))
+"""
+
+
+@pytest.mark.parametrize("has_fallback", [False, True])
+def test_triton_idle_fallback_takes_the_releases_seq_lens_branch(tmp_path: Path, has_fallback: bool) -> None:
+    """The backport sets a None kv_indptr aside on decode/idle batches only (and puts it back); a spec
+    input without the attribute still raises in the release's own line; a release that has the
+    fallback is left alone; the live guard lists the wrapped method under the fix the run asked for,
+    and as a violation when no fix asked for it."""
+    _fake_sglang(tmp_path)
+    (tmp_path / "sglang/srt/layers/attention").mkdir(parents=True)
+    for sub in ("sglang/srt/layers", "sglang/srt/layers/attention"):
+        (tmp_path / sub / "__init__.py").write_text("")
+    test = "spec_info is None or spec_info.kv_indptr is None" if has_fallback else "spec_info is None"
+    (tmp_path / "sglang/srt/layers/attention/triton_backend.py").write_text(FALLBACK_BACKEND.format(test=test))
+    script = FALLBACK_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    before, applied, got, guard_fixed, guard_plain = eval(out.stdout)  # noqa: S307 - our own repr
+    missing = ("'Without' object has no attribute 'kv_indptr'", "triton_backend.py")
+    assert got == ["seq_lens", "seq_lens", "WithNone", "other", missing]
+    assert applied[0]["fix"] == "triton-idle-fallback" and applied[0]["applied"] is (not has_fallback)
+    name = "TritonAttnBackend.init_forward_metadata"
+    if has_fallback:
+        assert before == "seq_lens" and applied[0]["note"] == "the release already has the fallback"
+        assert guard_fixed["violations"] == guard_plain["violations"] == [] and guard_fixed["fixed"] == []
+    else:
+        assert before == ("'NoneType' object has no attribute 'shape'", "triton_backend.py")
+        assert guard_fixed["violations"] == [] and [f["name"] for f in guard_fixed["fixed"]] == [name]
+        assert guard_fixed["fixed"][0]["fix"] == "triton-idle-fallback"
+        assert [v["name"] for v in guard_plain["violations"]] == [name]
+        assert guard_plain["violations"][0]["code_from"].endswith("fixes.py")
+
+
 @pytest.mark.parametrize(
     "kwargs, words",
     [
@@ -190,7 +268,7 @@ def test_bad_arguments_are_named_before_anything_starts(kwargs: dict, words: lis
         validate(**args)
     for w in words:
         assert w in str(err.value)
-    assert set(FIXES) == {"verify-input", "pr-28221"}
+    assert set(FIXES) == {"verify-input", "pr-28221", "triton-idle-fallback"}
 
 
 def _frames(*names: str) -> list[dict]:

@@ -1,4 +1,4 @@
-"""The two fixes the real-runtime lane can apply, as patches inside the rank processes.
+"""The fixes the real-runtime lane can apply, as patches inside the rank processes.
 
 Runs inside the replay environment (no workbench import); the workbench names the fixes from
 ``FIXES`` (``workbench.upstream.runtime.launch`` reads this file's table without importing it).
@@ -8,21 +8,39 @@ Runs inside the replay environment (no workbench import); the workbench names th
   = None`` declared on ``EagleVerifyInput``, so the triton backend's idle branch takes the seq_lens
   fallback, as it does for a spec input that declares the field.
 - ``pr-28221``: PR #28221's fix, the same field on ``EagleDraftExtendInput``.
+- ``triton-idle-fallback``: the triton backend's seq_lens fallback for a decode/idle batch whose
+  spec input carries ``kv_indptr = None`` (``if spec_info is None or spec_info.kv_indptr is None``),
+  which 0.5.13 added; 0.5.12 and earlier test ``spec_info is None`` only, so every padded idle batch
+  with a spec input reads its ``kv_indptr`` (the idle draft pass raises ``'NoneType' object has no
+  attribute 'shape'``), and #28221's field alone cannot help there. A backport, named as one.
 
-Each adds the field to the real dataclass in place (annotation, class default, the dataclass
-re-generated with its own parameters), before the scheduler is built. A release that already
-declares the field is left alone and the record says so.
+The field fixes add the field to the real dataclass in place (annotation, class default, the
+dataclass re-generated with its own parameters); the fallback wraps
+``TritonAttnBackend.init_forward_metadata``: for such a batch it calls the release's own method with
+``spec_info`` set aside, so the release's seq_lens branch builds the metadata, and otherwise calls it
+unchanged (a spec input without the attribute still raises in the release's line). Each is applied
+before the scheduler is built; a release that already has the fix is left alone and the record says
+so. ``touched`` names what the applied fixes replaced, for the live shim guard.
 """
 
 import dataclasses
 import importlib
+import inspect
 
 FIELD = "kv_indptr"
 MODULE = "sglang.srt.speculative.eagle_info"
+BACKEND_MODULE = "sglang.srt.layers.attention.triton_backend"
 FIXES = {
     "verify-input": ("EagleVerifyInput", "the verify pass's idle input gets kv_indptr = None (seq_lens fallback)"),
     "pr-28221": ("EagleDraftExtendInput", "PR #28221: the draft-extend input gets kv_indptr = None"),
+    "triton-idle-fallback": (
+        "TritonAttnBackend.init_forward_metadata",
+        "0.5.13's seq_lens fallback for a decode/idle spec input with kv_indptr None, backported to the triton backend",
+    ),
 }
+FALLBACK = "triton-idle-fallback"
+FALLBACK_TEST = "spec_info.kv_indptr is None"  # the release's own test, where it has one
+_MISSING = object()
 _GENERATED = (
     "__init__",
     "__repr__",
@@ -52,23 +70,67 @@ def add_field(cls) -> None:
     dataclasses.dataclass(cls, **kwargs)
 
 
+def has_fallback(cls) -> bool:
+    """Whether ``cls.init_forward_metadata`` (its source) already tests ``spec_info.kv_indptr is None``."""
+    return FALLBACK_TEST in inspect.getsource(cls.init_forward_metadata)
+
+
+def add_fallback(cls) -> None:
+    """Wrap ``cls.init_forward_metadata`` with the seq_lens fallback for a decode/idle spec input whose
+    ``kv_indptr`` is None (module docstring)."""
+    original = cls.init_forward_metadata
+
+    def init_forward_metadata(self, forward_batch):
+        spec_info = forward_batch.spec_info
+        if (
+            spec_info is not None
+            and forward_batch.forward_mode.is_decode_or_idle()
+            and getattr(spec_info, FIELD, _MISSING) is None
+        ):
+            forward_batch.spec_info = None
+            try:
+                return original(self, forward_batch)
+            finally:
+                forward_batch.spec_info = spec_info
+        return original(self, forward_batch)
+
+    init_forward_metadata.__qualname__ = f"{cls.__name__}.init_forward_metadata"
+    cls.init_forward_metadata = init_forward_metadata
+
+
+def _apply_fallback(name: str, what: str) -> dict:
+    cls = importlib.import_module(BACKEND_MODULE).TritonAttnBackend
+    present = has_fallback(cls)
+    if not present:
+        add_fallback(cls)
+    return {
+        "fix": name,
+        "class": f"{BACKEND_MODULE}.TritonAttnBackend",
+        "what": what,
+        "applied": not present,
+        "note": "the release already has the fallback" if present else "init_forward_metadata wrapped in place",
+    }
+
+
 def apply(names: list) -> list:
     """Apply the named fixes; return what each did (for the run record)."""
     unknown = [n for n in names if n not in FIXES]
     if unknown:
         raise ValueError(f"unknown fix {unknown}; known: {sorted(FIXES)}")
-    module = importlib.import_module(MODULE)
     out = []
     for name in names:
-        cls_name, what = FIXES[name]
-        cls = getattr(module, cls_name)
+        target, what = FIXES[name]
+        if name == FALLBACK:
+            out.append(_apply_fallback(name, what))
+            continue
+        cls = getattr(importlib.import_module(MODULE), target)
         present = declares(cls)
         if not present:
             add_field(cls)
         out.append(
             {
                 "fix": name,
-                "class": f"{MODULE}.{cls_name}",
+                "class": f"{MODULE}.{target}",
                 "what": what,
                 "applied": not present,
                 "note": "the release already declares the field" if present else "field added in place",
@@ -76,3 +138,10 @@ def apply(names: list) -> list:
             }
         )
     return out
+
+
+def touched(applied: list) -> dict:
+    """{"module:Class.method": fix} for every method an applied fix replaced with this file's code."""
+    return {
+        f"{BACKEND_MODULE}:{FIXES[FALLBACK][0]}": FALLBACK for a in applied if a["fix"] == FALLBACK and a["applied"]
+    }

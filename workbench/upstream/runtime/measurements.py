@@ -26,12 +26,19 @@ EXPECTED = {
         "dp1": ("ok", None, None, None),
         "between+verify-input": ("crashed", "draft-extend", "EagleDraftExtendInput", _AE),
         "between+verify-input+pr-28221": ("ok", None, None, None),
+        # 0.5.12's V1 worker (suite.ROLES): asked for by name
+        "v1-dp2": ("crashed", "draft", "EagleDraftInput", _AE),
+        "v1-dp1": ("ok", None, None, None),
+        "v1-dp2+triton-idle-fallback+verify-input": ("crashed", "draft-extend", "EagleDraftExtendInput", _AE),
+        "v1-dp2+triton-idle-fallback+verify-input+pr-28221": ("ok", None, None, None),
     },
     "torch_native": {
         "dp2": ("crashed", "prefill", None, _NI),
         "dp1": ("crashed", "verify", "EagleVerifyInput", _AE),
     },
 }
+# The roles a release's runs are read by when none are named (the V1 roles are 0.5.12's, asked for by name).
+STANDARD = {backend: [r for r in roles if not r.startswith("v1-")] for backend, roles in EXPECTED.items()}
 
 
 def load_runs(
@@ -39,7 +46,7 @@ def load_runs(
 ) -> dict:
     """{"runs": role -> record, "source": label, "shipped": provenance or None, "backend"}: measured now
     (``live``), else the shipped file."""
-    roles = list(roles or EXPECTED[backend])
+    roles = list(roles or STANDARD[backend])
     if live:
         from workbench.upstream.context import UpstreamContext  # only for live runs, as below
 
@@ -100,10 +107,11 @@ def problems(runs: dict, backend: str) -> list[str]:
             out.append(f"{role}: a shim reached protected code: {r['shim_guard']['violations']}")
         if (r.get("processes") or {}).get("left_running"):
             out.append(f"{role}: processes left running {r['processes']['left_running']}")
-    base = runs.get("dp1", {}).get("outputs")
     for role, r in runs.items():
+        one = "v1-dp1" if role.startswith("v1-") else "dp1"  # the same worker at DP 1
+        base = runs.get(one, {}).get("outputs")
         if r["status"] == "ok" and base is not None and r["outputs"] != base:
-            out.append(f"{role}: outputs differ from the DP 1 run")
+            out.append(f"{role}: outputs differ from the DP 1 run ({one})")
     return out
 
 

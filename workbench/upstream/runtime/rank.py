@@ -176,7 +176,7 @@ def main() -> None:
         state["stage"] = "shim-guard"
         import shim_guard
 
-        guard.update(shim_guard.check())
+        guard.update(shim_guard.check(fixes.touched(fixed)))
         if guard["violations"]:
             raise RuntimeError(f"a shim reached protected code: {guard['violations']}")
         timings["tree_mask_mode"] = _tree_mask_mode(scheduler)

@@ -8,6 +8,8 @@ workers). ``check`` reads every loaded protected module's source with ``ast`` an
 function and method it defines to be, on the live module or class, code from that same file (a
 dataclass's generated methods, compiled from ``<string>``, excepted). A shim's replacement is code
 from ``shims.py`` and shows up here. Imported names are not the module's own and are not checked.
+A method that a fix the run asked for replaced (``fixes.touched``, by name) is listed under
+``fixed`` with its fix, not as a violation; code from anywhere else, ``fixes.py`` included, is one.
 """
 
 import ast
@@ -46,17 +48,19 @@ def _code_file(obj):
     return code.co_filename if code is not None else None
 
 
-def check_module(module) -> tuple:
-    """(functions checked, violations) for one loaded module."""
+def check_module(module, allowed: dict | None = None) -> tuple:
+    """(functions checked, violations, fixed) for one loaded module; ``allowed``: {"module:Class.method":
+    fix} replaced by a fix the run applied."""
+    allowed = allowed or {}
     path = getattr(module, "__file__", None)
     if not path or not path.endswith(".py"):
-        return 0, []
+        return 0, [], []
     try:
         with open(path) as f:
             tree = ast.parse(f.read())
     except (OSError, SyntaxError):
-        return 0, []
-    checked, bad = 0, []
+        return 0, [], []
+    checked, bad, fixed = 0, [], []
 
     def expect(owner: str, name: str, obj) -> None:
         nonlocal checked
@@ -65,7 +69,12 @@ def check_module(module) -> tuple:
             return
         checked += 1
         if where != path and where != "<string>":
-            bad.append({"module": module.__name__, "name": f"{owner}{name}", "code_from": where})
+            entry = {"module": module.__name__, "name": f"{owner}{name}", "code_from": where}
+            fix = allowed.get(f"{module.__name__}:{owner}{name}")
+            if fix is not None and where.endswith("fixes.py"):
+                fixed.append({**entry, "fix": fix})
+            else:
+                bad.append(entry)
 
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and hasattr(module, node.name):
@@ -84,15 +93,17 @@ def check_module(module) -> tuple:
                         )
                     else:
                         expect(f"{node.name}.", item.name, attr)
-    return checked, bad
+    return checked, bad, fixed
 
 
-def check() -> dict:
-    """Every loaded protected module checked; ``violations`` must be empty."""
+def check(allowed: dict | None = None) -> dict:
+    """Every loaded protected module checked; ``violations`` must be empty. ``allowed``: the methods
+    the run's fixes replaced (``fixes.touched``), reported under ``fixed``."""
     modules = sorted(n for n in list(sys.modules) if n.startswith("sglang.") and protected(n))
-    checked, violations = 0, []
+    checked, violations, fixed = 0, [], []
     for name in modules:
-        n, bad = check_module(sys.modules[name])
+        n, bad, by_fix = check_module(sys.modules[name], allowed)
         checked += n
         violations += bad
-    return {"modules": len(modules), "functions": checked, "violations": violations}
+        fixed += by_fix
+    return {"modules": len(modules), "functions": checked, "violations": violations, "fixed": fixed}

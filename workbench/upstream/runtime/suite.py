@@ -9,6 +9,14 @@ Roles (what notebook 06 and the nightly show):
   #24860 merged, #28221 not yet), the verify pass fixed so the draft-extend pass is reached;
 - ``between+verify-input+pr-28221``: the same with PR #28221's field added back from the workbench.
 
+The V1 worker's roles (0.5.12, whose ``--disable-overlap-schedule`` picks it; asked for by name):
+
+- ``v1-dp2``: DP 2 as shipped (the idle rank's first padded batch with a spec input, the draft pass);
+- ``v1-dp1``: one rank;
+- ``v1-dp2+triton-idle-fallback+verify-input``: 0.5.13's seq_lens fallback backported and the verify
+  input fixed, so the idle rank reaches the V1 worker's draft-extend (``forward_draft_extend_after_decode``);
+- ``v1-dp2+triton-idle-fallback+verify-input+pr-28221``: the same with PR #28221's field.
+
     python -m workbench.upstream.runtime.suite --sglang 0.5.13 0.5.14 --out workbench/assets/runtime_runs.json
 """
 
@@ -36,6 +44,18 @@ ROLES: dict[str, dict] = {
     "dp1": {"dp": 1},
     "between+verify-input": {"dp": 2, "fixes": ["verify-input"], "between": True},
     "between+verify-input+pr-28221": {"dp": 2, "fixes": ["verify-input", "pr-28221"], "between": True},
+    "v1-dp2": {"dp": 2, "disable_overlap_schedule": True},
+    "v1-dp1": {"dp": 1, "disable_overlap_schedule": True},
+    "v1-dp2+triton-idle-fallback+verify-input": {
+        "dp": 2,
+        "fixes": ["triton-idle-fallback", "verify-input"],
+        "disable_overlap_schedule": True,
+    },
+    "v1-dp2+triton-idle-fallback+verify-input+pr-28221": {
+        "dp": 2,
+        "fixes": ["triton-idle-fallback", "verify-input", "pr-28221"],
+        "disable_overlap_schedule": True,
+    },
 }
 DROPPED = ("EagleDraftExtendInput", "kv_indptr")
 SPEC_FILE = "sglang/srt/speculative/eagle_info.py"
@@ -59,6 +79,8 @@ def command(release: str, backend: str, spec: dict) -> str:
     if spec.get("between"):
         parts.append("--sglang-src BETWEEN")
     parts += [f"--fix {f}" for f in spec.get("fixes", [])]
+    if spec.get("disable_overlap_schedule"):
+        parts.append("--disable-overlap-schedule")
     return " ".join(parts)
 
 
