@@ -41,6 +41,12 @@ EXPECTED = {
 STANDARD = {backend: [r for r in roles if not r.startswith("v1-")] for backend, roles in EXPECTED.items()}
 
 
+def part_of(prov: dict, key: str) -> dict:
+    """The provenance part (``suite.provenance``) that measured the run ``key`` (release/backend/role);
+    the whole provenance for a file written in one go."""
+    return next((p for p in prov.get("parts", []) if key in p["runs"]), prov)
+
+
 def load_runs(
     release: str, backend: str, roles: list[str] | None = None, live: bool = False, cache_dir: str | None = None
 ) -> dict:
@@ -69,7 +75,9 @@ def load_runs(
         raise KeyError(f"no shipped run for {release}/{backend} roles {missing}; shipped: {have}; use live=True")
     pk = next(iter(runs.values()))["env"].get("packages", {})
     versions = ", ".join(f"{k} {pk.get(k)}" for k in ("sglang", "torch", "triton", "transformers"))
-    label = f"shipped measurement ({prov['generated_at']}, commit {prov['commit']}, {versions}; {prov['command']})"
+    parts = {p["command"]: p for p in (part_of(prov, f"{release}/{backend}/{r}") for r in roles)}.values()
+    when = "; ".join(f"{p['generated_at']}, commit {p['commit']}" for p in parts)
+    label = f"shipped measurement ({when}, {versions}; {'; '.join(p['command'] for p in parts)})"
     return {"runs": runs, "source": label, "shipped": prov, "backend": backend}
 
 

@@ -133,6 +133,23 @@ def _commit() -> str | None:
     return proc.stdout.strip() or None
 
 
+def provenance(old: dict | None, old_runs: list[str], part: dict) -> dict:
+    """The file's provenance after writing ``part`` (its date, command, commit, host and the run keys
+    it wrote): every earlier part keeps its own commit and date for the runs it still holds, and
+    the top-level fields sum them up (the latest date, every command and commit in order)."""
+    parts = list(old.get("parts") or [{**old, "runs": old_runs}]) if old else []
+    parts = [{**p, "runs": [k for k in p["runs"] if k not in part["runs"]]} for p in parts]
+    parts = [p for p in parts if p["runs"]] + [part]
+    commits = list(dict.fromkeys(p["commit"] for p in parts))
+    return {
+        "generated_at": part["generated_at"],
+        "command": "; ".join(p["command"] for p in parts),
+        "commit": ", ".join(commits),
+        "host": part["host"],
+        "parts": parts,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sglang", nargs="+", required=True, metavar="X")
@@ -143,20 +160,21 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     old = json.loads(args.out.read_text()) if args.append and args.out.exists() else None
     runs = dict(old["runs"]) if old else {}
+    written = []
     for release in args.sglang:
         for backend in args.backend:
             for role, rec in run_roles(UpstreamContext(), release, backend, args.roles).items():
                 runs[f"{release}/{backend}/{role}"] = rec
-    line = "python -m workbench.upstream.runtime.suite " + " ".join(argv or [])
-    doc = {
-        "provenance": {
-            "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": f"{old['provenance']['command']}; {line}" if old else line,
-            "commit": _commit(),
-            "host": f"{platform.machine()}, {platform.python_version()}, {os.cpu_count()} cores",
-        },
-        "runs": runs,
+                written.append(f"{release}/{backend}/{role}")
+    part = {
+        "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python -m workbench.upstream.runtime.suite " + " ".join(argv or []),
+        "commit": _commit(),
+        "host": f"{platform.machine()}, {platform.python_version()}, {os.cpu_count()} cores",
+        "runs": written,
     }
+    doc = {"provenance": provenance(old["provenance"] if old else None, list(old["runs"]) if old else [], part)}
+    doc["runs"] = runs
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1))
     echo(f"wrote {args.out}")
