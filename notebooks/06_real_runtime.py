@@ -37,22 +37,26 @@
 # workbench) makes the run complete with outputs equal to DP 1 and to HF transformers. On 0.5.14's
 # sources with `EagleDraftExtendInput.kv_indptr` deleted (the state between the two PRs), the
 # verify fix lets the run reach the draft-extend pass, where the seed's crash appears in the real
-# runtime; PR #28221's field makes it complete.
+# runtime; PR #28221's field makes it complete. On 0.5.12, whose V1 worker installs the idle
+# draft-extend input itself, the seed's crash shows in the released runtime once the two earlier
+# idle passes get past (section 3b).
 #
 # With `live = False` the notebook shows the shipped measurement (labelled with its date, commit and
 # command); with `live = True` it runs the releases now (about a minute a run on 2 cores, plus a
 # one-off 1–4 min environment build).
 
 # %%
+from IPython.display import display
+
 import workbench
 from workbench import notebook
 from workbench.upstream.runtime import measurements
 from workbench.views import runtime as views
 
 # %% tags=["parameters"]
-release: str = "0.5.14"  # the SGLang release run (shipped measurement: 0.5.13, 0.5.14 on triton)
+release: str = "0.5.14"  # the SGLang release run (shipped measurement: 0.5.12, 0.5.13, 0.5.14 on triton)
 backend: str = "triton"  # the release's attention backend: triton or torch_native
-roles = None  # type: list[str]|None  runs by role (dp2, dp1, between+verify-input, ...); None: all of the backend's
+roles = None  # type: list[str]|None  runs by role (dp2, dp1, between+verify-input, v1-dp2, ...); None: the release's
 live: bool = False  # False: the shipped measurement (seconds); True: run the release now (about a minute a run)
 cache_dir = None  # type: str|None  replay cache; None: $WB_UPSTREAM_CACHE or ~/.cache/eagle-workbench/upstream
 workbench_side: bool = True  # also run the workbench's engine on the same crash and fix, side by side
@@ -98,6 +102,36 @@ for role in ("between+verify-input", "between+verify-input+pr-28221"):
         print(f"--- {role}: {rec['status']}")
         for line in measurements.sglang_frames(rec)[-6:]:
             print(line)
+
+# %% [markdown]
+# ## 3b · The seed's crash in a released runtime: 0.5.12's V1 worker
+# 0.5.12's `--disable-overlap-schedule` picks the V1 `EAGLEWorker`, whose
+# `forward_draft_extend_after_decode` installs `EagleDraftExtendInput.create_idle_input` on the idle
+# rank. Run eagerly, that rank stops two passes earlier: 0.5.12's triton idle branch tests
+# `spec_info is None` only, so the draft pass reads the idle `EagleDraftInput`'s `kv_indptr` (None,
+# `'NoneType' object has no attribute 'shape'`), and the verify pass the `EagleVerifyInput`'s (absent).
+# `--fix triton-idle-fallback` backports 0.5.13's fallback (`spec_info.kv_indptr is None` takes the
+# seq_lens branch) and `--fix verify-input` declares the verify input's field: the idle rank then
+# reaches the draft-extend pass and raises the seed's error in 0.5.12's own `triton_backend.py`;
+# PR #28221's field makes it complete. #28221 alone cannot help 0.5.12: without the fallback its None
+# field is read as `None.shape`. (On GPUs with CUDA graphs these idle passes replay from graphs and
+# never call `init_forward_metadata`; the lane runs them eagerly.) Shown from this notebook's runs
+# when `release` is 0.5.12, else from the shipped measurement, labelled.
+
+# %%
+if backend == "triton":
+    if release.startswith(measurements.V1_RELEASE):
+        v1_runs, v1_source = runs, data["source"]
+    else:
+        v1_data = measurements.load_runs(measurements.V1_RELEASE, "triton", measurements.V1_ROLES)
+        v1_runs, v1_source = v1_data["runs"], v1_data["source"]
+    print("source:", v1_source)
+    display(views.runs_table(v1_runs))
+    for role in ("v1-dp2", "v1-dp2+triton-idle-fallback+verify-input"):
+        if role in v1_runs:
+            print(f"--- {role}: {(v1_runs[role].get('crash') or {}).get('message')}")
+            for line in measurements.sglang_frames(v1_runs[role])[-5:]:
+                print(line)
 
 # %% [markdown]
 # ## 4 · Beside the workbench's engine

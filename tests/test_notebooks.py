@@ -258,6 +258,9 @@ def test_06_shows_the_real_runtime_beside_the_engine_from_the_shipped_measuremen
     assert runs["workbench/pr-24860"]["crash"]["message"] == CRASH and runs["workbench/pr-28221"]["status"] == "ok"
     text = "".join(o.get("text", "") for o in _outputs(nb, "stream"))
     assert "shipped measurement" in text and "eagle_worker_v2.py" in text
+    # 3b: 0.5.12's V1 worker reaches the seed's crash (shipped, labelled with its own part's commit)
+    assert "sglang 0.5.12" in text and "speculative/eagle_worker.py" in text
+    assert "in forward_draft_extend_after_decode" in text and CRASH in text
     assert not _outputs(nb, "error")
 
 

@@ -237,6 +237,29 @@ def test_triton_idle_fallback_takes_the_releases_seq_lens_branch(tmp_path: Path,
         assert guard_plain["violations"][0]["code_from"].endswith("fixes.py")
 
 
+def test_appended_runs_keep_their_own_provenance() -> None:
+    """--append: each part keeps the date and commit of the runs it wrote; a run measured again moves
+    to the new part; notebook 06's label reads the part that measured the runs it shows."""
+    from workbench.upstream.runtime.measurements import part_of
+    from workbench.upstream.runtime.suite import provenance
+
+    first = {"generated_at": "d1", "command": "c1", "commit": "aaa", "host": "h"}
+    one = provenance(first, ["0.5.14/triton/dp2", "0.5.14/triton/dp1"], {**first, "runs": ["0.5.14/triton/dp1"]})
+    assert one["commit"] == "aaa" and [p["runs"] for p in one["parts"]] == [
+        ["0.5.14/triton/dp2"],
+        ["0.5.14/triton/dp1"],
+    ]
+    part = {"generated_at": "d2", "command": "c2", "commit": "bbb", "host": "h", "runs": ["0.5.12/triton/v1-dp2"]}
+    two = provenance(one, ["0.5.14/triton/dp2", "0.5.14/triton/dp1"], part)
+    assert two["commit"] == "aaa, bbb" and two["command"] == "c1; c1; c2" and two["generated_at"] == "d2"
+    assert part_of(two, "0.5.12/triton/v1-dp2")["commit"] == "bbb"
+    assert part_of(two, "0.5.14/triton/dp2")["commit"] == "aaa"
+    again = provenance(two, [], {**part, "runs": ["0.5.14/triton/dp2"], "commit": "ccc"})
+    assert part_of(again, "0.5.14/triton/dp2")["commit"] == "ccc"
+    assert [p["runs"] for p in again["parts"]][0] == ["0.5.14/triton/dp1"]
+    assert part_of({"commit": "old"}, "x")["commit"] == "old"  # a file written in one go
+
+
 @pytest.mark.parametrize(
     "kwargs, words",
     [

@@ -1,6 +1,6 @@
 """The released SGLang runtime on this CPU, end to end (network: the release's wheel and its replay
 environment, cached under ~/.cache/eagle-workbench). One module-scoped run per role, shared by the
-checks. Run with WB_NETWORK_TESTS=1; CI runs these for 0.5.14 (.ci/run)."""
+checks. Run with WB_NETWORK_TESTS=1; CI runs these for 0.5.14 and 0.5.12's V1 worker (.ci/run)."""
 
 from __future__ import annotations
 
@@ -96,6 +96,39 @@ def test_runtime_between_prs_reaches_the_seed_crash_and_pr_28221_fixes_it(runs: 
     assert "_draft_extend_for_decode" in c["traceback"] and "triton_backend.py" in c["traceback"]
     assert fixed["status"] == "ok" and fixed["reference"]["equal"]
     assert fixed["outputs"] == runs["dp1"]["outputs"]
+    _no_leftovers(fixed)
+
+
+@pytest.fixture(scope="module")
+def v1_runs() -> dict:
+    from workbench.upstream.runtime.suite import run_roles
+
+    roles = ["v1-dp1", "v1-dp2+triton-idle-fallback+verify-input", "v1-dp2+triton-idle-fallback+verify-input+pr-28221"]
+    return run_roles(UpstreamContext(), "0.5.12", "triton", roles, max_new_tokens=TOKENS)
+
+
+def test_runtime_0_5_12_v1_worker_reaches_the_seed_crash_and_pr_28221_fixes_it(v1_runs: dict) -> None:
+    """0.5.12's V1 worker, its idle draft and verify passes let through (0.5.13's triton fallback
+    backported, the verify input's field declared): the seed's crash in the release's own draft-extend."""
+    rec = v1_runs["v1-dp2+triton-idle-fallback+verify-input"]
+    c = rec["crash"]
+    assert rec["status"] == "crashed" and c["message"] == SEED
+    assert (c["rank"], c["phase"], c["forward_mode"], c["batch_size"], c["spec_info"]) == (
+        1,
+        "draft-extend",
+        "IDLE",
+        1,
+        "EagleDraftExtendInput",
+    )
+    assert c["raised_at"]["file"] == "sglang/srt/layers/attention/triton_backend.py" and c["raised_at"]["line"] == 332
+    for frame in ("speculative/eagle_worker.py", "in forward_draft_extend_after_decode", "in forward_idle"):
+        assert frame in c["traceback"], frame
+    assert [f["fix"] for f in rec["fixes"] if f["applied"]] == ["triton-idle-fallback", "verify-input"]
+    assert [f["name"] for f in rec["shim_guard"]["fixed"]] == ["TritonAttnBackend.init_forward_metadata"]
+    _no_leftovers(rec)
+    fixed, dp1 = v1_runs["v1-dp2+triton-idle-fallback+verify-input+pr-28221"], v1_runs["v1-dp1"]
+    assert fixed["status"] == dp1["status"] == "ok"
+    assert fixed["reference"]["equal"] and fixed["outputs"] == dp1["outputs"]
     _no_leftovers(fixed)
 
 

@@ -10,7 +10,17 @@ from pathlib import Path
 
 from .run import load_prompts
 
-__all__ = ["EXPECTED", "load_prompts", "load_runs", "notebook_runs", "problems", "sglang_frames"]
+__all__ = [
+    "EXPECTED",
+    "V1_RELEASE",
+    "V1_ROLES",
+    "default_roles",
+    "load_prompts",
+    "load_runs",
+    "notebook_runs",
+    "problems",
+    "sglang_frames",
+]
 
 SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "runtime_runs.json"
 # What each role must end as. triton reads spec_info.kv_indptr on idle batches. torch_native does not run
@@ -37,8 +47,16 @@ EXPECTED = {
         "dp1": ("crashed", "verify", "EagleVerifyInput", _AE),
     },
 }
-# The roles a release's runs are read by when none are named (the V1 roles are 0.5.12's, asked for by name).
+# The roles a release's runs are read by when none are named: the standard ones, or, for 0.5.12 (whose
+# --disable-overlap-schedule picks the V1 worker, the one that installs the idle draft-extend input), the V1 ones.
 STANDARD = {backend: [r for r in roles if not r.startswith("v1-")] for backend, roles in EXPECTED.items()}
+V1_ROLES = [r for r in EXPECTED["triton"] if r.startswith("v1-")]
+V1_RELEASE = "0.5.12"
+
+
+def default_roles(release: str, backend: str) -> list[str]:
+    """The roles run or read for ``release`` when none are named."""
+    return list(V1_ROLES) if release.startswith(V1_RELEASE) and backend == "triton" else list(STANDARD[backend])
 
 
 def part_of(prov: dict, key: str) -> dict:
@@ -52,7 +70,7 @@ def load_runs(
 ) -> dict:
     """{"runs": role -> record, "source": label, "shipped": provenance or None, "backend"}: measured now
     (``live``), else the shipped file."""
-    roles = list(roles or STANDARD[backend])
+    roles = list(roles or default_roles(release, backend))
     if live:
         from workbench.upstream.context import UpstreamContext  # only for live runs, as below
 
