@@ -92,6 +92,47 @@ def test_the_earlier_pass_is_fixed_and_the_read_compared(monkeypatch: pytest.Mon
     assert [r["record"] for r in v["runs"]] == [0] and len(records) == 2
 
 
+def _v1_0_5_12(calls: list):
+    """0.5.12's V1 worker: the idle draft pass reads a None kv_indptr (line 333) until the fallback is
+    backported; then the verify pass; with the verify input fixed too, the draft-extend pass."""
+
+    def run(ctx, version, **kw):
+        fixes = list(kw["fixes"])
+        calls.append((fixes, kw["disable_overlap_schedule"]))
+        if "triton-idle-fallback" not in fixes:
+            rec = _rec(fixes, cls="EagleDraftInput", line=333)
+            rec["crash"].update(phase="draft", message="'NoneType' object has no attribute 'shape'")
+            rec["crash"]["raised_at"]["function"] = "init_forward_metadata"
+            return rec
+        return _rec(fixes, cls="EagleDraftExtendInput" if "verify-input" in fixes else "EagleVerifyInput", line=332)
+
+    return run
+
+
+def test_0_5_12_v1_findings_run_the_v1_worker_past_the_draft_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list = []
+    monkeypatch.setattr(e2e, "run_runtime", _v1_0_5_12(calls))
+    v1 = {"install_file": "sglang/srt/speculative/eagle_worker.py", "release": "0.5.12", "read_line": 332}
+    v = e2e.confirm_end_to_end(CTX, {**EXTEND, **v1}, "0.5.12")
+    assert v["verdict"] == "confirmed end to end"
+    assert [r["fixes"] for r in v["runs"]] == [[], ["triton-idle-fallback"], ["triton-idle-fallback", "verify-input"]]
+    assert all(flag for _, flag in calls) and v["runs"][0]["command"].endswith(
+        "--disable-overlap-schedule --no-reference"
+    )
+    assert "triton-idle-fallback + verify-input applied" in v["reason"]
+    # the None read is passed only for a kv_indptr finding in the same function; elsewhere it is the answer
+    calls.clear()
+    other = {**EXTEND, **v1, "attr": "kv_indices", "key": EXTEND["key"].replace("kv_indptr", "kv_indices")}
+    v = e2e.confirm_end_to_end(CTX, other, "0.5.12")
+    assert v["verdict"] == "raised elsewhere" and "'NoneType' object has no attribute 'shape'" in v["reason"]
+    v = e2e.confirm_end_to_end(CTX, {**EXTEND, **v1, "read_function": "TritonAttnBackend.other"}, "0.5.12")
+    assert v["verdict"] == "raised elsewhere"
+    # a V2 finding runs without the flag
+    calls.clear()
+    e2e.confirm_end_to_end(CTX, {**EXTEND, "read_line": 332}, "0.5.12")
+    assert calls and not any(flag for _, flag in calls)
+
+
 @pytest.mark.parametrize(
     ("record", "verdict"),
     [

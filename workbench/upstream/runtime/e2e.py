@@ -19,7 +19,11 @@ idle (eager, no CUDA graphs, CPU). What the run did answers, per finding (``find
 
 An earlier pass's crash on the same attribute (the verify pass's ``EagleVerifyInput`` before the
 draft-extend pass) is fixed with the lane's ``verify-input`` fix and the run repeated, so a later read
-is reached. Runs are shared between the findings of one source (one run per backend and fix set). The
+is reached; on a triton backend without 0.5.13's seq_lens fallback (0.5.12), the idle draft pass's
+``None.shape`` on the ``EagleDraftInput``'s ``kv_indptr``, in the finding's function, is passed the
+same way with ``triton-idle-fallback``. A finding whose spec input the V1 worker installs
+(``speculative/eagle_worker.py``) is run with ``--disable-overlap-schedule``, which picks that worker
+on 0.5.12. Runs are shared between the findings of one source (one run per backend and fix set). The
 reachability the run answers goes to ``finding["reachability"]["end_to_end"]``: the deployment run,
 ``reached`` (True: it raised at the read; False: it completed, or raised before the read; None:
 undecided), the verdict and its reason.
@@ -39,6 +43,9 @@ from .run import BACKENDS, run_runtime
 
 PHASE_OF = {"EagleVerifyInput": "verify", "EagleDraftExtendInput": "draft-extend", "EagleDraftInput": "draft"}
 EARLIER_FIX = {("EagleVerifyInput", "kv_indptr"): "verify-input"}
+# the idle draft pass on a triton backend that reads a None kv_indptr (no seq_lens fallback: 0.5.12)
+DRAFT_NONE = ("EagleDraftInput", "'NoneType' object has no attribute 'shape'", "triton-idle-fallback")
+V1_WORKER = "sglang/srt/speculative/eagle_worker.py"
 CONFIRMED_E2E = "confirmed end to end"
 DEPLOYMENT = (
     "DP attention (dp = tp = 2, rank 1 idle), eager (no CUDA graphs), CPU (SGLang's CPU engine, Triton interpreter)"
@@ -74,10 +81,27 @@ def _at_read(rec: dict, finding: dict) -> bool:
     )
 
 
-def _command(version: str, sglang_src: Path | None, backend: str, fixes: list[str]) -> str:
+def _command(version: str, sglang_src: Path | None, backend: str, fixes: list[str], v1: bool = False) -> str:
     src = f" --sglang-src {sglang_src}" if sglang_src is not None else ""
     fix = "".join(f" --fix {f}" for f in fixes)
-    return f"workbench upstream run --sglang {version}{src} --dp 2 --backend {backend}{fix} --no-reference"
+    flag = " --disable-overlap-schedule" if v1 else ""
+    return f"workbench upstream run --sglang {version}{src} --dp 2 --backend {backend}{fix}{flag} --no-reference"
+
+
+def _earlier_fix(rec: dict, finding: dict, fixes: list[str]) -> str | None:
+    """The lane's fix for an earlier pass's crash that stands before the finding's read, or None."""
+    c = rec.get("crash") or {}
+    if c.get("spec_info") == finding["spec_class"]:
+        return None
+    fix = EARLIER_FIX.get((c.get("spec_info"), finding["attr"]))
+    at = c.get("raised_at") or {}
+    in_function = (at.get("file") or "").endswith(finding["read_file"].split("sglang/", 1)[-1]) and (
+        at.get("function") == finding["read_function"].rsplit(".", 1)[-1]
+    )
+    if fix is None and finding["backend"] == "triton" and in_function and finding["attr"] == "kv_indptr":
+        cls, message, name = DRAFT_NONE
+        fix = name if (c.get("spec_info"), c.get("message")) == (cls, message) else None
+    return fix if fix and fix not in fixes else None
 
 
 def _summary(rec: dict, fixes: list[str], command: str, index: int) -> dict:
@@ -112,11 +136,14 @@ def confirm_end_to_end(
         return out
     records = [] if records is None else records
     fixes: list[str] = []
+    v1 = finding.get("install_file") == V1_WORKER
     while True:
         done = [
             i
             for i, r in enumerate(records)
-            if r["config"]["backend"] == finding["backend"] and r["config"]["fixes"] == fixes
+            if r["config"]["backend"] == finding["backend"]
+            and r["config"]["fixes"] == fixes
+            and bool(r["config"].get("disable_overlap_schedule")) == v1
         ]
         if done:
             rec, index = records[done[0]], done[0]
@@ -130,11 +157,12 @@ def confirm_end_to_end(
                 sglang_src=sglang_src,
                 max_new_tokens=MAX_NEW_TOKENS,
                 reference=False,
+                disable_overlap_schedule=v1,
                 timeout_s=timeout_s,
             )
             records.append(rec)
             index = len(records) - 1
-        out["runs"].append(_summary(rec, fixes, _command(version, sglang_src, finding["backend"], fixes), index))
+        out["runs"].append(_summary(rec, fixes, _command(version, sglang_src, finding["backend"], fixes, v1), index))
         c = rec.get("crash") or {}
         if rec["status"] in ("error", "timeout") or rec.get("limits"):
             why = "; ".join(rec.get("limits") or []) or (rec.get("error") or {}).get("message") or rec["status"]
@@ -155,9 +183,9 @@ def confirm_end_to_end(
                 f"the run completed: {DEPLOYMENT} never reached {_read(finding)} with {finding['spec_class']}"
             )
             return out
-        earlier = EARLIER_FIX.get((c.get("spec_info"), finding["attr"]))
-        if earlier and earlier not in fixes and c.get("spec_info") != finding["spec_class"]:
-            fixes.append(earlier)  # an earlier pass crashed on the same attribute: fix it, run again
+        earlier = _earlier_fix(rec, finding, fixes)
+        if earlier:
+            fixes.append(earlier)  # an earlier pass crashed before the finding's read: fix it, run again
             continue
         at = c.get("raised_at") or {}
         out["verdict"] = "raised elsewhere"
