@@ -5,6 +5,7 @@ as far as its argument parser. A moved import fails here, not on the day someone
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,12 +17,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_train_runtime_models_quick_run_writes_both_models(tmp_path):
     out = tmp_path / "models"
+    tmp = tmp_path / "tmp"  # a torch optimizer, once built, makes torchinductor_<user> in TMPDIR
+    tmp.mkdir()
     proc = subprocess.run(
         [sys.executable, "scripts/train_runtime_models.py", "--quick", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "TMPDIR": str(tmp)},
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     for role in ("target", "draft"):
