@@ -4,6 +4,7 @@ checks. Run with WB_NETWORK_TESTS=1; CI runs these for 0.5.14 and 0.5.12's V1 wo
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -26,11 +27,13 @@ def _run(**kwargs) -> dict:
 
 @pytest.fixture(scope="module")
 def runs() -> dict:
+    before = set(os.listdir(tempfile.gettempdir()))
     out = {"dp2": _run(dp=2), "dp2+verify-input": _run(dp=2, fixes=["verify-input"]), "dp1": _run(dp=1)}
     with tempfile.TemporaryDirectory(prefix="wb-between-") as tmp:
         between_prs_checkout(UpstreamContext(), "0.5.14", Path(tmp))
         out["between"] = _run(dp=2, fixes=["verify-input"], sglang_src=Path(tmp))
         out["between+fix"] = _run(dp=2, fixes=["verify-input", "pr-28221"], sglang_src=Path(tmp))
+    out["new in the temp dir"] = sorted(set(os.listdir(tempfile.gettempdir())) - before)
     return out
 
 
@@ -38,6 +41,12 @@ def _no_leftovers(rec: dict) -> None:
     assert rec["processes"]["left_running"] == []
     assert rec["shim_guard"]["modules"] > 20 and rec["shim_guard"]["violations"] == []
     assert not [p for p in Path(tempfile.gettempdir()).glob("wb-rt-*")], "a run folder was left in the temp dir"
+
+
+def test_runtime_runs_leave_nothing_in_the_temp_dir(runs: dict) -> None:
+    """The five runs (rank processes, HF references, the between-PRs checkout) leave no file or
+    folder in the temp dir: the ranks and the reference get the run folder as their TMPDIR."""
+    assert runs["new in the temp dir"] == []
 
 
 def test_runtime_0_5_14_idle_rank_crashes_in_the_verify_pass(runs: dict) -> None:

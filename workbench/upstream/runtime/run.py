@@ -157,6 +157,7 @@ def _reference(python: Path, run_dir: Path, prompts: list[list[int]], max_new_to
         text=True,
         timeout=timeout_s,
         cwd=run_dir,
+        env={**os.environ, "TMPDIR": str(run_dir)},  # torch makes torchinductor_<user> there, removed with the run
     )
     if proc.returncode != 0:
         return {"error": proc.stderr.strip()[-800:]}
