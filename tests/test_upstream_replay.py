@@ -88,6 +88,26 @@ def test_the_driver_names_a_missing_import(tmp_path: Path) -> None:
     assert (run.result["status"], run.result["stage"], run.result["missing"]) == ("error", "import", "sglang")
 
 
+def test_the_driver_writes_its_temp_files_in_its_own_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the release writes to its temp dir (importing sglang makes torch's torchinductor_<user>)
+    goes to the driver's working folder, removed with it, not to the caller's temp dir."""
+    caller_tmp = tmp_path / "caller-tmp"
+    caller_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(caller_tmp))
+    monkeypatch.setattr("tempfile.tempdir", None)  # gettempdir() reads TMPDIR again
+    fake = tmp_path / "python"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'mkdir "$TMPDIR/torchinductor_test"\n'
+        'echo "WB_RESULT {\\"tmpdir\\": \\"$TMPDIR\\", \\"cwd\\": \\"$(pwd)\\"}"\n'
+    )
+    fake.chmod(0o755)
+    run = run_driver(UpstreamContext(cache_dir=tmp_path, log=quiet), fake, {})
+    assert run.result is not None, run.stderr
+    assert run.result["tmpdir"] == run.result["cwd"] and run.result["cwd"].startswith(str(caller_tmp))
+    assert list(caller_tmp.iterdir()) == []
+
+
 def test_a_driver_that_cannot_start_is_a_result(tmp_path: Path) -> None:
     run = run_driver(UpstreamContext(cache_dir=tmp_path, log=quiet), tmp_path / "no-python", {})
     assert run.result is None and "could not start" in run.stderr

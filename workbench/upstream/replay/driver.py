@@ -3,7 +3,8 @@
 The driver runs under the environment's python with ``-I`` (no user site, no PYTHONPATH), this
 folder and the sources to replay put on ``sys.path`` by a one-line boot, ``TRITON_INTERPRET=1``
 (the release's Triton kernels run on CPU tensors), its config in a JSON file in a temporary
-working folder, and one wall-clock limit (``ctx.timeout_s``). It prints one ``WB_RESULT {json}``.
+working folder (also its ``TMPDIR``, removed with it), and one wall-clock limit
+(``ctx.timeout_s``). It prints one ``WB_RESULT {json}``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def run_driver(ctx: UpstreamContext, python: Path, cfg: dict) -> DriverRun:
     env.update(TRITON_INTERPRET="1", PYTHONWARNINGS="ignore", TOKENIZERS_PARALLELISM="false")
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="wb-replay-") as cwd:
+        env["TMPDIR"] = cwd  # importing sglang makes torch's torchinductor_<user> there, removed with cwd
         cfg_path = Path(cwd) / "cfg.json"
         cfg_path.write_text(json.dumps(cfg))
         cmd = [str(python), "-I", "-c", BOOT.format(here=str(HERE)), str(cfg_path)]

@@ -107,6 +107,7 @@ def run_script(ctx: UpstreamContext, script: Path, version: str, src_root: Path 
     env_vars = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env_vars.update(PYTHONPATH=str(src_root or env.src_root), TRITON_INTERPRET="1", PYTHONWARNINGS="ignore")
     with tempfile.TemporaryDirectory(prefix="wb-repro-") as cwd:
+        env_vars["TMPDIR"] = cwd  # torch's torchinductor_<user> goes there, removed with cwd
         try:
             proc = subprocess.run(
                 [str(env.python), str(script)],
