@@ -1,4 +1,4 @@
-"""``workbench upstream survey|lint|recall|corpus|bisect|replay|repro|run|fidelity|nightly``: the real SGLang releases.
+"""``workbench upstream survey|lint|recall|corpus|sites|bisect|replay|repro|run|fidelity|nightly``: real releases.
 
 Each subcommand imports what it runs when it runs (the replays, the released runtime and the fidelity
 check load torch, the survey plot matplotlib), so ``--help`` and a usage error answer at once.
@@ -108,6 +108,13 @@ def register(top: argparse._SubParsersAction) -> None:
     cp.add_argument("--corpus", type=Path, default=None, help="corpus file (default: the shipped one)")
     cp.add_argument("--case", nargs="+", default=None, metavar="ID", help="only these cases")
     cp.add_argument("--json", type=Path, default=None, dest="json_out", help="write the case results here")
+    st = sub.add_parser(
+        "sites",
+        help="every spec_info / forward_batch read site of a release, enumerated syntactically (not by the lint), "
+        "and the share of attention-backend spec_info sites the lint reads",
+    )
+    st.add_argument("--sglang", nargs="+", required=True, metavar="X", help="release(s) to enumerate")
+    st.add_argument("--json", type=Path, default=None, dest="json_out", help="write the sites here")
     bs = sub.add_parser("bisect", help="first bad commit of an sglang git checkout (replay or lint)")
     bs.add_argument("--sglang-src", type=Path, required=True, metavar="REPO")
     bs.add_argument("--good", required=True, metavar="REV")
@@ -436,6 +443,31 @@ def _corpus(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports o
     return 0
 
 
+def _sites(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.sources.trees import release_tree
+    from workbench.upstream.static.lint import analyse
+    from workbench.upstream.static.sites import enumerate_sites, lint_coverage, summary
+
+    out = {}
+    for v in check_versions(ctx, args.sglang):
+        tree = release_tree(ctx, v)
+        res = enumerate_sites(tree)
+        res["summary"], res["lint_coverage"] = summary(res), lint_coverage(res, analyse(tree, paths=False))
+        out[v] = res
+        cov = res["lint_coverage"]
+        echo(f"sglang {v}: {len(res['sites'])} read sites")
+        for key, n in res["summary"].items():
+            echo(f"  {key}: {n}")
+        echo(
+            f"  unguarded spec_info sites in layers/attention/: {cov['sites']}, "
+            f"{cov['in_lint']} of them among the lint's reads ({cov['share']})"
+        )
+        for u in res["unparsed"]:
+            echo(f"ERROR {v}: {u} does not parse")
+    _write(args.json_out, {"command": "workbench " + " ".join(args.argv), "releases": out})
+    return 2 if any(r["unparsed"] for r in out.values()) else 0
+
+
 def _bisect(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
     from workbench.upstream.bisect import bisect
 
@@ -499,6 +531,7 @@ COMMANDS = {
     "bisect": _bisect,
     "recall": _recall,
     "corpus": _corpus,
+    "sites": _sites,
     "repro": _repro,
     "run": _run,
 }
