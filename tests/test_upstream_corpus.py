@@ -187,3 +187,19 @@ def test_the_seed_case_is_found_on_the_real_wheels(tmp_path: Path) -> None:
     assert workbench_main(argv) == 0
     (case,) = json.loads(out.read_text())["cases"]
     assert case["outcome"] == "found" and case["still_reported_when_fixed"] == []
+
+
+@pytest.mark.network
+@requires_network
+@pytest.mark.timeout(1800)
+def test_every_evidence_line_holds_and_every_expressible_case_is_found_on_the_real_wheels(tmp_path: Path) -> None:
+    out = tmp_path / "corpus.json"
+    assert workbench_main(["upstream", "corpus", "--json", str(out)]) == 0  # 2 if an evidence line no longer matches
+    cases = json.loads(out.read_text())["cases"]
+    assert {c["id"] for c in cases} == {c["id"] for c in load_corpus()["cases"]}
+    for c in cases:
+        if c["expected"]:
+            assert c["outcome"] == "found" and c["still_reported_when_fixed"] == [], c
+        for pr in c["per_release"].values():
+            # A finding in a crashing function means the lint now expresses that case: give it `expected`.
+            assert not pr.get("at_crash_site"), c
