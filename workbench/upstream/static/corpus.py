@@ -33,7 +33,6 @@ from .lint import analyse
 CORPUS_FILE = Path(__file__).resolve().parents[2] / "assets" / "upstream_bug_corpus.json"
 SCHEMA = "upstream-bug-corpus/1"
 SPLITS = ("held_out", "seen")
-OUTCOMES = ("found", "missed", "not expressible", "not shipped")
 _EXPECTED_KEYS = ("backend", "mode", "spec_class", "attr", "read_function")
 _CASE_KEYS = ("id", "title", "threads", "error", "kind", "crash_site", "releases", "evidence", "split")
 _THREAD_PREFIX = "https://github.com/sgl-project/sglang/"
