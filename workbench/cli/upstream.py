@@ -1,4 +1,4 @@
-"""``workbench upstream survey|lint|recall|bisect|replay|repro|run|fidelity|nightly``: the real SGLang releases.
+"""``workbench upstream survey|lint|recall|corpus|sites|bisect|replay|repro|run|fidelity|nightly``: real releases.
 
 Each subcommand imports what it runs when it runs (the replays, the released runtime and the fidelity
 check load torch, the survey plot matplotlib), so ``--help`` and a usage error answer at once.
@@ -19,6 +19,7 @@ from workbench.upstream.gate import GateError
 from workbench.upstream.runtime.run import RuntimeConfigError
 from workbench.upstream.sources.releases import ReleaseError, check_versions
 from workbench.upstream.sources.trees import SourceError
+from workbench.upstream.static.corpus import CorpusError
 
 
 def register(top: argparse._SubParsersAction) -> None:
@@ -99,6 +100,21 @@ def register(top: argparse._SubParsersAction) -> None:
     rc.add_argument("--json", type=Path, default=None, dest="json_out", help="write the per-kind figures here")
     rc.add_argument("--min-recall", type=float, default=0.95, help="exit 1 when a kind's recall is below this")
     rc.add_argument("--min-mutants", type=int, default=50, help="exit 1 when a release yields fewer mutants")
+    cp = sub.add_parser(
+        "corpus",
+        help="the lint on a corpus of real upstream crashes, case by case: found / missed / not expressible, "
+        "recall on the held-out cases and on the seen ones",
+    )
+    cp.add_argument("--corpus", type=Path, default=None, help="corpus file (default: the shipped one)")
+    cp.add_argument("--case", nargs="+", default=None, metavar="ID", help="only these cases")
+    cp.add_argument("--json", type=Path, default=None, dest="json_out", help="write the case results here")
+    st = sub.add_parser(
+        "sites",
+        help="every spec_info / forward_batch read site of a release, enumerated syntactically (not by the lint), "
+        "and the share of attention-backend spec_info sites the lint reads",
+    )
+    st.add_argument("--sglang", nargs="+", required=True, metavar="X", help="release(s) to enumerate")
+    st.add_argument("--json", type=Path, default=None, dest="json_out", help="write the sites here")
     bs = sub.add_parser("bisect", help="first bad commit of an sglang git checkout (replay or lint)")
     bs.add_argument("--sglang-src", type=Path, required=True, metavar="REPO")
     bs.add_argument("--good", required=True, metavar="REV")
@@ -410,6 +426,48 @@ def _recall(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports o
     return 1 if low else 0
 
 
+def _corpus(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.static.corpus import format_corpus, load_corpus, run_corpus
+
+    result = run_corpus(ctx, load_corpus(args.corpus), args.case)
+    result["command"] = "workbench " + " ".join(args.argv)
+    echo("")
+    echo(format_corpus(result))
+    for r in result["cases"]:
+        for v, pr in r["per_release"].items():
+            if pr.get("at_crash_site"):
+                echo(f"{r['id']} {v}: the lint reports {', '.join(pr['at_crash_site'])} in the crashing function")
+        if r.get("still_reported_when_fixed"):
+            echo(f"{r['id']}: still reported on the fixed release(s) {', '.join(r['still_reported_when_fixed'])}")
+    _write(args.json_out, result)
+    return 0
+
+
+def _sites(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.sources.trees import release_tree
+    from workbench.upstream.static.lint import analyse
+    from workbench.upstream.static.sites import enumerate_sites, lint_coverage, summary
+
+    out = {}
+    for v in check_versions(ctx, args.sglang):
+        tree = release_tree(ctx, v)
+        res = enumerate_sites(tree)
+        res["summary"], res["lint_coverage"] = summary(res), lint_coverage(res, analyse(tree, paths=False))
+        out[v] = res
+        cov = res["lint_coverage"]
+        echo(f"sglang {v}: {len(res['sites'])} read sites")
+        for key, n in res["summary"].items():
+            echo(f"  {key}: {n}")
+        echo(
+            f"  unguarded spec_info sites in layers/attention/: {cov['sites']}, "
+            f"{cov['in_lint']} of them among the lint's reads ({cov['share']})"
+        )
+        for u in res["unparsed"]:
+            echo(f"ERROR {v}: {u} does not parse")
+    _write(args.json_out, {"command": "workbench " + " ".join(args.argv), "releases": out})
+    return 2 if any(r["unparsed"] for r in out.values()) else 0
+
+
 def _bisect(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
     from workbench.upstream.bisect import bisect
 
@@ -472,6 +530,8 @@ COMMANDS = {
     "nightly": _nightly,
     "bisect": _bisect,
     "recall": _recall,
+    "corpus": _corpus,
+    "sites": _sites,
     "repro": _repro,
     "run": _run,
 }
@@ -503,6 +563,6 @@ def _main(args: argparse.Namespace) -> int:
         if args.bundle is not None:
             return _replay_bundle(args, ctx)
         return _replay(args, ctx)
-    except (ReleaseError, SourceError, BisectError, BundleError, GateError, RuntimeConfigError) as exc:
+    except (ReleaseError, SourceError, BisectError, BundleError, GateError, RuntimeConfigError, CorpusError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
