@@ -351,7 +351,7 @@ def test_every_job_runs_in_a_venv_of_what_it_installs(job: Job, tmp_path: Path) 
 
 
 def test_the_old_merge_install_fails_here(tmp_path: Path) -> None:
-    """The example workflow's merge install (matplotlib pyyaml) cannot import the merge: this test sees it."""
+    """The merge install the example workflow had (matplotlib pyyaml) cannot import the merge: this test sees it."""
     merge = next(j for j in all_jobs() if (j.workflow, j.name) == ("nightly.yml", "merge"))
     old = Job("nightly.yml", "merge (old install)", merge.spec, pip=("matplotlib", "pyyaml"), entries=merge.entries)
     with job_run(old, tmp_path) as r:
