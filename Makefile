@@ -1,8 +1,12 @@
 # Two commands: `make report` (the main job) and `make test`. Each creates or refreshes .venv.
-#   TORCH_INDEX  a pip index for torch alone; on a CPU-only machine without a local torch wheel use
-#                `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu` (PyPI's torch is the
-#                multi-GB CUDA build). Only torch comes from there; its dependencies come from pip's
-#                usual indexes with the rest. Empty (the default): torch too comes from those.
+#   PY           the interpreter the venv is made from: Python 3.11.5 or a later 3.11 (constraints.txt is
+#                frozen on 3.11); any other version stops the build naming the one found (`PY=python3.11`).
+#   TORCH_INDEX  a pip index for torch alone. Not set (the default): a torch 2.13.0 wheel pip finds without
+#                an index (its find-links, or one already installed) is used; otherwise torch comes from
+#                PyTorch's CPU index on a machine without `nvidia-smi`, and from pip's usual indexes (PyPI's
+#                CUDA build) on one with it. Set (e.g. `TORCH_INDEX=https://download.pytorch.org/whl/cu128`,
+#                or empty for pip's usual indexes): torch comes from there. Only torch comes from it; its
+#                dependencies come from pip's usual indexes with the rest.
 #   EXTRAS       the package's extras installed with it (default dev: tests, linters, JupyterLab, browser
 #                test); `make venv EXTRAS=` installs what the notebooks and the nightly runner need, no more.
 #   constraints.txt pins the tested set (`make constraints` regenerates it from the current venv).
@@ -10,15 +14,27 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-TORCH_INDEX ?=
+CPU_INDEX := https://download.pytorch.org/whl/cpu
+ifeq ($(origin TORCH_INDEX),undefined)
+TORCH_LOCAL := 1
+TORCH_INDEX := $(if $(shell command -v nvidia-smi 2>/dev/null),,$(CPU_INDEX))
+endif
+# Python 3.11, 3.11.5 or later: constraints.txt was frozen on 3.11 and some of its pins (soupsieve 4.1.3)
+# need 3.11.5; any other interpreter stops the build here, naming the version it found
+PY_CHECK := import sys; v = sys.version_info; sys.exit(None if v[:2] == (3, 11) and v.micro >= 5 else \
+  "make: Python %d.%d.%d found (%s): this project supports Python 3.11.5 or a later 3.11 \
+(constraints.txt is frozen on 3.11). Use one: make ... PY=python3.11 (after rm -rf .venv if it was made with another)" \
+  % (*v[:3], sys.executable))
 EXTRAS ?= dev
 KERNEL := eagle-workbench
 PIP := $(BIN)/pip install -q -c constraints.txt
 
 $(STAMP): pyproject.toml constraints.txt
+	@$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY)) -c '$(PY_CHECK)'
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(PIP) "torch==2.13.0" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --no-deps)  # its deps come next, pinned
+	$(if $(TORCH_LOCAL),$(PIP) --no-index --no-deps "torch==2.13.0" 2>/dev/null ||) \
+	  $(PIP) "torch==2.13.0" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --no-deps)  # its deps come next, pinned
 	$(PIP) -e ".$(if $(EXTRAS),[$(EXTRAS)])"
 	mkdir -p $(VENV)/.tmp    # ipykernel install leaves an empty tmp*_kernels dir in TMPDIR
 	TMPDIR=$(abspath $(VENV))/.tmp $(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) \

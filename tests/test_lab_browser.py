@@ -10,9 +10,11 @@ the kernel to go idle and checks the rendered page. Then, in 05: the debugger en
 toolbar, the backend module opened from the Kernel Sources panel, a breakpoint clicked on the line
 the notebook marked, ``workbench.replay_crash(bundle_path)`` run in a new cell: the call stack must
 stop there. Screenshots go to ``artifacts/lab/``. The server and every process it started are
-stopped at the end. Needs Debian's ``chromium`` (``.ci/run`` installs it and sets WB_REQUIRE_BROWSER=1;
-elsewhere a missing browser skips the test, reason printed) and Playwright for Python (dev extra); it
-never downloads a browser.
+stopped at the end. Needs a Chromium-family browser: the one ``WB_CHROMIUM`` names, else the first of
+``BROWSERS`` that exists (Debian's ``chromium``, which ``.ci/run`` installs; Ubuntu's
+``chromium-browser``; Google Chrome, which GitHub's hosted runners ship). ``.ci/run`` and the
+pull-request workflow set WB_REQUIRE_BROWSER=1; elsewhere a missing browser skips the test, reason
+printed. Playwright for Python (dev extra) drives it; it never downloads a browser.
 """
 
 from __future__ import annotations
@@ -36,7 +38,14 @@ import pytest
 from workbench.run.dp.launch import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
+BROWSER_ENV = "WB_CHROMIUM"  # a browser's executable, tried before BROWSERS
+BROWSERS = (
+    "/usr/bin/chromium",  # Debian's package (.ci/run installs it)
+    "/usr/bin/chromium-browser",  # Ubuntu's
+    "/usr/bin/google-chrome",  # GitHub's hosted ubuntu runners
+    "/usr/bin/google-chrome-stable",
+    "/opt/google/chrome/chrome",
+)
 REQUIRE_ENV = "WB_REQUIRE_BROWSER"  # .ci/run sets it: there a missing browser fails instead of skipping
 SHOTS = ROOT / "artifacts" / "lab"
 COPIES = SHOTS / "notebooks"  # inside the served root, as the notebooks are under make lab
@@ -207,9 +216,39 @@ def _debugger_recipe(page, frame_text: str) -> tuple[str, str]:
     return stopped, f"{path}:{line}"
 
 
+def find_browser() -> tuple[str | None, str]:
+    """The browser's executable (WB_CHROMIUM when set, else the first of BROWSERS present), or why none."""
+    named = os.environ.get(BROWSER_ENV)
+    if named:
+        if Path(named).is_file() and os.access(named, os.X_OK):
+            return named, ""
+        return None, f"{BROWSER_ENV}={named!r} is not an executable file"
+    found = next((b for b in BROWSERS if Path(b).is_file() and os.access(b, os.X_OK)), None)
+    why = (
+        f"no browser at {', '.join(BROWSERS)}: install Debian's chromium (`apt-get install -y chromium`; "
+        f".ci/run does) or name one with {BROWSER_ENV}=PATH"
+    )
+    return found, "" if found else why
+
+
+def test_the_browser_is_found_by_variable_or_at_the_known_paths(tmp_path, monkeypatch):
+    fake = tmp_path / "chrome"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv(BROWSER_ENV, str(fake))
+    assert find_browser() == (str(fake), "")
+    monkeypatch.setenv(BROWSER_ENV, str(tmp_path / "missing"))
+    found, why = find_browser()
+    assert found is None and "missing" in why and BROWSER_ENV in why
+    monkeypatch.delenv(BROWSER_ENV)
+    found, why = find_browser()
+    assert found == next((b for b in BROWSERS if Path(b).is_file() and os.access(b, os.X_OK)), None)
+    assert (found is None) == bool(why)
+
+
 def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
-    if not Path(CHROMIUM).is_file():
-        why = f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install -y chromium`; .ci/run does)"
+    browser, why = find_browser()
+    if browser is None:
         if os.environ.get(REQUIRE_ENV) == "1":
             pytest.fail(f"{why}; {REQUIRE_ENV}=1 requires this test")
         pytest.skip(f"browser test: {why}; {REQUIRE_ENV}=1 makes a missing browser a failure")
@@ -261,7 +300,7 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
         with urllib.request.urlopen(f"{base}/?token={token}", timeout=10) as landing:
             assert landing.url.split("?")[0].endswith("/lab/tree/notebooks"), landing.url  # make lab's landing page
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
+            browser = pw.chromium.launch(executable_path=browser, args=["--no-sandbox"], headless=True)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
 
             st = _run_all(page, base, "01_reproduce_crash", token)

@@ -1,0 +1,78 @@
+""".ci/run's pytest selections pick tests: each file a `-k` selection names holds at least one test it
+selects (collected by pytest with the same -m and -k, nothing run), and every network test .ci/run
+leaves out is one the nightly workflow's network shards run (they take every network test; which
+shard runs which: tests/test_workflow_jobs.py)."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CI_RUN = ROOT / ".ci" / "run"
+
+
+def pytest_calls(script: str) -> list[list[str]]:
+    """The argument lists after `python -m pytest` in the script, continuation lines joined."""
+    calls = []
+    for line in script.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        for i in range(len(words) - 2):
+            if words[i].endswith("python") and words[i + 1 : i + 3] == ["-m", "pytest"]:
+                calls.append(words[i + 3 :])
+    return calls
+
+
+def _option(args: list[str], name: str) -> str | None:
+    return args[args.index(name) + 1] if name in args else None
+
+
+def collect(args: list[str]) -> list[str]:
+    """Node ids pytest selects for these arguments (collection only)."""
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode in (0, 5), f"collection failed for {args}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    return [x for x in res.stdout.splitlines() if "::" in x]
+
+
+def test_every_k_selection_picks_tests_in_each_file_it_names():
+    calls = [c for c in pytest_calls(CI_RUN.read_text()) if "-k" in c]
+    assert calls, ".ci/run has no pytest call with -k: this test would check nothing"
+    for args in calls:
+        files = [a for a in args if a.endswith(".py")]
+        marks = ["-m", _option(args, "-m")] if "-m" in args else []
+        picked = collect([*marks, "-k", _option(args, "-k"), *files])
+        empty = [f for f in files if not any(x.startswith(f + "::") for x in picked)]
+        assert files and not empty, f".ci/run's -k {_option(args, '-k')!r} selects none of the tests in {empty}"
+
+
+def test_the_network_tests_ci_run_leaves_out_run_in_the_nightly():
+    calls = [c for c in pytest_calls(CI_RUN.read_text()) if _option(c, "-m") == "network"]
+    assert calls, ".ci/run runs no network tests"
+    everything = set(collect(["-m", "network", "tests/"]))
+    in_ci_run = set()
+    for args in calls:
+        in_ci_run |= set(collect(["-m", "network", "-k", _option(args, "-k"), *[a for a in args if a.endswith(".py")]]))
+    left_out = everything - in_ci_run
+    # recall on a release, both end-to-end guard tests, the 0.5.12 seed replay, the guard job's lane
+    assert {x.split("::")[0] for x in left_out} == {
+        "tests/test_upstream_recall.py",
+        "tests/test_guard_e2e_network.py",
+        "tests/test_upstream_replay.py",
+        "tests/test_workflow_jobs.py",
+    }, left_out
+    nightly = yaml.safe_load((ROOT / ".github" / "workflows" / "nightly.yml").read_text())["jobs"]["network"]
+    [step] = [s for s in nightly["steps"] if "-m network" in s.get("run", "")]
+    # the network shards select with -m network alone over all of tests/: every test left out above
+    assert " -k " not in step["run"] and step["env"]["TESTS"] == "tests/", (
+        "the nightly does not take every network test"
+    )
