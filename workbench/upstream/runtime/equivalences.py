@@ -10,8 +10,8 @@ that run are the release's own CUDA-branch lines, and the function's other code 
 
 An equivalence names its upstream function, the line(s) holding the test, the CPU and the CUDA
 expressions as written there, and why the CUDA branch is the one for the chosen backend. ``apply``
-checks, against the release's source, that the function tests ``_is_cpu`` exactly at those lines and
-nowhere else (one that does not is refused, never applied) and that it binds no global. None adds,
+checks, against the release's source, that the function reads ``_is_cpu`` once, in the anchored line
+(one that reads it anywhere else is refused, never applied), and that it binds no global. None adds,
 removes or changes a field of a spec input, a read in an attention backend, or the EAGLE worker's
 control flow: the functions are the DP padding's fill value and the verify tree-mask mode's default.
 """
@@ -90,8 +90,8 @@ def _resolve(module: types.ModuleType, qualname: str) -> tuple:
 
 def check_shape(eq: Equivalence, func: types.FunctionType) -> list:
     """The release lines (``file:first-last``) of each statement in ``func`` that tests the flag;
-    EquivalenceError if the function tests it off the anchored lines, binds a global, or does not write
-    the two branches as ``eq`` names them."""
+    EquivalenceError if the function reads it other than once in the anchored line, binds a global, or
+    does not write the two branches as ``eq`` names them."""
     lines, start = inspect.getsourcelines(func)
     src = "".join(lines)
     tree = ast.parse(textwrap.dedent(src))
@@ -100,9 +100,10 @@ def check_shape(eq: Equivalence, func: types.FunctionType) -> list:
         raise EquivalenceError(f"{eq.qualname} binds a global or nonlocal name; a globals view would hide it")
     flag_lines = sorted({start + n.lineno - 1 for n in uses})
     anchored = [start + i for i, line in enumerate(lines) if eq.anchor in line]
-    if not uses or flag_lines != anchored:
+    if len(uses) != 1 or flag_lines != anchored:
         raise EquivalenceError(
-            f"{eq.qualname} tests {FLAG} at lines {flag_lines}, the equivalence names {eq.anchor!r} at {anchored}"
+            f"{eq.qualname} reads {FLAG} {len(uses)} time(s), at lines {flag_lines}; the equivalence names one "
+            f"test, {eq.anchor!r}, at {anchored}"
         )
     flat = "".join(src.split())
     for branch in (eq.cpu_branch, eq.cuda_branch):
