@@ -115,6 +115,13 @@ CLAIMS = (
         '"--enable-dp-attention",',
         None,
     ),
+    (
+        "with graphs on, a batch the decode graph runner can run is replayed here and returns before the eager "
+        "path and its `init_forward_metadata` call",
+        "srt/model_executor/model_runner.py",
+        "ret = self.decode_cuda_graph_runner.execute(",
+        "_forward_raw",
+    ),
 )
 
 
@@ -167,8 +174,8 @@ def unified_diff(before: str, after: str) -> str:
 
 
 def relative_traceback(text: str) -> str:
-    """The traceback with every path cut to ``sglang/...`` (no machine's folders)."""
-    return re.sub(r'File "[^"]*?/(sglang/[^"]+)"', r'File "\1"', text)
+    """The traceback with every path cut to ``sglang/...`` or ``workbench/...`` (no machine's folders)."""
+    return re.sub(r'File "[^"]*?/((?:sglang|workbench)/[^"]+)"', r'File "\1"', text)
 
 
 def _summary(rec: dict) -> dict:
@@ -217,8 +224,9 @@ sglang {release}'s lines:
 |---|---|
 {rows}
 
-With CUDA graphs on, the idle rank's verify batch replays from a graph and never calls
-`init_forward_metadata`; that is why graph-on CI does not see it. `TARGET` and `EAGLE3_HEAD`: a target
+The last row is the other side: with CUDA graphs on, such a batch does not reach the eager
+`init_forward_metadata` (whether the graph path reads the field is not checked here). `TARGET` and
+`EAGLE3_HEAD`: a target
 model and its EAGLE3 draft head (the CPU measurement used a tiny Qwen3 target and an EAGLE3 head that
 sglang loads as `LlamaForCausalLMEagle3`). Not run on GPUs by the workbench.
 
