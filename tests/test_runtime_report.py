@@ -85,10 +85,12 @@ def test_the_fix_is_a_diff_patch_applies_to_the_release_file(tmp_path: Path) -> 
 def test_traceback_paths_are_cut_below_the_package() -> None:
     text = (
         'File "/work/wt/x/workbench/upstream/runtime/rank.py", line 9, in main\n'
+        'File "/root/.cache/v/lib/python3.11/site-packages/torch/c.py", line 2, in g\n'
         'File "/root/.cache/x/src/sglang-0.5.23/sglang/srt/a.py", line 3, in f\nFile "/usr/lib/b.py", line 1'
     )
     assert report.relative_traceback(text) == (
         'File "workbench/upstream/runtime/rank.py", line 9, in main\n'
+        'File "site-packages/torch/c.py", line 2, in g\n'
         'File "sglang/srt/a.py", line 3, in f\nFile "/usr/lib/b.py", line 1'
     )
 

@@ -174,8 +174,9 @@ def unified_diff(before: str, after: str) -> str:
 
 
 def relative_traceback(text: str) -> str:
-    """The traceback with every path cut to ``sglang/...`` or ``workbench/...`` (no machine's folders)."""
-    return re.sub(r'File "[^"]*?/((?:sglang|workbench)/[^"]+)"', r'File "\1"', text)
+    """The traceback with every path cut to ``sglang/...``, ``workbench/...`` or ``site-packages/...``
+    (no machine's folders)."""
+    return re.sub(r'File "[^"]*?/((?:sglang|workbench|site-packages)/[^"]+)"', r'File "\1"', text)
 
 
 def _summary(rec: dict) -> dict:
