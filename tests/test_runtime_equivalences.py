@@ -148,6 +148,14 @@ def _run_refused(root: Path) -> list:
     return json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout)
 
 
+def test_a_release_without_the_branch_needs_none(tmp_path: Path) -> None:
+    pad = FORWARD_BATCH_INFO.replace("if _is_cpu\n", "if False\n")  # no _is_cpu branch (0.5.14 has none)
+    _stand_in(tmp_path, pad=pad)
+    entry = next(a for a in _run_refused(tmp_path) if a["name"] == "dp-padding-fill-value")
+    assert entry["installed"] is False
+    assert entry["reason"] == "not needed in sglang stand-in: ForwardBatch._pad_inputs_to_size has no _is_cpu branch"
+
+
 def test_every_equivalence_names_both_branches_and_why() -> None:
     names = [e.name for e in equivalences.EQUIVALENCES]
     assert len(names) == len(set(names))

@@ -166,6 +166,10 @@ def apply(version: str) -> list:
             entry["reason"] = f"not needed in sglang {version}: no {eq.module}.{eq.qualname}"
             out.append(entry)
             continue
+        if FLAG not in inspect.getsource(func):
+            entry["reason"] = f"not needed in sglang {version}: {eq.qualname} has no {FLAG} branch"
+            out.append(entry)
+            continue
         try:
             entry["upstream"] = check_shape(eq, func)
         except EquivalenceError as exc:
