@@ -11,7 +11,8 @@ from ci.history import params_of
 from ci.matrix import EXPECT_FIELDS, PRIMARY
 from workbench.run.record import CRASH_FIELDS as RECORD_CRASH_FIELDS
 
-CRASH_FIELDS = tuple(f for f in EXPECT_FIELDS if f in RECORD_CRASH_FIELDS)  # compared with the record's crash as is
+# compared with the record's crash as is; raised_at (a dict in the record) by its "file:line"
+CRASH_FIELDS = tuple(f for f in EXPECT_FIELDS if f in RECORD_CRASH_FIELDS and f != "raised_at")
 
 
 def describe(record: dict | None) -> str:
@@ -31,7 +32,7 @@ def describe(record: dict | None) -> str:
 
 def describe_expect(want: dict) -> str:
     """``crashed [exception_type='AttributeError', rank=1, ...]``."""
-    extra = ", ".join(f"{k}={want[k]!r}" for k in (*CRASH_FIELDS, "message_contains") if k in want)
+    extra = ", ".join(f"{k}={want[k]!r}" for k in (*CRASH_FIELDS, "message_contains", "raised_at") if k in want)
     return want["status"] + (f" [{extra}]" if extra else "")
 
 
@@ -46,6 +47,10 @@ def check_run(want: dict, record: dict) -> list[str]:
             got.append(f"{k} {crash.get(k)!r}")
     if "message_contains" in want and want["message_contains"] not in str(crash.get("message")):
         got.append(f"message {str(crash.get('message'))[:120]!r}")
+    at = crash.get("raised_at") or {}
+    where = f"{at.get('file')}:{at.get('line')}"
+    if "raised_at" in want and not where.endswith(want["raised_at"]):
+        got.append(f"raised_at {where!r}")
     return got
 
 

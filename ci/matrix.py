@@ -2,7 +2,8 @@
 
 An expectation is ``"ok"``, a named expectation from ``expectations:``, or a dict of record fields
 (``status``, ``exception_type``, ``rank``, ``phase``, ``forward_mode``, ``batch_size``,
-``message_contains``); a dict of those keyed by run role (``"*"``: every run) checks several runs.
+``message_contains``, ``raised_at``: the ``file:line`` the crash's innermost sglang frame ends with);
+a dict of those keyed by run role (``"*"``: every run) checks several runs.
 An unkeyed expectation applies to the notebook record's primary run.
 """
 
@@ -17,7 +18,16 @@ from typing import Any
 
 from workbench.run.record import STATUSES
 
-EXPECT_FIELDS = ("status", "exception_type", "rank", "phase", "forward_mode", "batch_size", "message_contains")
+EXPECT_FIELDS = (
+    "status",
+    "exception_type",
+    "rank",
+    "phase",
+    "forward_mode",
+    "batch_size",
+    "message_contains",
+    "raised_at",  # "file:line" the crash's innermost sglang frame ends with (a line of one release)
+)
 PRIMARY = "primary"
 
 

@@ -39,7 +39,10 @@
 # verify fix lets the run reach the draft-extend pass, where the seed's crash appears in the real
 # runtime; PR #28221's field makes it complete. On 0.5.12, whose V1 worker installs the idle
 # draft-extend input itself, the seed's crash shows in the released runtime once the two earlier
-# idle passes get past (section 3b).
+# idle passes get past (section 3b). On 0.5.23, the newest release, the idle rank raises the same
+# verify-pass error, at `triton_backend.py:891`: the upstream guard's live finding, confirmed end to
+# end (section 3c); its CPU branches made for the intel_amx backend run as their CUDA branch there
+# (device equivalences, section 5b).
 #
 # With `live = False` the notebook shows the shipped measurement (labelled with its date, commit and
 # command); with `live = True` it runs the releases now (about a minute a run on 2 cores, plus a
@@ -54,7 +57,7 @@ from workbench.upstream.runtime import measurements
 from workbench.views import runtime as views
 
 # %% tags=["parameters"]
-release: str = "0.5.14"  # the SGLang release run (shipped measurement: 0.5.12, 0.5.13, 0.5.14 on triton)
+release: str = "0.5.14"  # the SGLang release run (shipped measurement: 0.5.12, 0.5.13, 0.5.14, 0.5.23 on triton)
 backend: str = "triton"  # the release's attention backend: triton or torch_native
 roles = None  # type: list[str]|None  runs by role (dp2, dp1, between+verify-input, v1-dp2, ...); None: the release's
 live: bool = False  # False: the shipped measurement (seconds); True: run the release now (about a minute a run)
@@ -134,6 +137,27 @@ if backend == "triton":
                 print(line)
 
 # %% [markdown]
+# ## 3c · The newest release, 0.5.23: the guard's live finding, end to end
+# The upstream guard reports `EagleVerifyInput.kv_indptr` read at `triton_backend.py:891` as live on
+# 0.5.23 (confirmed by a one-function replay). Run end to end (`workbench upstream lint --sglang 0.5.23
+# --replay --end-to-end`), the release's own runtime raises it on the idle rank's verify pass: the
+# finding's verdict becomes `confirmed end to end`. `--fix verify-input` makes the run complete, equal
+# to DP 1 and to HF; between the PRs the seed's draft-extend crash is raised at the same line. Shown from
+# this notebook's runs when `release` is 0.5.23, else from the shipped measurement, labelled.
+
+# %%
+if backend == "triton":
+    if release == measurements.NEWEST_RELEASE:
+        new_runs, new_source = runs, data["source"]
+    else:
+        new_data = measurements.load_runs(measurements.NEWEST_RELEASE, "triton")
+        new_runs, new_source = new_data["runs"], new_data["source"]
+    print("source:", new_source)
+    display(views.runs_table(new_runs))
+    for line in measurements.sglang_frames(new_runs["dp2"])[-4:]:
+        print(line)
+
+# %% [markdown]
 # ## 4 · Beside the workbench's engine
 # The workbench runs the same code states on its own engine (`revision`), live, in seconds. Its
 # model of the idle verify pass carries no spec input (docs/design.md §6), so it does not show the
@@ -167,6 +191,17 @@ views.shims_table(first)
 
 # %%
 print("shim guard:", first.get("shim_guard"))
+
+# %% [markdown]
+# ## 5b · Device equivalences
+# Where a release's CPU branch assumes the intel_amx attention backend in code not under test, the
+# lane runs that function's own code on its CUDA branch (`_is_cpu` False for that function only):
+# the DP padding's seq_len fill value and the verify tree-mask mode, from 0.5.23 (docs/real-runtime.md).
+# Each names the release lines of the branch; a release without such a branch installs none.
+
+# %%
+eq_runs = new_runs if backend == "triton" else runs
+display(views.equivalences_table(eq_runs["dp2"] if "dp2" in eq_runs else first))
 
 # %% [markdown]
 # ## Record and expectation

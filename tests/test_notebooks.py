@@ -261,6 +261,11 @@ def test_06_shows_the_real_runtime_beside_the_engine_from_the_shipped_measuremen
     # 3b: 0.5.12's V1 worker reaches the seed's crash (shipped, labelled with its own part's commit)
     assert "sglang 0.5.12" in text and "speculative/eagle_worker.py" in text
     assert "in forward_draft_extend_after_decode" in text and CRASH in text
+    # 3c: 0.5.23's idle verify crash at the guard's read; 5b: its device equivalences with their lines
+    assert "sglang 0.5.23" in text and "sglang/srt/layers/attention/triton_backend.py:891" in text
+    shown = json.dumps(nb["cells"])
+    assert "dp-padding-fill-value" in shown and "forward_batch_info.py:2013-2017" in shown
+    assert "verify-tree-mask-mode" in shown and "eagle_utils.py:135" in shown
     assert not _outputs(nb, "error")
 
 

@@ -83,8 +83,8 @@ def test_every_crash_producer_emits_exactly_the_constructors_fields(tmp_path):
 
 
 def test_the_nightlys_expectation_fields_are_fields_of_the_crash_record():
-    assert set(EXPECT_FIELDS) - {"status", "message_contains"} == set(CHECKED_FIELDS)
-    assert set(CHECKED_FIELDS) <= set(CRASH_FIELDS)
+    assert set(EXPECT_FIELDS) - {"status", "message_contains", "raised_at"} == set(CHECKED_FIELDS)
+    assert set(CHECKED_FIELDS) | {"raised_at"} <= set(CRASH_FIELDS)
     want = yaml.safe_load((ROOT / "ci" / "matrix.yaml").read_text())["expectations"]["idle_rank_kv_indptr"]
     crash = crash_record(
         rank=1,
@@ -104,6 +104,13 @@ def test_the_nightlys_expectation_fields_are_fields_of_the_crash_record():
     ):
         got = check_run(want, {"status": "crashed", "crash": {**crash, field: other}})
         assert len(got) == 1 and got[0].startswith(field), (field, got)
+    # raised_at keys an expectation by release: the read's line in that release's file
+    at = {"file": "sglang/srt/layers/attention/triton_backend.py", "line": 891, "function": "f", "code": ""}
+    one_release = {**want, "raised_at": "triton_backend.py:891"}
+    assert check_run(one_release, {"status": "crashed", "crash": {**crash, "raised_at": at}}) == []
+    got = check_run(one_release, {"status": "crashed", "crash": {**crash, "raised_at": {**at, "line": 593}}})
+    assert got == ["raised_at 'sglang/srt/layers/attention/triton_backend.py:593'"]
+    assert check_run(one_release, {"status": "crashed", "crash": crash}) == ["raised_at 'None:None'"]
 
 
 def test_crash_from_exception_says_where_it_was_raised():

@@ -4,6 +4,7 @@ checks. Run with WB_NETWORK_TESTS=1; CI runs these for 0.5.14 and 0.5.12's V1 wo
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -146,3 +147,143 @@ def test_runtime_cli_refuses_before_starting(capsys: pytest.CaptureFixture) -> N
 
     assert main(["upstream", "run", "--sglang", "0.5.99"]) == 2
     assert "0.5.99" in capsys.readouterr().err
+
+
+# 0.5.23: the device equivalences' values on the release's own objects, and its three runs.
+EQUIVALENCE_PROBE = """
+import dataclasses, json, sys, types
+sys.path[:0] = [{src_root!r}, {runtime!r}]
+import shims
+shims.apply("0.5.23")
+import torch
+import equivalences
+from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+from sglang.srt.model_executor import forward_batch_info as fbi
+from sglang.srt.speculative import eagle_utils
+
+
+def idle_batch():  # an empty IDLE ForwardBatch, as an idle DP rank holds before the padding
+    fb = object.__new__(fbi.ForwardBatch)
+    for f in dataclasses.fields(fbi.ForwardBatch):
+        value = None
+        if f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        object.__setattr__(fb, f.name, value)
+    fb.forward_mode, fb.batch_size, fb.seq_lens_sum = fbi.ForwardMode.IDLE, 0, 0
+    for name in ("input_ids", "positions", "req_pool_indices", "seq_lens", "seq_lens_cpu", "out_cache_loc"):
+        setattr(fb, name, torch.empty(0, dtype=torch.int64))
+    return fb
+
+
+runner = types.SimpleNamespace(attn_backend=object.__new__(TritonAttnBackend))  # the release's class
+eqs = {{e.name: e for e in equivalences.EQUIVALENCES}}
+fill, mask = eqs["dp-padding-fill-value"], eqs["verify-tree-mask-mode"]
+cpu_mode = eagle_utils.default_tree_mask_mode().name
+try:
+    idle_batch()._pad_inputs_to_size(runner, 2, 2)
+    cpu_pad = "padded"
+except AttributeError as exc:
+    cpu_pad = str(exc)
+applied = equivalences.apply("0.5.23")
+fb = idle_batch()
+fb._pad_inputs_to_size(runner, 2, 2)
+print(json.dumps({{
+    "applied": applied,
+    "cpu_mode": cpu_mode,
+    "cpu_pad": cpu_pad,
+    "mode": eagle_utils.default_tree_mask_mode().name,
+    "cuda_mode": eval(mask.cuda_branch, vars(eagle_utils)).name,
+    "seq_lens": fb.seq_lens.tolist(),
+    "seq_lens_sum": fb.seq_lens_sum,
+    "cuda_fill": eval(fill.cuda_branch, {{"model_runner": runner}}),
+    "module_flags": [fbi._is_cpu, eagle_utils._is_cpu],
+}}))
+"""
+
+
+def test_runtime_0_5_23_equivalences_equal_the_cuda_branch_on_the_release(tmp_path: Path) -> None:
+    """On 0.5.23's own objects: the CPU branch raises (fill value) or picks QLEN_ONLY; with the
+    equivalences the padded seq_lens hold the CUDA branch's value (triton: 1) and the mode is the CUDA
+    branch's FULL_MASK, both evaluated here from the expressions the equivalences name."""
+    import subprocess
+
+    from workbench.upstream.runtime import equivalences, shims
+    from workbench.upstream.runtime.run import TREE_KERNELS_FILE
+    from workbench.upstream.sources.envs import ensure_env, ensure_sources
+
+    ctx = UpstreamContext()
+    env = ensure_env(ctx, "0.5.23")
+    script = EQUIVALENCE_PROBE.format(src_root=str(env.src_root), runtime=str(Path(equivalences.__file__).parent))
+    settings = {"SGLANG_USE_CPU_ENGINE": "1", "TRITON_INTERPRET": "1", "TORCH_COMPILE_DISABLE": "1"}
+    tree = {shims.SPEC_TREE_ENV: str(ensure_sources(ctx, "0.5.23") / TREE_KERNELS_FILE)}
+    proc = subprocess.run(
+        [str(env.python), "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, **settings, **tree, "TMPDIR": str(tmp_path)},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["cpu_mode"] == "QLEN_ONLY"
+    assert got["cpu_pad"] == "'TritonAttnBackend' object has no attribute 'get_cpu_graph_seq_len_fill_value'"
+    assert got["mode"] == got["cuda_mode"] == "FULL_MASK"
+    assert got["cuda_fill"] == 1 and got["seq_lens"] == [1, 1] and got["seq_lens_sum"] == 2
+    assert got["module_flags"] == [True, True]
+    upstream = {a["name"]: a["upstream"] for a in got["applied"] if a["installed"]}
+    assert upstream == {
+        "dp-padding-fill-value": ["sglang/srt/model_executor/forward_batch_info.py:2013-2017"],
+        "verify-tree-mask-mode": ["sglang/srt/speculative/eagle_utils.py:135"],
+    }
+
+
+@pytest.fixture(scope="module")
+def runs_0_5_23() -> dict:
+    from workbench.upstream.runtime import run_runtime
+
+    ctx = UpstreamContext()
+    return {
+        "dp1": run_runtime(ctx, "0.5.23", dp=1, max_new_tokens=TOKENS),
+        "dp2": run_runtime(ctx, "0.5.23", dp=2, max_new_tokens=TOKENS),
+        "dp2+verify-input": run_runtime(ctx, "0.5.23", dp=2, fixes=["verify-input"], max_new_tokens=TOKENS),
+    }
+
+
+def test_runtime_0_5_23_dp1_equals_hf_with_the_equivalences_listed(runs_0_5_23: dict) -> None:
+    rec = runs_0_5_23["dp1"]
+    assert rec["status"] == "ok" and rec["reference"]["equal"] and rec["limits"] == []
+    assert [(e["name"], e["installed"]) for e in rec["equivalences"]] == [
+        ("dp-padding-fill-value", True),
+        ("verify-tree-mask-mode", True),
+    ]
+    assert rec["timings"]["rank0"]["tree_mask_mode"] == "FULL_MASK"
+    _no_leftovers(rec)
+
+
+def test_runtime_0_5_23_idle_rank_crashes_at_the_guards_read(runs_0_5_23: dict) -> None:
+    """The guard's live 0.5.23 finding (EagleVerifyInput.kv_indptr read at triton_backend.py:891),
+    raised by the released runtime itself on the idle rank's verify pass."""
+    rec = runs_0_5_23["dp2"]
+    c = rec["crash"]
+    assert rec["status"] == "crashed" and c["message"] == VERIFY
+    assert (c["rank"], c["phase"], c["forward_mode"], c["batch_size"], c["spec_info"]) == (
+        1,
+        "verify",
+        "IDLE",
+        1,
+        "EagleVerifyInput",
+    )
+    assert c["raised_at"]["file"] == "sglang/srt/layers/attention/triton_backend.py" and c["raised_at"]["line"] == 891
+    assert "runner/eager_runner.py" in c["traceback"] and "in _execute_idle" in c["traceback"]
+    assert rec["timings"]["ranks_s"] < 180
+    _no_leftovers(rec)
+
+
+def test_runtime_0_5_23_verify_fix_equals_dp1_and_hf(runs_0_5_23: dict) -> None:
+    fixed, dp1 = runs_0_5_23["dp2+verify-input"], runs_0_5_23["dp1"]
+    assert fixed["status"] == "ok" and fixed["reference"]["equal"]
+    assert fixed["outputs"] == dp1["outputs"] and len(fixed["outputs"][0]) == TOKENS
+    _no_leftovers(fixed)

@@ -222,15 +222,17 @@ def test_lint_that_reads_nothing_or_a_bad_triage_exits_2(tmp_path: Path, capsys:
     assert "schema None" in capsys.readouterr().err
 
 
-def _fake_check(findings: list[dict], replay_status: str = "ok"):
+def _fake_check(findings: list[dict], replay_status: str = "ok", e2e_status: str = "ok"):
     lint = {"backend_classes": 1, "spec_inputs": {"A": {}}, "installs": [1], "forward_modes": ["IDLE"]}
 
-    def check(ctx, versions, src=None, replay=True):
+    def check(ctx, versions, src=None, replay=True, end_to_end=False):
+        assert end_to_end, "the lane judges the end-to-end verdicts"
         res = {
             "source": f"sglang {versions[0]}",
             "lint": lint,
             "findings": findings,
             "replay": {"status": replay_status},
+            "end_to_end": {"status": e2e_status, "message": "a run timed out", "verdicts": {}, "run_s": 1.0},
         }
         return {"generated_at": "now", "findings": findings, "results": [res]}
 
@@ -252,6 +254,10 @@ def test_lane_passes_fails_and_fails_closed(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(guard, "check", _fake_check([], replay_status="error"))
     night = lane.run_lane(ctx, tmp_path / "n3", history, triage, "0.5.14")
     assert (night["verdict"], lane.EXIT[night["verdict"]]) == ("error", 2)
+    monkeypatch.setattr(guard, "check", _fake_check([_finding("0.5.14", "refuted")], e2e_status="error"))
+    undecided = lane.run_lane(ctx, tmp_path / "n3b", None, triage, "0.5.14")
+    assert undecided["verdict"] == "error" and undecided["end_to_end"]["status"] == "error"
+    assert "could not decide a finding end to end: a run timed out" in undecided["problems"][0]
 
     def no_pypi(*a, **k):
         raise ReleaseError("could not ask PyPI for the sglang releases: offline")

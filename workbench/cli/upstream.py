@@ -130,7 +130,8 @@ def register(top: argparse._SubParsersAction) -> None:
     bs.add_argument("--timeout", type=float, default=900)
     nl = sub.add_parser(
         "nightly",
-        help="the network lane: lint + replays on the newest release, judged with --fail-on new; "
+        help="the network lane: lint + replays on the newest release, its confirmed findings the real "
+        "runtime drives run end to end, judged with --fail-on new; "
         "exit 0 pass, 1 findings fail the gate, 2 the lane could not run",
     )
     nl.add_argument("--out", type=Path, required=True, help="writes upstream_lane.json/.html here")

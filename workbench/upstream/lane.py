@@ -1,7 +1,9 @@
 """The nightly network lane on the newest sglang release: lint + replays, judged by the gate.
 
 Each night: ask PyPI for the newest release (it must answer), lint it, replay its spec inputs,
-give every finding a verdict and judge the findings with `--fail-on new` against the triage file
+give every finding a verdict, run each confirmed finding on a path the real-runtime lane drives end to
+end (``runtime/e2e.py``: ``confirmed end to end`` when the release's own runtime raised at the read)
+and judge the findings with `--fail-on new` against the triage file
 (`gate.py`); confirmed findings that pass only on a shipped reproducer are listed as "live, not
 filed upstream". The night is `pass`, `fail` (findings fail the gate) or `error` (PyPI, the
 environment, the lint or the replay could not run: never a pass). Every night is appended to a
@@ -61,8 +63,12 @@ def run_lane(
         newest = version or latest_release(ctx, refresh=True, strict=True)
         night["release"] = newest
         ctx.log(f"[upstream lane] newest sglang release: {newest}")
-        result = guard.check(ctx, [newest], replay=True)
+        # end to end: each confirmed finding the real-runtime lane drives is run on the release's own
+        # runtime, and the gate judges its verdict; a run that cannot decide makes the night an error
+        result = guard.check(ctx, [newest], replay=True, end_to_end=True)
         night["problems"] = ran_problems(result, replay=True)
+        e2e = result["results"][0].get("end_to_end") or {}
+        night["end_to_end"] = {k: e2e.get(k) for k in ("status", "message", "verdicts", "run_s")}
         night["findings"] = [{**f, "triage_entry": triage.get(f["key"])} for f in result["findings"]]
         night["failing"] = judge(result["findings"], triage, "new", newest)
         night["not_filed"] = not_filed(result["findings"], triage, newest)

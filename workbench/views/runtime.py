@@ -1,5 +1,5 @@
 """What notebook 06 shows of the real runtime (the data: ``workbench.upstream.runtime.measurements``): its
-runs, its CPU shims, and the workbench's own engine beside it, as tables."""
+runs, its CPU shims and device equivalences, and the workbench's own engine beside it, as tables."""
 
 from __future__ import annotations
 
@@ -46,6 +46,23 @@ def shims_table(rec: dict) -> Table:
                 "why": s["why"],
             }
             for s in rec.get("shims", [])
+        ]
+    )
+
+
+def equivalences_table(rec: dict) -> Table:
+    """One row per device equivalence of a run: installed or not, the release lines of the branch, both branches."""
+    return Table(
+        [
+            {
+                "equivalence": e["name"],
+                "installed": e["installed"],
+                "upstream lines": ", ".join(e.get("upstream") or []) or e.get("reason", ""),
+                "CPU branch (made for intel_amx)": e["cpu_branch"],
+                "CUDA branch taken": e["cuda_branch"],
+                "function": e["function"],
+            }
+            for e in rec.get("equivalences", [])
         ]
     )
 

@@ -62,12 +62,28 @@ def add_field(cls) -> None:
     """``kv_indptr: Optional[torch.Tensor] = None`` appended to the dataclass ``cls``, in place."""
     params = cls.__dataclass_params__
     kwargs = {p: getattr(params, p) for p in _PARAMS if hasattr(params, p)}
+    own = cls.__dict__.get("__annotations__", {})
+    for f in cls.__dataclass_fields__.values():
+        # A required field declared with field() lost its class attribute when the dataclass was built;
+        # re-built, it would take an inherited class attribute as its default (0.5.23's
+        # EagleVerifyInput.custom_mask over SpecInput's None), so it gets its field() back.
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if f.name in own and required and f.name not in cls.__dict__ and hasattr(cls, f.name):
+            setattr(cls, f.name, _field_like(f))
     cls.__annotations__[FIELD] = "Optional[torch.Tensor]"
     setattr(cls, FIELD, None)
     for name in _GENERATED:
         if name in cls.__dict__:
             delattr(cls, name)
     dataclasses.dataclass(cls, **kwargs)
+
+
+def _field_like(f: dataclasses.Field) -> dataclasses.Field:
+    """A new ``field()`` with ``f``'s parameters (no default)."""
+    kwargs = {k: getattr(f, k) for k in ("init", "repr", "hash", "compare", "metadata")}
+    if getattr(f, "kw_only", dataclasses.MISSING) is not dataclasses.MISSING:
+        kwargs["kw_only"] = f.kw_only
+    return dataclasses.field(**kwargs)
 
 
 def has_fallback(cls) -> bool:

@@ -12,6 +12,7 @@ from .run import load_prompts
 
 __all__ = [
     "EXPECTED",
+    "NEWEST_RELEASE",
     "V1_RELEASE",
     "V1_ROLES",
     "default_roles",
@@ -52,6 +53,7 @@ EXPECTED = {
 STANDARD = {backend: [r for r in roles if not r.startswith("v1-")] for backend, roles in EXPECTED.items()}
 V1_ROLES = [r for r in EXPECTED["triton"] if r.startswith("v1-")]
 V1_RELEASE = "0.5.12"
+NEWEST_RELEASE = "0.5.23"  # the newest release in the shipped measurement (notebook 06, section 3c)
 
 
 def default_roles(release: str, backend: str) -> list[str]:

@@ -146,6 +146,7 @@ def main() -> None:
     state = {"stage": "import"}
     applied: list = []
     fixed: list = []
+    equivalent: list = []
     guard: dict = {}
     sys.path.insert(0, cfg["src_root"])
     sys.path.insert(0, HERE)
@@ -157,6 +158,9 @@ def main() -> None:
         from rank_io import ipc, make_port_args, request
 
         fixed = fixes.apply(cfg.get("fixes", []))
+        import equivalences
+
+        equivalent = equivalences.apply(cfg["version"])
         state["stage"] = "server_args"
         import zmq
         from sglang.srt.managers.scheduler import Scheduler
@@ -177,6 +181,7 @@ def main() -> None:
         import shim_guard
 
         guard.update(shim_guard.check(fixes.touched(fixed)))
+        guard["equivalences"] = equivalences.touched(equivalent)  # the release's own code, its CUDA branch
         if guard["violations"]:
             raise RuntimeError(f"a shim reached protected code: {guard['violations']}")
         timings["tree_mask_mode"] = _tree_mask_mode(scheduler)
@@ -197,6 +202,7 @@ def main() -> None:
                     "time": time.time(),
                     "shims": applied,
                     "fixes": fixed,
+                    "equivalences": equivalent,
                     "shim_guard": guard,
                 },
             )
@@ -214,6 +220,7 @@ def main() -> None:
                 "timings": timings,
                 "shims": applied,
                 "fixes": fixed,
+                "equivalences": equivalent,
                 "shim_guard": guard,
                 "requests": len(reqs),
             },
@@ -236,6 +243,7 @@ def main() -> None:
                 "batch": _batch_facts(tb),
                 "shims": applied,
                 "fixes": fixed,
+                "equivalences": equivalent,
                 "shim_guard": guard,
                 "timings": {**timings, "crash_after_s": round(time.time() - t0, 2)},
                 "time": time.time(),

@@ -91,6 +91,7 @@ def new(cfg: dict) -> dict:
         "shims": [],
         "shim_guard": None,
         "fixes": [],
+        "equivalences": [],  # device equivalences: a CPU branch made for intel_amx, run as its CUDA branch
         "limits": [],  # known upstream limits this run met: the release cannot run this configuration here
         "processes": {},
         "env": {"host_python": sys.version.split()[0], "platform": platform.platform(), "device": "cpu"},
@@ -164,6 +165,7 @@ def _fill(rec: dict, ranks, prompts: list[list[int]]) -> None:
     if reporting:
         rec["shims"], rec["fixes"] = reporting["shims"], reporting.get("fixes", [])
         rec["shim_guard"] = reporting.get("shim_guard")
+        rec["equivalences"] = reporting.get("equivalences", [])
     if failed:
         first = failed[0]
         if first["status"] == "crashed":
