@@ -408,6 +408,7 @@ def test_the_lane_reports_a_live_finding_not_filed_upstream(tmp_path: Path, monk
     assert lane.read_history(tmp_path / "h.jsonl")[0]["not_filed"] == [SEED]
     assert lane.read_history(tmp_path / "h.jsonl")[0]["live"] == {"live-unfiled": 1}
     assert f"live (confirmed), live-unfiled: {SEED_T}" in lane.format_text(night)
+    assert f"live (confirmed), live-unfiled: {SEED_T}" in lane_html(night, [])
     (tmp_path / entry["link"] / "repro.py").unlink()  # the reproducer gone: the same night fails
     night = lane.run_lane(ctx, tmp_path / "n2", None, _triage_file(tmp_path, {SEED_T: entry}), "0.5.14")
     assert night["verdict"] == "fail" and "lacks repro.py" in night["failing"][0]["gate"]
