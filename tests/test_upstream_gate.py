@@ -61,6 +61,13 @@ def test_the_triage_key_names_the_install_site() -> None:
         failing[0]["gate"] == "new: install site managers/s.py:S.run (a new way to reach a read the triage file knows)"
     )
     assert judge([f], {SEED_T: _entry()}, "new", "0.5.14") == []
+    # a fixed read found again through a site the triage file never saw: it came back, and by a new way
+    fixed = {SEED_T: _entry(verdict="confirmed", status="accepted", fixed_in="0.5.13", link="https://example.org/pr/1")}
+    moved = {**f, "installs": two["installs"][1:]}
+    assert judge([moved], fixed, "new", "0.5.14")[0]["gate"] == (
+        "reappeared: fixed in 0.5.13 (https://example.org/pr/1), found again in 0.5.14, through a new install site "
+        "managers/s.py:S.run"
+    )
 
 
 def test_fail_on_new_covers_each_rule() -> None:

@@ -36,8 +36,9 @@ def register(top: argparse._SubParsersAction) -> None:
         ),
         epilog="exit codes: 0 as asked (every replay conclusive, nothing fails the gate, no fidelity difference); "
         "1 otherwise (lint --fail-on / nightly: findings fail the gate); 2 a usage or environment error "
-        "(unknown release, not an sglang checkout, refused bundle, bad triage file, a lint or lane that "
-        "could not run; run: a release that cannot run that configuration here)",
+        "(unknown release, not an sglang checkout, refused bundle, bad or unreviewed triage file, a covered file "
+        "that does not parse, a lint or lane that could not run, any exception; run: a release that cannot run "
+        "that configuration here)",
     )
     parser.set_defaults(func=_main, kernels=False)
     cache_help = f"wheels, sources and dependency venvs (default $WB_UPSTREAM_CACHE or {default_cache_dir()})"

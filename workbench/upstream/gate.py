@@ -169,19 +169,31 @@ def reproducer_problem(link: str, key: str) -> str | None:
     return None if named == key else f"{link}/result.json is the reproducer of {named!r}, not of this finding"
 
 
-def why_new(
-    f: dict, key: str, entry: dict | None, newest: str | None, known_reads: set[str] | None = None
-) -> str | None:
-    """Why `f` fails `--fail-on new` on its triage key `key`, or None when the entry covers it."""
-    site = key.rsplit("|", 1)[-1]
-    if entry is None:
-        if known_reads and read_key(key) in known_reads:
-            return f"new: install site {site} (a new way to reach a read the triage file knows)"
-        return f"new: not in the triage file (install site {site})"
+def _reappeared(f: dict, entry: dict) -> str | None:
     fixed, have = _version(entry.get("fixed_in")), _version(f.get("release"))
     if fixed is not None and (have is None or have >= fixed):
         link = f" ({entry['link']})" if entry.get("link") else ""
         return f"reappeared: fixed in {entry['fixed_in']}{link}, found again in {f.get('release') or f['source']}"
+    return None
+
+
+def why_new(
+    f: dict, key: str, entry: dict | None, newest: str | None, known_reads: dict[str, list[dict]] | None = None
+) -> str | None:
+    """Why `f` fails `--fail-on new` on its triage key `key`, or None when the entry covers it.
+    `known_reads`: the triage file's entries by read key (`reads_of`), to name a new install site."""
+    site = key.rsplit("|", 1)[-1]
+    if entry is None:
+        siblings = (known_reads or {}).get(read_key(key), [])
+        back = next((r for e in siblings if (r := _reappeared(f, e))), None)
+        if back:
+            return f"{back}, through a new install site {site}"
+        if siblings:
+            return f"new: install site {site} (a new way to reach a read the triage file knows)"
+        return f"new: not in the triage file (install site {site})"
+    back = _reappeared(f, entry)
+    if back:
+        return back
     verdict = f.get("verdict")
     if verdict in CONFIRMED and entry["verdict"] not in CONFIRMED:
         return f"a replay now confirms it; the triage file says {entry['verdict']}"
@@ -207,6 +219,14 @@ def why_new(
     return None
 
 
+def reads_of(triage: dict[str, dict]) -> dict[str, list[dict]]:
+    """The triage file's entries grouped by read key (every install site of one read)."""
+    out: dict[str, list[dict]] = {}
+    for key, e in triage.items():
+        out.setdefault(read_key(key), []).append(e)
+    return out
+
+
 def _unverified_why(f: dict, triage: dict[str, dict]) -> str | None:
     """Why an `unverified` finding fails `--fail-on confirmed`: a key whose entry does not say why, or None."""
     for key in triage_keys(f):
@@ -220,7 +240,7 @@ def judge(findings: list[dict], triage: dict[str, dict], fail_on: str, newest: s
     """The findings that fail the gate, each with a `gate` reason (one line for all its keys)."""
     if fail_on not in FAIL_ON:
         raise GateError(f"--fail-on {fail_on!r}: choose one of {', '.join(FAIL_ON)}")
-    known_reads = {read_key(k) for k in triage}
+    known_reads = reads_of(triage)
     failing = []
     for f in findings:
         if fail_on == "any":
@@ -285,7 +305,7 @@ def by_status(rows: list[dict]) -> dict[str, int]:
 def not_filed(findings: list[dict], triage: dict[str, dict], newest: str | None) -> list[dict]:
     """The confirmed findings on the newest release that pass only as "live, not filed upstream":
     {key (the finding's), read, link (the reproducer folder), note}, one per finding key."""
-    known_reads = {read_key(k) for k in triage}
+    known_reads = reads_of(triage)
     out: dict[str, dict] = {}
     for f in findings:
         if f.get("verdict") not in CONFIRMED or not is_newest(f.get("release"), newest):
