@@ -272,6 +272,12 @@ def test_migrate_converts_old_keys_once(tmp_path: Path) -> None:
     assert gate.migrate_triage(old, [f], "cmd", "abc", "now")["entries"][SEED_T]["status"] is None
     with pytest.raises(GateError, match="expected 'upstream-triage/2'"):
         gate.migrate_triage({"schema": gate.SCHEMA}, [f], "cmd", "abc", "now")
+    # a site only an older release had keeps that release's verdict and is fixed after it
+    older = {**_finding("0.5.13", "confirmed"), "install_sites": ["managers/s.py:S.run"], "installs": 1}
+    doc = gate.migrate_triage(old, [{**f, "verdict": "refuted"}, older], "cmd", "abc", "now")
+    site = doc["entries"][f"{SEED}|managers/s.py:S.run"]
+    assert (site["verdict"], site["releases"], site["fixed_in"]) == ("confirmed", ["0.5.13"], "0.5.14")
+    assert (doc["entries"][SEED_T]["verdict"], doc["entries"][SEED_T]["fixed_in"]) == ("refuted", None)
 
 
 def test_the_triage_command_never_writes_the_shipped_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -414,19 +414,23 @@ def propose_triage(
 
 def migrate_triage(old: dict, findings: list[dict], command: str, commit: str | None, at: str) -> dict:
     """A schema-2 triage document converted to schema 3 (one entry per install site) with `findings`
-    that list their install sites (`installs` or `install_sites`). An entry whose old record is live with
-    an https link becomes `live-filed`, live with `filed_upstream: false` `live-unfiled`; every other one
-    has `status: null` to be reviewed. Old keys no finding matches are listed under `dropped`."""
+    that list their install sites (`installs` or `install_sites`). Each new key takes the verdict of its
+    newest finding (an install site gone earlier keeps the verdict it had then) and `fixed_in` the first
+    release of `findings` after its last appearance (None while the newest has it). An entry whose old
+    record is live with an https link becomes `live-filed`, live with `filed_upstream: false`
+    `live-unfiled`; every other one has `status: null` to be reviewed. Old keys no finding matches are
+    listed under `dropped`."""
     if old.get("schema") != OLD_SCHEMA:
         raise GateError(f"--migrate: schema {old.get('schema')!r}, expected {OLD_SCHEMA!r}")
     entries: dict[str, dict] = {}
-    for f in findings:
+    order = _order([f.get("release") or f["source"] for f in findings])
+    for f in sorted(findings, key=lambda f: order.index((f.get("release") or f["source"]).replace("sglang ", ""))):
         e_old = old["entries"].get(f["key"])
         if e_old is None:
             continue
         for key in triage_keys(f):
             e = entries.setdefault(key, {"releases": []})
-            rel = f.get("release") or f["source"].replace("sglang ", "")
+            rel = (f.get("release") or f["source"]).replace("sglang ", "")
             if rel not in e["releases"]:
                 e["releases"].append(rel)
             link = e_old.get("link")
@@ -435,12 +439,13 @@ def migrate_triage(old: dict, findings: list[dict], command: str, commit: str | 
                 status = "live-filed"
             elif e_old.get("live") and e_old.get("filed_upstream") is False:
                 status = "live-unfiled"
+            last = order.index(rel)
             e.update(
-                verdict=e_old["verdict"],
-                verdict_reason=e_old.get("reason"),
-                read=e_old.get("read"),
+                verdict=f.get("verdict") or e_old["verdict"],
+                verdict_reason=f.get("verdict_reason") or e_old.get("reason"),
+                read=f"{f['read_file']}:{f['read_line']}",
                 install=key.rsplit("|", 1)[-1],
-                fixed_in=e_old.get("fixed_in"),
+                fixed_in=order[last + 1] if last + 1 < len(order) else None,
                 status=status,
                 reason=e_old.get("note") if status else None,
                 decided_by=f"migrated from {OLD_SCHEMA} (its live/link fields)" if status else None,
