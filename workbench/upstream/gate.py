@@ -185,7 +185,8 @@ def why_new(
     site = key.rsplit("|", 1)[-1]
     if entry is None:
         siblings = (known_reads or {}).get(read_key(key), [])
-        back = next((r for e in siblings if (r := _reappeared(f, e))), None)
+        latest = sorted(siblings, key=lambda e: _version(e.get("fixed_in")) or Version("0"), reverse=True)
+        back = next((r for e in latest if (r := _reappeared(f, e))), None)  # when the read itself was fixed
         if back:
             return f"{back}, through a new install site {site}"
         if siblings:
@@ -361,7 +362,8 @@ def ran_problems(result: dict, replay: bool) -> list[str]:
 
 
 def _order(sources: list[str]) -> list[str]:
-    return sorted((s.replace("sglang ", "") for s in sources), key=lambda v: _version(v) or Version("0"))
+    """The releases of `sources` once each, oldest first."""
+    return sorted({s.replace("sglang ", "") for s in sources}, key=lambda v: _version(v) or Version("0"))
 
 
 def propose_triage(
@@ -423,7 +425,7 @@ def migrate_triage(old: dict, findings: list[dict], command: str, commit: str | 
     if old.get("schema") != OLD_SCHEMA:
         raise GateError(f"--migrate: schema {old.get('schema')!r}, expected {OLD_SCHEMA!r}")
     entries: dict[str, dict] = {}
-    order = _order([f.get("release") or f["source"] for f in findings])
+    order = _order(list({f.get("release") or f["source"] for f in findings}))  # each release once
     for f in sorted(findings, key=lambda f: order.index((f.get("release") or f["source"]).replace("sglang ", ""))):
         e_old = old["entries"].get(f["key"])
         if e_old is None:
