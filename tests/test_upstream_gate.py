@@ -74,6 +74,8 @@ def test_the_triage_key_names_the_install_site() -> None:
     assert judge([{**moved, "release": "0.5.15"}], fixed, "new", "0.5.15")[0]["gate"].startswith(
         "reappeared: fixed in 0.5.14"
     )
+    still = {**fixed, SEED_T: {**fixed[SEED_T], "fixed_in": None}}  # the read is live through another site
+    assert judge([{**moved, "release": "0.5.15"}], still, "new", "0.5.15")[0]["gate"].startswith("new: install site")
 
 
 def test_fail_on_new_covers_each_rule() -> None:

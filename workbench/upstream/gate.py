@@ -185,8 +185,9 @@ def why_new(
     site = key.rsplit("|", 1)[-1]
     if entry is None:
         siblings = (known_reads or {}).get(read_key(key), [])
-        latest = sorted(siblings, key=lambda e: _version(e.get("fixed_in")) or Version("0"), reverse=True)
-        back = next((r for e in latest if (r := _reappeared(f, e))), None)  # when the read itself was fixed
+        fixed = [e for e in siblings if _version(e.get("fixed_in"))]
+        latest = max(fixed, key=lambda e: _version(e["fixed_in"])) if fixed and len(fixed) == len(siblings) else None
+        back = _reappeared(f, latest) if latest else None  # the read itself was fixed: every site of it was
         if back:
             return f"{back}, through a new install site {site}"
         if siblings:
