@@ -33,6 +33,9 @@ def _from_night(night: dict) -> dict:
     counts: dict[str, int] = {}
     for f in night.get("findings", []):
         counts[f.get("verdict") or "none"] = counts.get(f.get("verdict") or "none", 0) + 1
+    live: dict[str, int] = {}  # the reads that raised on the release, per triage status
+    for r in night.get("live", []):
+        live[r.get("status") or "none"] = live.get(r.get("status") or "none", 0) + 1
     return {
         "finished_at": night.get("finished_at") or night.get("started_at"),
         "release": night.get("release"),
@@ -41,6 +44,7 @@ def _from_night(night: dict) -> dict:
         "verdicts": counts,
         "failing": [f"{f['key']}: {f['gate']}" for f in night.get("failing", [])],
         "not_filed": [r["key"] for r in night.get("not_filed", [])],
+        "live": live,
         "problems": night.get("problems", []),
     }
 

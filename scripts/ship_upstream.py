@@ -3,9 +3,12 @@ release, the reproducers of the newest release's confirmed findings, and the see
 
     python scripts/ship_upstream.py [--sglang X ...] [--parts findings repro seeds]
                                       # default: the final releases 0.5.10 to the newest, every part
+    python scripts/ship_upstream.py --parts install-sites
+                                      # once: the install sites of the shipped findings, by lint only
 
 Writes ``workbench/assets/upstream_findings.json`` (lint + replay verdicts, with the command, the
-date, the machine and the workbench commit) and, from the same run, ``upstream_triage.json``;
+date, the machine and the workbench commit; never the triage file that judges them: propose one to
+review with ``workbench upstream triage --propose OUT --findings workbench/assets/upstream_findings.json``);
 ``workbench/assets/upstream_repro/`` (``workbench upstream repro``'s folders and index.json); and
 ``workbench/assets/upstream_replays.json`` (the seed crash's run record on 0.5.12, 0.5.13 and
 0.5.14, each with the workbench commit). Needs the package registries the first time (wheels and
@@ -23,14 +26,17 @@ from pathlib import Path
 from packaging.version import Version
 
 from workbench.upstream.context import UpstreamContext
-from workbench.upstream.gate import TRIAGE_FILE, build_triage, load_triage
+from workbench.upstream.gate import install_site
 from workbench.upstream.guard import check
 from workbench.upstream.replay.records import seed_record
 from workbench.upstream.replay.repro import reproducers, workbench_commit
 from workbench.upstream.sources.releases import check_versions, known_releases
+from workbench.upstream.sources.trees import release_tree
+from workbench.upstream.static.lint import analyse
 
 ASSETS = Path(__file__).resolve().parent.parent / "workbench" / "assets"
 PARTS = ("findings", "repro", "seeds")
+EXTRA_PARTS = ("install-sites",)  # not in the default: a one-time conversion of the shipped findings
 SEED_RELEASES = ("0.5.12", "0.5.13", "0.5.14")
 
 
@@ -65,6 +71,7 @@ def _slim(f: dict, stand_ins: list[str]) -> dict:
     return {
         **{k: v for k, v in f.items() if k not in ("installs", "runner_paths", "reachability", "replay")},
         "installs": len(f.get("installs") or []),
+        "install_sites": sorted({install_site(i) for i in f.get("installs") or []}),
         "runner_paths": outcomes,
         "reachability": f.get("reachability") if f.get("verdict") == "confirmed" else None,
         "replay": replay,
@@ -92,7 +99,7 @@ def ship_repro(ctx: UpstreamContext, versions: list[str]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sglang", nargs="+", default=None, metavar="X")
-    ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
+    ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS + EXTRA_PARTS)
     args = ap.parse_args()
     ctx = UpstreamContext()
     finals = [v for v in known_releases(ctx) if not Version(v).is_prerelease and Version(v) >= Version("0.5.10")]
@@ -104,13 +111,15 @@ def main() -> int:
         ship_repro(ctx, versions)
     if "findings" in args.parts:
         ship_findings(ctx, versions, commit)
+    if "install-sites" in args.parts:
+        add_install_sites(ctx, commit)
     print(f"wrote {', '.join(args.parts)} under {ASSETS} (workbench {commit})")
     return 0
 
 
 def ship_findings(ctx: UpstreamContext, versions: list[str], commit: str) -> None:
-    """The findings with their verdicts and, from the same run, the triage file (its link, live,
-    filed_upstream and note carried over from the shipped one)."""
+    """The findings with their verdicts (the triage file that judges them is reviewed apart: the run
+    it judges never writes it)."""
     result = check(ctx, versions, replay=True)
     command = f"python scripts/ship_upstream.py --sglang {' '.join(versions)}"
     stand_ins: list[str] = []
@@ -131,10 +140,35 @@ def ship_findings(ctx: UpstreamContext, versions: list[str], commit: str) -> Non
         "replays": {r["source"]: r["replay"] for r in result["results"]},
     }
     (ASSETS / "upstream_findings.json").write_text(json.dumps(data, indent=1) + "\n")
-    triage = build_triage(result, load_triage(TRIAGE_FILE), command, commit)
-    triage["produced_by"]["note"] = "from the same run as upstream_findings.json; link, live, filed_upstream and note "
-    triage["produced_by"]["note"] += "carried over from the triage file shipped before it"
-    TRIAGE_FILE.write_text(json.dumps(triage, indent=1) + "\n")
+
+
+def add_install_sites(ctx: UpstreamContext, commit: str) -> None:
+    """Give each shipped finding its `install_sites` (the triage keys' last part) from a lint-only run of
+    its release at this commit; refuses unless every shipped finding is found again with the same read,
+    first install and number of installs."""
+    path = ASSETS / "upstream_findings.json"
+    data = json.loads(path.read_text())
+    by_source: dict[str, list[dict]] = {}
+    for f in data["findings"]:
+        by_source.setdefault(f["source"], []).append(f)
+    for source, shipped in by_source.items():
+        linted = analyse(release_tree(ctx, source.replace("sglang ", "")), paths=False)["findings"]
+        index = {(f["key"], f["read_line"], f["install_file"], f["install_line"]): f for f in linted}
+        for f in shipped:
+            match = index.get((f["key"], f["read_line"], f["install_file"], f["install_line"]))
+            if match is None or len(match["installs"]) != f["installs"]:
+                raise SystemExit(
+                    f"{source}: {f['key']} at line {f['read_line']} is not found again by the lint: refused"
+                )
+            f["install_sites"] = sorted({install_site(i) for i in match["installs"]})
+        print(f"{source}: install sites of {len(shipped)} finding(s)")
+    data["install_sites_by"] = {
+        "command": "python scripts/ship_upstream.py --parts install-sites",
+        "workbench_commit": commit,
+        "note": "added to the findings of the run above by a lint-only run (ast) of the same releases; every "
+        "finding was found again with the same read, first install and number of installs",
+    }
+    path.write_text(json.dumps(data, indent=1) + "\n")
 
 
 if __name__ == "__main__":

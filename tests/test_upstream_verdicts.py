@@ -195,7 +195,7 @@ def test_every_verdict_from_driver_records() -> None:
     assert judge(fl, _case(fl, [raised], trace=True))[0] == "traced: raised"
 
 
-def test_decide_keeps_the_static_verdict_and_names_what_stopped_a_replay() -> None:
+def test_a_replay_confirmation_beats_a_static_unreachable_and_names_what_stopped_a_replay() -> None:
     f = finding("triton", "IDLE", "EagleVerifyInput", "kv_indptr", 593)
     crash = _missing("EagleVerifyInput", "kv_indptr", f"{TRITON}:593")
     unpadded = {
@@ -206,8 +206,13 @@ def test_decide_keeps_the_static_verdict_and_names_what_stopped_a_replay() -> No
     out = decide(f, by_key, {"status": "ok"})
     assert (out["verdict"], out["verdict_by"]) == ("confirmed", "replay")
     assert out["replay"]["raised_at"] == f"{TRITON}:593" and out["replay"]["unpadded"] == "no call"
-    kept = decide({**f, "verdict": "unreachable", "verdict_reason": "no runner path"}, by_key, {"status": "ok"})
-    assert kept["verdict"] == "unreachable" and kept["replay_verdict"] == "confirmed"
+    static = {**f, "verdict": "unreachable", "verdict_reason": "no runner path", "verdict_by": "runner paths"}
+    won = decide(static, by_key, {"status": "ok"})  # the strongest evidence is the verdict
+    assert (won["verdict"], won["verdict_by"], won["static_verdict"]) == ("confirmed", "replay", "unreachable")
+    assert won["static_reason"] == "no runner path" and "overrides them" in won["verdict_reason"]
+    refuted = {case_key(f): _case(f, [{"outcome": "completed", "ran": [], "answered": []}])}
+    kept = decide(static, refuted, {"status": "ok"})  # a replay that did not raise leaves the static verdict
+    assert (kept["verdict"], kept["replay_verdict"]) == ("unreachable", "refuted") and "static_verdict" not in kept
     gone = decide(f, {}, {"status": "error", "message": "the environment could not be built"})
     assert gone["verdict"] == "unverified" and "the environment could not be built" in gone["verdict_reason"]
     broken = {case_key(f): {"case": {"key": case_key(f)}, "stage": "backend", "error": "TypeError: x", "frames": []}}

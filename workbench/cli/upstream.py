@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from workbench.debug.bundle import BundleError
@@ -36,8 +37,9 @@ def register(top: argparse._SubParsersAction) -> None:
         ),
         epilog="exit codes: 0 as asked (every replay conclusive, nothing fails the gate, no fidelity difference); "
         "1 otherwise (lint --fail-on / nightly: findings fail the gate); 2 a usage or environment error "
-        "(unknown release, not an sglang checkout, refused bundle, bad triage file, a lint or lane that "
-        "could not run; run: a release that cannot run that configuration here)",
+        "(unknown release, not an sglang checkout, refused bundle, bad or unreviewed triage file, a covered file "
+        "that does not parse, a lint or lane that could not run, any exception; run: a release that cannot run "
+        "that configuration here)",
     )
     parser.set_defaults(func=_main, kernels=False)
     cache_help = f"wheels, sources and dependency venvs (default $WB_UPSTREAM_CACHE or {default_cache_dir()})"
@@ -84,13 +86,26 @@ def register(top: argparse._SubParsersAction) -> None:
     )
     ln.add_argument("--triage", type=Path, default=None, help="triage file (default: the shipped one)")
     ln.add_argument("--sarif", type=Path, default=None, metavar="OUT", help="write SARIF 2.1.0 here")
-    ln.add_argument(
-        "--update-triage",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="write a triage file from these releases' findings (link/live/note kept from --triage)",
+    tg = sub.add_parser(
+        "triage",
+        help="a candidate triage file to review (--propose), or a schema-2 triage file converted once (--migrate); "
+        "never writes the shipped triage file",
     )
+    what = tg.add_mutually_exclusive_group(required=True)
+    what.add_argument("--propose", type=Path, metavar="OUT", help="write a candidate triage file here")
+    what.add_argument("--migrate", type=Path, metavar="OLD", help="a schema-2 triage file to convert to schema 3")
+    tg.add_argument(
+        "--findings",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="findings with verdicts (`lint --replay --json` output or the shipped upstream_findings.json)",
+    )
+    tg.add_argument("--sglang", nargs="+", default=None, metavar="X", help="--propose: lint and replay these instead")
+    tg.add_argument("--triage", type=Path, default=None, help="reviewed entries to carry over (default: the shipped)")
+    tg.add_argument("--out", type=Path, default=None, help="--migrate: write the converted file here")
+    tg.add_argument("--timeout", type=float, default=900, help="seconds for each replay process")
     rc = sub.add_parser(
         "recall",
         help="recall of the lint measured by mutation of real release sources (field removed, guard removed, "
@@ -355,8 +370,9 @@ def _lint(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on 
         EXIT_ERROR,
         EXIT_FAIL,
         EXIT_PASS,
-        build_triage,
         judge,
+        live_lines,
+        live_rows,
         load_triage,
         not_filed,
         not_filed_lines,
@@ -367,21 +383,23 @@ def _lint(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on 
     from workbench.upstream.sources.releases import latest_release
     from workbench.upstream.static.lint import format_findings
 
-    triage = load_triage(args.triage) if (args.fail_on or args.update_triage) else {}
+    triage = load_triage(args.triage) if args.fail_on else {}
     result = check(ctx, args.sglang, args.sglang_src, replay=args.replay, end_to_end=args.end_to_end)
     problems = ran_problems(result, args.replay)
     newest = latest_release(ctx) if args.fail_on else None
     failing = judge(result["findings"], triage, args.fail_on, newest) if args.fail_on else []
     unfiled = not_filed(result["findings"], triage, newest) if args.fail_on == "new" else []
+    live = live_rows(result["findings"], triage, newest) if args.fail_on else []
     result.update(
         problems=problems,
         fail_on=args.fail_on,
         failing=[{"key": f["key"], "gate": f["gate"]} for f in failing],
         not_filed=unfiled,
+        live=live,
     )
     echo("")
     echo(format_findings(result["findings"]))
-    for line in not_filed_lines(unfiled):
+    for line in live_lines(live) + not_filed_lines(unfiled):
         echo(line)
     for f in failing:
         echo(f"FAIL {f['key']} at {f['read_file']}:{f['read_line']}: {f['gate']}")
@@ -391,12 +409,58 @@ def _lint(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on 
     if args.sarif:
         roots = {r["source"]: (r["base"], r["prefix"]) for r in result["results"]}
         _write(args.sarif, to_sarif(result, roots, failing, workbench_commit() or "unknown"))
-    if args.update_triage:
-        command = "workbench " + " ".join(args.argv)
-        _write(args.update_triage, build_triage(result, triage, command, workbench_commit()))
     if problems:
         return EXIT_ERROR
     return EXIT_FAIL if failing else EXIT_PASS
+
+
+def _triage(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    """Exit 0 written; 2 bad input (the shipped triage file as OUT, no findings, a wrong schema)."""
+    import datetime as _dt
+
+    from workbench.run.provenance import workbench_commit
+    from workbench.upstream.gate import TRIAGE_FILE, load_triage, migrate_triage, propose_triage
+
+    out = args.propose or args.out
+    if out is None:
+        raise GateError("--migrate needs --out NEW")
+    if Path(out).resolve() == TRIAGE_FILE.resolve():
+        raise GateError(f"{out} is the shipped triage file: the run it judges never writes it; write a candidate")
+    command = "workbench " + " ".join(args.argv)
+    at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    if args.sglang and args.findings:
+        raise GateError("give --findings or --sglang, not both")
+    if args.sglang:
+        from workbench.upstream.guard import check
+
+        result = check(ctx, args.sglang, replay=True)
+        findings, sources = result["findings"], result["sources"]
+    elif args.findings:
+        findings, sources = [], []
+        for path in args.findings:
+            try:
+                doc = json.loads(Path(path).read_text())
+            except (OSError, ValueError) as exc:
+                raise GateError(f"--findings {path}: {exc}") from None
+            if not isinstance(doc, dict) or not isinstance(doc.get("findings"), list):
+                raise GateError(f"--findings {path}: no 'findings' list (`lint --replay --json` writes one)")
+            findings += doc["findings"]
+            sources += doc.get("sources") or []
+    else:
+        raise GateError("--findings JSON ... or --sglang X ... is needed")
+    if args.migrate:
+        try:
+            old = json.loads(Path(args.migrate).read_text())
+        except (OSError, ValueError) as exc:
+            raise GateError(f"--migrate {args.migrate}: {exc}") from None
+        doc = migrate_triage(old, findings, command, workbench_commit(), at)
+    else:
+        previous = load_triage(args.triage)
+        doc = propose_triage(findings, sources, previous, command, workbench_commit(), at)
+    todo = sum(1 for e in doc["entries"].values() if not e.get("status"))
+    _write(out, doc)
+    echo(f"{len(doc['entries'])} entries, {todo} to review (status null), {len(doc['dropped'])} dropped (stale)")
+    return 0
 
 
 def _recall(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
@@ -510,7 +574,10 @@ def _nightly(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports 
 
     version = check_versions(ctx, [args.sglang])[0] if args.sglang else None
     night = run_lane(ctx, args.out, args.history, args.triage, version)
-    nights = read_history(args.history) if args.history is not None else [history_line(night)]
+    try:
+        nights = read_history(args.history) if args.history is not None else [history_line(night)]
+    except GateError:  # already the night's problem (run_lane reads the history first)
+        nights = [history_line(night)]
     (args.out / LANE_HTML).write_text(lane_html(night, nights))
     return EXIT[night["verdict"]]
 
@@ -533,6 +600,7 @@ COMMANDS = {
     "recall": _recall,
     "corpus": _corpus,
     "sites": _sites,
+    "triage": _triage,
     "repro": _repro,
     "run": _run,
 }
@@ -566,4 +634,8 @@ def _main(args: argparse.Namespace) -> int:
         return _replay(args, ctx)
     except (ReleaseError, SourceError, BisectError, BundleError, GateError, RuntimeConfigError, CorpusError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - any other failure: could not run (exit 2), never exit 1 or a pass
+        traceback.print_exc(file=sys.stderr)
+        print(f"error: could not run: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -33,6 +33,7 @@ def summary(analysis: dict) -> dict:
         "installs": analysis["installs"],
         "unresolved_installs": analysis["unresolved_installs"],
         "runner_sites": analysis.get("runner_sites", []),
+        "unparsed": analysis.get("unparsed", []),
     }
 
 

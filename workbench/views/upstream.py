@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from workbench.upstream.gate import not_filed_lines
+from workbench.upstream.gate import live_lines, not_filed_lines
 from workbench.views.tables import Table
 
 
@@ -144,7 +144,8 @@ def reproducer_files(data: dict, key: str) -> str:
 def lane_html(night: dict, nights: list[dict] | None = None) -> str:
     """One night of the upstream lane (``workbench.upstream.lane.run_lane``) as an HTML section for the
     nightly report: its verdict, what could not run, what fails the gate, the live findings not filed
-    upstream, every finding with its verdict, and the last 14 nights of ``nights`` (the history)."""
+    upstream, every read that raised with its triage status, every finding with its verdict, and the
+    last 14 nights of ``nights`` (the history)."""
     esc = html.escape
     rows = "".join(
         f"<tr><td>{esc(f['backend'])}</td><td>{esc(f['mode'])}</td><td>{esc(f['spec_class'])}</td>"
@@ -155,6 +156,7 @@ def lane_html(night: dict, nights: list[dict] | None = None) -> str:
     fails = "".join(f"<li><code>{esc(f['key'])}</code>: {esc(f['gate'])}</li>" for f in night["failing"])
     probs = "".join(f"<li>{esc(p)}</li>" for p in night["problems"])
     unfiled = "".join(f"<li>{esc(line)}</li>" for line in not_filed_lines(night.get("not_filed", [])))
+    live = "".join(f"<li>{esc(line)}</li>" for line in live_lines(night.get("live", [])))
     hist = "".join(
         f"<tr><td>{esc(n['finished_at'])}</td><td>{esc(str(n['release']))}</td><td>{esc(n['verdict'])}</td>"
         f"<td>{esc(', '.join(f'{k} {v}' for k, v in n['verdicts'].items()))}</td>"
@@ -172,6 +174,12 @@ def lane_html(night: dict, nights: list[dict] | None = None) -> str:
             "<p><b>Live, not filed upstream</b> (confirmed on this release; passing on the reproducer and smallest "
             f"fix shipped in the repository, no upstream issue recorded):</p><ul>{unfiled}</ul>"
             if unfiled
+            else ""
+        )
+        + (
+            "<p><b>Live</b> (every read that raised on this release, confirmed or traced, with its triage status):"
+            f"</p><ul>{live}</ul>"
+            if live
             else ""
         )
         + "<table><tr><th>backend</th><th>mode</th><th>class</th><th>attribute</th><th>read</th>"

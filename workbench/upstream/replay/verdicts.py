@@ -7,7 +7,10 @@
 - ``traced: raised`` / ``traced: not read``: a backend whose metadata needs a GPU library, run
   on CPU with the library stubbed and ``spec_info`` behind the recording proxy up to the first
   library call: the read raised before that point, or was not made before it;
-- ``unreachable``: set by the static side (no runner path); kept as it is;
+- ``unreachable``: set by the static side (no runner path); it stands unless the replay confirms the
+  read, which is stronger evidence: the finding is then ``confirmed`` (``static_verdict`` and
+  ``static_reason`` keep what the runner paths said); otherwise the replay's verdict is shown beside it
+  (``replay_verdict``, ``replay_reason``);
 - ``unverified``: the replay could not decide, with the reason.
 
 A read behind an earlier crash of the same replay is decided on the run that answered the earlier
@@ -131,6 +134,10 @@ def decide(f: dict, by_key: dict[str, dict], result: dict, source: Callable[[str
 
 
 def _set(f: dict, keep: str | None, verdict: str, reason: str, by: str, details: dict | None) -> dict:
+    if keep and verdict == "confirmed":  # real code raised at the read: stronger than the static runner paths
+        static = {"static_verdict": keep, "static_reason": f.get("verdict_reason")}
+        reason = f"{reason} (the static runner paths said {keep}: a real-code confirmation overrides them)"
+        return {**f, **static, "verdict": verdict, "verdict_reason": reason, "verdict_by": by, "replay": details}
     if keep:  # the static side's verdict stands; the replay is shown beside it
         return {**f, "replay": details, "replay_verdict": verdict, "replay_reason": reason}
     return {**f, "verdict": verdict, "verdict_reason": reason, "verdict_by": by, "replay": details}

@@ -27,7 +27,8 @@ class SourceError(ValueError):
 
 
 class _LazyFiles(Mapping):
-    """{relpath: text} of every `sglang/srt/**.py` under `root`, each read on first use."""
+    """{relpath: text} of every `sglang/srt/**.py` under `root`, each read on first use (a file that
+    cannot be read or decoded raises SourceError naming it)."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -38,7 +39,10 @@ class _LazyFiles(Mapping):
         if path not in self._text:
             if path not in self._paths:
                 raise KeyError(path)
-            self._text[path] = (self.root / path).read_text(encoding="utf-8", errors="replace")
+            try:
+                self._text[path] = (self.root / path).read_bytes().decode("utf-8")
+            except (OSError, UnicodeDecodeError) as exc:  # never analysed half-read: the lint exits 2
+                raise SourceError(f"{self.root / path}: cannot be read as UTF-8 Python source: {exc}") from None
         return self._text[path]
 
     def __iter__(self) -> Iterator[str]:

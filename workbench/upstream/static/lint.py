@@ -16,6 +16,7 @@ from .classes import spec_input_classes
 from .flow import Program
 from .installs import scan_installs
 from .modes import parse_forward_modes
+from .program import parse_error
 from .reach import ReleaseFacts, reachability
 from .reads import backend_reads
 from .runners import Runners
@@ -164,20 +165,23 @@ def analyse(tree: SourceTree, paths: bool = True) -> dict:
     """Backends, spec-input classes, installs and findings of one source tree.
 
     `paths`: also the runner paths, reachability and `unreachable` verdicts (the recall run, which
-    only counts findings, leaves them out)."""
+    only counts findings, leaves them out). `unparsed`: every file of the covered set (attention
+    backends, speculative/, the runner, manager and disaggregation files the flow reads, ForwardMode's
+    file) that does not parse, with why; `gate.ran_problems` makes each one exit 2."""
     modes_src = tree.get(MODES_FILE)
-    fm = parse_forward_modes(modes_src) if modes_src else None
+    fm = parse_forward_modes(modes_src) if modes_src and not parse_error(MODES_FILE, modes_src) else None
     members = fm.members if fm else []
     spec = tree.under(SPEC_DIR)
     classes = spec_input_classes(spec)
     program = Program(flow_files(tree), classes)
     installs = scan_installs(program, members)
+    covered = {**tree.under(ATTN_DIR), **flow_files(tree), **spec, **({MODES_FILE: modes_src} if modes_src else {})}
+    unparsed = [{"file": p, "error": why} for p, t in sorted(covered.items()) if (why := parse_error(p, t))]
     backends: dict[str, dict] = {}
     for fname, text in sorted(tree.under(ATTN_DIR).items()):
-        try:
-            per_class = backend_reads(fname, text, fm)
-        except SyntaxError:
-            continue
+        if parse_error(fname, text):
+            continue  # listed in `unparsed`: the gate fails closed on it (exit 2)
+        per_class = backend_reads(fname, text, fm)
         for bcls, reads in per_class.items():
             backends[f"{fname}:{bcls}"] = {"backend": backend_name(fname), "file": fname, "class": bcls, "reads": reads}
     findings = []
@@ -210,6 +214,7 @@ def analyse(tree: SourceTree, paths: bool = True) -> dict:
         "installs": [i for i in installs if i["modes"]],
         "unresolved_installs": [i for i in installs if not i["modes"]],
         "runner_sites": sites,
+        "unparsed": unparsed,
         "findings": findings,
     }
 

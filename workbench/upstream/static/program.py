@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 _PARSED: dict[tuple[str, str], ast.Module | None] = {}
 _INDEXED: dict[tuple[str, str], tuple[list, dict, dict]] = {}  # (path, sha1) -> (Funcs, bases, fields)
+_ERRORS: dict[tuple[str, str], str] = {}  # (path, sha1) -> why it does not parse
 
 
 def _key(path: str, text: str) -> tuple[str, str]:
@@ -26,16 +27,24 @@ _MAX_CANDIDATES = 6
 
 
 def parse(path: str, text: str) -> ast.Module | None:
-    """`ast.parse` of a file, cached by path and content (mutants reparse only what they change)."""
+    """`ast.parse` of a file, cached by path and content (mutants reparse only what they change);
+    None when it does not parse (`parse_error` says why; the lint reports such a file, never skips it)."""
     key = _key(path, text)
     if key not in _PARSED:
         try:
             _PARSED[key] = ast.parse(text, filename=path)
-        except SyntaxError:
+        except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte in the source
             _PARSED[key] = None
+            _ERRORS[key] = f"{type(exc).__name__}: {exc}"
         if len(_PARSED) > 4000:
+            _ERRORS.pop(next(iter(_PARSED)), None)
             _PARSED.pop(next(iter(_PARSED)))
     return _PARSED[key]
+
+
+def parse_error(path: str, text: str) -> str | None:
+    """Why `text` does not parse as Python (the SyntaxError and its line), or None when it does."""
+    return None if parse(path, text) is not None else _ERRORS.get(_key(path, text), "does not parse")
 
 
 @dataclass
