@@ -171,7 +171,7 @@ def spec_idle_values(spec_sources: dict[str, str], spec_classes: dict[str, dict]
             if a not in given and not call.args:
                 vals[a] = {
                     "state": "None",
-                    "how": f"dataclass default None, not given by create_idle_input",
+                    "how": "dataclass default None, not given by create_idle_input",
                     "file": fname,
                 }
                 vals[a]["line"] = line
