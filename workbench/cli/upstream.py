@@ -123,6 +123,11 @@ def register(top: argparse._SubParsersAction) -> None:
     )
     fm.add_argument("--sglang", nargs="+", required=True, metavar="X", help="release(s) to analyse")
     fm.add_argument("--replay", action="store_true", help="give each finding a real-code verdict (replay driver)")
+    fm.add_argument(
+        "--end-to-end",
+        action="store_true",
+        help="with --replay: run the released runtime (DP 2, rank 1 idle, CPU) for the confirmed findings it drives",
+    )
     fm.add_argument("--json", type=Path, default=None, dest="json_out", help="write the findings here")
     bs = sub.add_parser("bisect", help="first bad commit of an sglang git checkout (replay or lint)")
     bs.add_argument("--sglang-src", type=Path, required=True, metavar="REPO")
@@ -489,6 +494,10 @@ def _family(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports o
             from workbench.upstream.replay.family import family_verdicts
 
             res["findings"], res["replay"] = family_verdicts(ctx, tree, res)
+            if args.end_to_end:
+                from workbench.upstream.replay.family import family_end_to_end
+
+                res["findings"], res["end_to_end"] = family_end_to_end(ctx, tree, res["findings"])
         res["counts"] = count_by_kind(res["findings"])
         out[v] = res
         echo(f"sglang {v}: " + ", ".join(f"{k} {n}" for k, n in res["counts"].items()))
@@ -496,7 +505,10 @@ def _family(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports o
         for u in res["unparsed"]:
             echo(f"ERROR {v}: {u} does not parse")
     _write(args.json_out, {"command": "workbench " + " ".join(args.argv), "releases": out})
-    failed = any(r["unparsed"] or (r.get("replay") or {}).get("status") not in (None, "ok") for r in out.values())
+    failed = any(
+        r["unparsed"] or any((r.get(k) or {}).get("status") not in (None, "ok") for k in ("replay", "end_to_end"))
+        for r in out.values()
+    )
     return 2 if failed else 0
 
 

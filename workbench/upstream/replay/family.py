@@ -116,3 +116,96 @@ def family_verdicts(ctx: UpstreamContext, tree: SourceTree, family: dict) -> tup
     for f in out:
         counts[f["verdict"]] = counts.get(f["verdict"], 0) + 1
     return out, {"status": result.get("status"), "cases": len(cases), "run_s": result.get("run_s"), "verdicts": counts}
+
+
+def _e2e_at(rec: dict, f: dict) -> bool:
+    c = rec.get("crash") or {}
+    at = c.get("raised_at") or {}
+    none_msg = "'NoneType' object" in (c.get("message") or "")
+    return (
+        (none_msg or f["idle_value"] != "None")
+        and (at.get("file") or "").endswith(f["read_file"].split("sglang/", 1)[-1])
+        and str(at.get("line")) == str(f["deref_line"])
+    )
+
+
+def family_end_to_end(ctx: UpstreamContext, tree: SourceTree, findings: list[dict]) -> tuple[list[dict], dict]:
+    """Every `confirmed` family finding the real-runtime lane can drive (a CPU backend, a spec input an
+    EAGLE pass installs on the idle rank), run on the release's own runtime at DP 2 with rank 1 idle:
+    with the overlap (V2) worker, then, when the release has one, the V1 worker
+    (`--disable-overlap-schedule`). `end_to_end`: `confirmed end to end` when a run raised at the
+    finding's dereference line (a `NoneType` error for a None value), else `not reached` / `raised
+    elsewhere` / `undecided`, with each run's command. Runs are shared between findings."""
+    from ..runtime.e2e import DEPLOYMENT, PHASE_OF, V1_WORKER, _command
+    from ..runtime.run import BACKENDS, run_runtime
+
+    records: dict[tuple, dict] = {}
+    out = []
+    for f in findings:
+        if f.get("verdict") != "confirmed":
+            out.append({**f, "end_to_end": None})
+            continue
+        if f["backend"] not in BACKENDS or f["spec_class"] not in PHASE_OF:
+            why = (
+                f"backend {f['backend']} / {f['spec_class']} is outside the lane "
+                f"({', '.join(BACKENDS)}; {', '.join(PHASE_OF)})"
+            )
+            out.append({**f, "end_to_end": {"verdict": "not drivable", "reason": why, "runs": []}})
+            continue
+        runs, verdict, reason = [], "not reached", None
+        for v1 in [False] + ([True] if tree.get(V1_WORKER) else []):
+            key = (f["backend"], v1)
+            if key not in records:
+                records[key] = run_runtime(
+                    ctx,
+                    tree.release,
+                    dp=2,
+                    backend=f["backend"],
+                    reference=False,
+                    max_new_tokens=8,
+                    disable_overlap_schedule=v1,
+                )
+            rec = records[key]
+            c = rec.get("crash") or {}
+            at = c.get("raised_at") or {}
+            cmd = _command(tree.release, None, f["backend"], [], v1)
+            runs.append(
+                {
+                    "command": cmd,
+                    "status": rec["status"],
+                    "crash": f"{c.get('exception_type')}: {c.get('message')} at {at.get('file')}:{at.get('line')}"
+                    if c
+                    else None,
+                }
+            )
+            if rec["status"] in ("error", "timeout") or rec.get("limits"):
+                verdict, reason = "undecided", f"{cmd} ended {rec['status']}: {'; '.join(rec.get('limits') or [])}"
+                continue
+            if _e2e_at(rec, f):
+                verdict = "confirmed end to end"
+                reason = (
+                    f"{cmd}: rank {c.get('rank')} raised {c.get('exception_type')}: {c.get('message')} in the "
+                    f"{c.get('phase')} pass ({c.get('forward_mode')}, batch size {c.get('batch_size')}) at "
+                    f"{f['read_file'].rsplit('/', 1)[-1]}:{f['deref_line']}"
+                )
+                break
+            if c:
+                verdict, reason = "raised elsewhere", runs[-1]["crash"]
+        g = {
+            **f,
+            "end_to_end": {
+                "verdict": verdict,
+                "reason": reason or "every run completed",
+                "runs": runs,
+                "deployment": DEPLOYMENT,
+            },
+        }
+        if verdict == "confirmed end to end":
+            g.update(verdict=verdict, verdict_by="real runtime")
+        out.append(g)
+    counts: dict[str, int] = {}
+    for f in out:
+        if f["end_to_end"]:
+            counts[f["end_to_end"]["verdict"]] = counts.get(f["end_to_end"]["verdict"], 0) + 1
+    status = "error" if counts.get("undecided") else "ok"
+    return out, {"status": status, "runs": len(records), "verdicts": counts}
