@@ -144,6 +144,16 @@ def test_a_none_check_before_the_dereference_silences_it() -> None:
     assert "kv_indptr" not in {f["attr"] for f in res["findings"]}
 
 
+def test_an_attribute_the_walk_writes_is_not_reported() -> None:
+    written = BACKEND.replace(
+        "        spec_info = forward_batch.spec_info\n",
+        "        spec_info = forward_batch.spec_info\n        forward_batch.spec_info.kv_indptr = self.buf\n",
+    )
+    assert written != BACKEND
+    res = analyse_family(memory_tree(_files(written), "toy"))
+    assert "kv_indptr" not in {f["attr"] for f in res["findings"]}
+
+
 def test_the_command_reports_per_kind_and_names_an_unparseable_file_with_exit_2(tmp_path: Path) -> None:
     cache = write_fake_cache(tmp_path, {"0.5.12": _files()})
     out = tmp_path / "family.json"

@@ -24,7 +24,9 @@ of a local bound to it (`a, b = spec_info.a, spec_info.b`). On a None value ever
 an empty tensor only those that need an element do (`.max()` / `.min()` / `.item()` with no
 dimension, `max()` / `min()`, a constant index). It is guarded when the same function tests the
 value for None (`is None`, `is not None`, its truth) at or before that line (for an empty value,
-also `.numel()` / `len()`), or when the branch it is in excludes IDLE.
+also `.numel()` / `len()`), when the branch it is in excludes IDLE, or when the walk from the same
+entry assigns that attribute of `spec_info` / `forward_batch` anywhere (as the contract lint treats
+a backend's own writes: the multi-step draft backends set `spec_info.kv_indptr` before each step).
 """
 
 from __future__ import annotations
@@ -299,13 +301,17 @@ class DerefScanner(FileScanner):
     def __init__(self, fname: str, source: str, modes: ForwardModes | None):
         super().__init__(fname, source, modes)
         self.derefs: list[dict] = []
+        self._batch_writes: set[str] = set()
         self._alias: dict[str, dict[str, tuple]] = {}
         self._checked: dict[str, dict[tuple, int]] = {}  # where -> {(recv, attr, "none"|"empty"): first line}
 
     def scan_method(self, cname: str, name: str) -> list[dict]:
         """Dereferences reachable from `cname.name`."""
-        self.derefs, self._seen = [], set()
+        self.derefs, self._seen, self.writes, self._batch_writes = [], set(), set(), set()
         self._func(cname, self.methods[cname][name], Ctx(), cname)
+        for d in self.derefs:
+            if d["attr"] in (self.writes if d["recv"] == "spec" else self._batch_writes):
+                d.update(none_guarded=True, empty_guarded=True, guard="written by the walk before use")
         return self.derefs
 
     def _target(self, node: ast.AST, ctx: Ctx, where: str) -> tuple | None:
@@ -330,6 +336,11 @@ class DerefScanner(FileScanner):
     def _stmt(self, stmt: ast.stmt, ctx: Ctx, cname: str | None, where: str) -> Ctx:
         if isinstance(stmt, (ast.If, ast.While, ast.Assert)):
             self._truth(stmt.test, ctx, where)
+        if isinstance(stmt, ast.Assign):
+            for t in stmt.targets:
+                for e in t.elts if isinstance(t, ast.Tuple) else [t]:
+                    if isinstance(e, ast.Attribute) and is_batch(e.value):
+                        self._batch_writes.add(e.attr)
         if isinstance(stmt, ast.For):
             self._deref(self._target(stmt.iter, ctx, where), "iteration", stmt.iter.lineno, False, ctx, where)
         out = super()._stmt(stmt, ctx, cname, where)
