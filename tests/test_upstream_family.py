@@ -9,6 +9,8 @@ from pathlib import Path
 from upstream_fixtures import ATTN_DIR, MODES, MODES_FILE, SPEC_DIR, write_fake_cache
 
 from workbench.cli import main as workbench_main
+from workbench.upstream.replay import family as replay_family
+from workbench.upstream.replay.cases import case_key
 from workbench.upstream.sources.trees import memory_tree
 from workbench.upstream.static.corpus import figures, judge_case
 from workbench.upstream.static.family import KINDS, analyse_family, count_by_kind
@@ -190,3 +192,44 @@ def test_a_corpus_case_outside_the_contract_is_found_by_the_family_only_at_its_c
     )
     assert elsewhere["outcome"] == "not expressible"
     assert figures([found, elsewhere])["held_out"]["family_recall"] == 0.5
+
+
+def _record(g: dict, kind: str, run: dict) -> dict:
+    return {"case": {"key": case_key(g, kind), "batch": kind}, "batch": {"kind": kind}, "runs": [run]}
+
+
+def test_replay_verdicts_need_the_error_at_the_dereference_line(monkeypatch) -> None:
+    res = analyse_family(memory_tree(_files(), "toy"))
+    res["findings"] = [f for f in res["findings"] if f["kind"] != "batch-none-deref"]
+    (f,) = [f for f in res["findings"] if f["attr"] == "kv_indptr"]
+    loc = f"{f['read_file']}:{f['deref_line']}"
+    g = {**f, "read_line": f["deref_line"]}
+    not_called = {"outcome": "not called", "message": "the idle path does not call init_forward_metadata"}
+    runs = {
+        "raised here": {
+            "outcome": "raised",
+            "raised_at": loc,
+            "exception": "AttributeError",
+            "message": "'NoneType' object has no attribute 'shape'",
+            "ran": [loc],
+        },
+        "ran": {"outcome": "completed", "ran": [loc]},
+        "elsewhere": {
+            "outcome": "raised",
+            "raised_at": f"{f['read_file']}:1",
+            "exception": "KeyError",
+            "message": "x",
+            "ran": [],
+        },
+    }
+    # the toy backend is not a CPU one (triton, torch_native): its verdicts are the traced ones
+    want = {"raised here": "traced: raised", "ran": "traced: not read", "elsewhere": "unverified"}
+    for name, run in runs.items():
+        cases = [_record(g, "IDLE padded", run), _record(g, "IDLE unpadded", not_called)]
+        monkeypatch.setattr(replay_family, "replay", lambda ctx, tree, planned, c=cases: {"status": "ok", "cases": c})
+        out, summary = replay_family.family_verdicts(None, None, res)
+        got = {h["attr"]: h for h in out}
+        assert got["kv_indptr"]["verdict"] == want[name], (name, got["kv_indptr"]["verdict_reason"])
+        assert summary["status"] == "ok"
+    runner = next(h for h in out if h["kind"] == "runner-none-deref")
+    assert runner["verdict"] == "unverified" and "not a runner's methods" in runner["verdict_reason"]
