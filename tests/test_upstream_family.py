@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
+import pytest
 from upstream_fixtures import ATTN_DIR, MODES, MODES_FILE, SPEC_DIR, write_fake_cache
 
 from workbench.cli import main as workbench_main
@@ -233,3 +235,21 @@ def test_replay_verdicts_need_the_error_at_the_dereference_line(monkeypatch) -> 
         assert summary["status"] == "ok"
     runner = next(h for h in out if h["kind"] == "runner-none-deref")
     assert runner["verdict"] == "unverified" and "not a runner's methods" in runner["verdict_reason"]
+
+
+requires_network = pytest.mark.skipif(
+    os.environ.get("WB_NETWORK_TESTS") != "1", reason="network test: needs the release wheels; WB_NETWORK_TESTS=1"
+)
+
+
+@pytest.mark.network
+@requires_network
+@pytest.mark.timeout(1800)
+def test_the_0_5_12_draft_pass_none_shape_is_found_and_confirmed_by_replay(tmp_path: Path) -> None:
+    out = tmp_path / "family.json"
+    assert workbench_main(["upstream", "family", "--sglang", "0.5.12", "--replay", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())["releases"]["0.5.12"]
+    key = "none-deref|triton|IDLE|EagleDraftInput|kv_indptr|TritonAttnBackend.init_forward_metadata"
+    (f,) = [f for f in res["findings"] if f["key"] == key]
+    assert (f["read_file"].rsplit("/", 1)[-1], f["deref_line"], f["deref_op"]) == ("triton_backend.py", 333, ".shape")
+    assert f["verdict"] == "confirmed" and "'NoneType' object has no attribute 'shape'" in f["verdict_reason"]
