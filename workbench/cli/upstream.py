@@ -1,4 +1,5 @@
-"""``workbench upstream survey|lint|recall|corpus|sites|bisect|replay|repro|run|fidelity|nightly``: real releases.
+"""``workbench upstream survey|lint|recall|corpus|sites|family|bisect|replay|repro|run|fidelity|nightly``:
+real releases.
 
 Each subcommand imports what it runs when it runs (the replays, the released runtime and the fidelity
 check load torch, the survey plot matplotlib), so ``--help`` and a usage error answer at once.
@@ -130,6 +131,19 @@ def register(top: argparse._SubParsersAction) -> None:
     )
     st.add_argument("--sglang", nargs="+", required=True, metavar="X", help="release(s) to enumerate")
     st.add_argument("--json", type=Path, default=None, dest="json_out", help="write the sites here")
+    fm = sub.add_parser(
+        "family",
+        help="the idle-batch family beyond the missing attribute: a field None or empty on the IDLE batch "
+        "dereferenced (spec_info, forward_batch, runner files), per kind, with replay verdicts",
+    )
+    fm.add_argument("--sglang", nargs="+", required=True, metavar="X", help="release(s) to analyse")
+    fm.add_argument("--replay", action="store_true", help="give each finding a real-code verdict (replay driver)")
+    fm.add_argument(
+        "--end-to-end",
+        action="store_true",
+        help="with --replay: run the released runtime (DP 2, rank 1 idle, CPU) for the confirmed findings it drives",
+    )
+    fm.add_argument("--json", type=Path, default=None, dest="json_out", help="write the findings here")
     bs = sub.add_parser("bisect", help="first bad commit of an sglang git checkout (replay or lint)")
     bs.add_argument("--sglang-src", type=Path, required=True, metavar="REPO")
     bs.add_argument("--good", required=True, metavar="REV")
@@ -533,6 +547,36 @@ def _sites(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on
     return 2 if any(r["unparsed"] for r in out.values()) else 0
 
 
+def _family(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.sources.trees import release_tree
+    from workbench.upstream.static.family import analyse_family, count_by_kind, format_family
+
+    out = {}
+    for v in check_versions(ctx, args.sglang):
+        tree = release_tree(ctx, v)
+        res = analyse_family(tree)
+        if args.replay:
+            from workbench.upstream.replay.family import family_verdicts
+
+            res["findings"], res["replay"] = family_verdicts(ctx, tree, res)
+            if args.end_to_end:
+                from workbench.upstream.replay.family import family_end_to_end
+
+                res["findings"], res["end_to_end"] = family_end_to_end(ctx, tree, res["findings"])
+        res["counts"] = count_by_kind(res["findings"])
+        out[v] = res
+        echo(f"sglang {v}: " + ", ".join(f"{k} {n}" for k, n in res["counts"].items()))
+        echo(format_family(res["findings"]))
+        for u in res["unparsed"]:
+            echo(f"ERROR {v}: {u} does not parse")
+    _write(args.json_out, {"command": "workbench " + " ".join(args.argv), "releases": out})
+    failed = any(
+        r["unparsed"] or any((r.get(k) or {}).get("status") not in (None, "ok") for k in ("replay", "end_to_end"))
+        for r in out.values()
+    )
+    return 2 if failed else 0
+
+
 def _bisect(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
     from workbench.upstream.bisect import bisect
 
@@ -601,6 +645,7 @@ COMMANDS = {
     "corpus": _corpus,
     "sites": _sites,
     "triage": _triage,
+    "family": _family,
     "repro": _repro,
     "run": _run,
 }

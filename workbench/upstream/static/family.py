@@ -1,0 +1,583 @@
+"""The idle-batch family beyond the missing attribute: a field None or empty on an IDLE batch, dereferenced.
+
+Three kinds, each its own `kind` in a finding and its own key prefix:
+
+- `none-deref`: an attention backend (`layers/attention/`, walked from `init_forward_metadata` as the
+  contract lint walks it) dereferences `spec_info.<attr>` where the spec input installed in IDLE
+  holds None or an empty tensor for `<attr>`;
+- `batch-none-deref`: the same for `forward_batch.<attr>`, None or empty on the IDLE `ForwardBatch`;
+- `runner-none-deref`: either of those in a runner file (`model_executor/**/*runner*.py`, the
+  speculative draft runners), walked from every method that takes a `forward_batch`.
+
+What is None or empty on IDLE is read from the release's own sources: a spec input's
+`create_idle_input` (a keyword given None, an `x if c else None`, or an empty tensor:
+`torch.empty((0, ...))`, `torch.full((0, ...), ...)`, `torch.zeros(0)`), the dataclass fields it
+leaves at a default None (and `__init__`/`__post_init__` do not set); for `ForwardBatch`, the
+dataclass fields with default None that `ForwardBatch.init_new` sets neither in `cls(...)` nor
+under a branch an IDLE batch can take, the fields it sets to an empty tensor in such a branch, and
+the `ScheduleBatch.prepare_for_idle` fields set to an empty tensor that `init_new` passes through
+by name (empty on the unpadded IDLE batch only: the DP padding refills them).
+
+A dereference is `.x` (an attribute or method of the value), an index, `len()` / `max()` /
+`min()` / `sum()` / `iter()` ..., iteration, arithmetic or an ordering comparison, of the read or
+of a local bound to it (`a, b = spec_info.a, spec_info.b`). On a None value every one raises; on
+an empty tensor only those that need an element do (`.max()` / `.min()` / `.item()` with no
+dimension, `max()` / `min()`, a constant index). It is guarded when the same function tests the
+value for None (`is None`, `is not None`, its truth) at or before that line (for an empty value,
+also `.numel()` / `len()`), when the branch it is in excludes IDLE, or when the walk from the same
+entry assigns that attribute of `spec_info` / `forward_batch` anywhere (as the contract lint treats
+a backend's own writes: the multi-step draft backends set `spec_info.kv_indptr` before each step).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from ..sources.trees import SourceTree
+from .lint import ATTN_DIR, MODES_FILE, RUNNER_DIR, SPEC_DIR, _reaches, analyse, backend_name
+from .modes import ForwardModes, parse_forward_modes, predicate_call
+from .reads import ENTRY, Ctx, FileScanner, is_spec
+
+KINDS = ("none-deref", "batch-none-deref", "runner-none-deref")
+SCHEDULE_FILE = "sglang/srt/managers/schedule_batch.py"
+BATCH_CLASS = "ForwardBatch"
+_EMPTY_CTORS = ("empty", "zeros", "ones", "full", "tensor", "randn", "arange")
+_REDUCE = ("max", "min", "item", "amax", "amin", "argmax", "argmin")
+_BUILTIN_DEREF = ("len", "max", "min", "sum", "iter", "list", "tuple", "sorted", "enumerate", "zip", "int", "float")
+
+
+def is_batch(node: ast.expr) -> bool:
+    """`forward_batch`, `fb`, or `<x>.forward_batch`."""
+    if isinstance(node, ast.Name):
+        return node.id in ("forward_batch", "fb")
+    return isinstance(node, ast.Attribute) and node.attr == "forward_batch"
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _zero_dim(node: ast.expr) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value == 0
+    if isinstance(node, (ast.Tuple, ast.List)) and node.elts:
+        return isinstance(node.elts[0], ast.Constant) and node.elts[0].value == 0
+    return False
+
+
+def _empty_tensor(node: ast.expr) -> bool:
+    """`torch.empty((0, ...))`, `torch.full((0,), v)`, `torch.zeros(0)`, `torch.tensor([])`."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return False
+    if node.func.attr not in _EMPTY_CTORS or not node.args:
+        return False
+    first = node.args[0]
+    if node.func.attr == "tensor":
+        return isinstance(first, ast.List) and not first.elts
+    return _zero_dim(first)
+
+
+def _state(value: ast.expr) -> str | None:
+    """ "None", "empty", "None or empty" or None (a value)."""
+    if _is_none(value):
+        return "None"
+    if _empty_tensor(value):
+        return "empty"
+    if isinstance(value, ast.IfExp):
+        states = {_state(value.body), _state(value.orelse)}
+        if "None" in states:
+            return "None"
+        if "empty" in states:
+            return "empty"
+    return None
+
+
+def _classes(sources: dict[str, str]) -> dict[str, tuple[str, ast.ClassDef]]:
+    out: dict[str, tuple[str, ast.ClassDef]] = {}
+    for fname, text in sorted(sources.items()):
+        try:
+            tree = ast.parse(text, filename=fname)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                out.setdefault(node.name, (fname, node))
+    return out
+
+
+def _fields_none(cls: ast.ClassDef) -> dict[str, int]:
+    """Annotated fields with default None, minus those `__init__`/`__post_init__` assign."""
+    out = {
+        s.target.id: s.lineno
+        for s in cls.body
+        if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and s.value is not None and _is_none(s.value)
+    }
+    for s in cls.body:
+        if isinstance(s, ast.FunctionDef) and s.name in ("__init__", "__post_init__"):
+            for n in ast.walk(s):
+                if (
+                    isinstance(n, ast.Attribute)
+                    and isinstance(n.ctx, ast.Store)
+                    and getattr(n.value, "id", "") == "self"
+                ):
+                    out.pop(n.attr, None)
+    return out
+
+
+def spec_idle_values(spec_sources: dict[str, str], spec_classes: dict[str, dict]) -> dict[str, dict[str, dict]]:
+    """{spec class: {attr: {state, how, file, line}}} for each class with a `create_idle_input`."""
+    defs = _classes(spec_sources)
+    out: dict[str, dict[str, dict]] = {}
+    for cname, info in spec_classes.items():
+        chain = [c for c in info["mro"] if c in defs]
+        factory = next(
+            (
+                (defs[c][0], m)
+                for c in chain
+                for m in defs[c][1].body
+                if isinstance(m, ast.FunctionDef) and m.name == "create_idle_input"
+            ),
+            None,
+        )
+        if factory is None:
+            continue
+        ffile, func = factory
+        call = next(
+            (
+                r.value
+                for r in ast.walk(func)
+                if isinstance(r, ast.Return)
+                and isinstance(r.value, ast.Call)
+                and isinstance(r.value.func, ast.Name)
+                and r.value.func.id in ("cls", cname)
+            ),
+            None,
+        )
+        if call is None or any(k.arg is None for k in call.keywords):
+            continue  # built another way (positional, **kwargs): not read
+        given = {k.arg: k.value for k in call.keywords}
+        vals: dict[str, dict] = {}
+        for k, v in given.items():
+            st = _state(v)
+            if st:
+                vals[k] = {"state": st, "how": f"{k}={ast.unparse(v)[:60]} in create_idle_input", "file": ffile}
+                vals[k]["line"] = v.lineno
+        defaults: dict[str, tuple[str, int]] = {}
+        for c in reversed(chain):
+            fname, node = defs[c]
+            for a in list(defaults):
+                if any(isinstance(s, ast.AnnAssign) and getattr(s.target, "id", "") == a for s in node.body):
+                    defaults.pop(a)
+            defaults.update({a: (fname, line) for a, line in _fields_none(node).items()})
+        for a, (fname, line) in defaults.items():
+            if a not in given and not call.args:
+                vals[a] = {
+                    "state": "None",
+                    "how": "dataclass default None, not given by create_idle_input",
+                    "file": fname,
+                }
+                vals[a]["line"] = line
+        if vals:
+            out[cname] = vals
+    return out
+
+
+def _walk_modes(body: list[ast.stmt], fm: ForwardModes | None, modes: frozenset | None, visit) -> None:
+    """Call visit(stmt, modes) for every statement, `modes` narrowed by forward-mode `if` tests."""
+    for stmt in body:
+        visit(stmt, modes)
+        if isinstance(stmt, ast.If):
+            pred = predicate_call(stmt.test)
+            neg = isinstance(stmt.test, ast.UnaryOp) and isinstance(stmt.test.op, ast.Not)
+            if neg:
+                pred = predicate_call(stmt.test.operand)
+            acc = fm.accepts(*pred) if (pred and fm) else None
+            if acc is not None:
+                t = frozenset(acc) if not neg else frozenset(fm.members) - acc
+                f = frozenset(fm.members) - t
+                _walk_modes(stmt.body, fm, t if modes is None else modes & t, visit)
+                _walk_modes(stmt.orelse, fm, f if modes is None else modes & f, visit)
+            else:
+                _walk_modes(stmt.body, fm, modes, visit)
+                _walk_modes(stmt.orelse, fm, modes, visit)
+        else:
+            for name in ("body", "orelse", "finalbody"):
+                block = getattr(stmt, name, None)
+                if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                    _walk_modes(block, fm, modes, visit)
+            for h in getattr(stmt, "handlers", []):
+                _walk_modes(h.body, fm, modes, visit)
+
+
+def batch_idle_values(tree: SourceTree, fm: ForwardModes | None) -> dict[str, dict]:
+    """{attr: {state, how, file, line}} of the IDLE `ForwardBatch` (see the module docstring)."""
+    text = tree.get(MODES_FILE)
+    if not text or fm is None:
+        return {}
+    cls = _classes({MODES_FILE: text}).get(BATCH_CLASS)
+    if cls is None:
+        return {}
+    node = cls[1]
+    none_fields = _fields_none(node)
+    for m in node.body:  # a field a ForwardBatch method sets (prepare_mlp_sync_batch ...) may be set later
+        if isinstance(m, ast.FunctionDef) and m.name != "init_new":
+            for n in ast.walk(m):
+                if (
+                    isinstance(n, ast.Attribute)
+                    and isinstance(n.ctx, ast.Store)
+                    and getattr(n.value, "id", "") == "self"
+                ):
+                    none_fields.pop(n.attr, None)
+    init = next((m for m in node.body if isinstance(m, ast.FunctionDef) and m.name == "init_new"), None)
+    if init is None:
+        return {}
+    built = next(
+        (
+            n
+            for n in ast.walk(init)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "cls" and n.keywords
+        ),
+        None,
+    )
+    given = {k.arg: k.value for k in (built.keywords if built else []) if k.arg}
+    set_idle: dict[str, ast.expr] = {}
+
+    def visit(stmt: ast.stmt, modes: frozenset | None) -> None:
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            return
+        if modes is not None and "IDLE" not in modes:
+            return
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        for t in targets:
+            for e in t.elts if isinstance(t, ast.Tuple) else [t]:
+                if isinstance(e, ast.Attribute) and getattr(e.value, "id", "") == "ret":
+                    set_idle[e.attr] = stmt.value if not isinstance(t, ast.Tuple) else ast.Constant(value=...)
+
+    _walk_modes(init.body, fm, None, visit)
+    out: dict[str, dict] = {}
+    for a, line in none_fields.items():
+        if a not in given and a not in set_idle:
+            out[a] = {"state": "None", "how": "dataclass default None, not set by init_new in IDLE", "line": line}
+    for a, v in set_idle.items():
+        st = _state(v) if v is not None else None
+        if st:
+            out[a] = {"state": st, "how": f"ret.{a} = {ast.unparse(v)[:60]} in init_new under IDLE", "line": v.lineno}
+    for a, line in _idle_schedule_empty(tree).items():
+        v = given.get(a)
+        if a not in out and isinstance(v, ast.Attribute) and v.attr == a and a not in set_idle:
+            out[a] = {
+                "state": "empty",
+                "how": f"ScheduleBatch.prepare_for_idle sets it empty (unpadded IDLE), passed as {a}={ast.unparse(v)}",
+                "file": SCHEDULE_FILE,
+                "line": line,
+            }
+    for v in out.values():
+        v.setdefault("file", MODES_FILE)
+    return out
+
+
+def _idle_schedule_empty(tree: SourceTree) -> dict[str, int]:
+    text = tree.get(SCHEDULE_FILE)
+    if not text:
+        return {}
+    cls = _classes({SCHEDULE_FILE: text}).get("ScheduleBatch")
+    func = (
+        next((m for m in cls[1].body if isinstance(m, ast.FunctionDef) and m.name == "prepare_for_idle"), None)
+        if cls
+        else None
+    )
+    out: dict[str, int] = {}
+    for n in ast.walk(func) if func else []:
+        if isinstance(n, ast.Assign) and len(n.targets) == 1:
+            t = n.targets[0]
+            if isinstance(t, ast.Attribute) and getattr(t.value, "id", "") == "self" and _empty_tensor(n.value):
+                out[t.attr] = n.lineno
+    return out
+
+
+class DerefScanner(FileScanner):
+    """A `FileScanner` that also records dereferences of `spec_info.<a>` / `forward_batch.<a>` values."""
+
+    def __init__(self, fname: str, source: str, modes: ForwardModes | None):
+        super().__init__(fname, source, modes)
+        self.derefs: list[dict] = []
+        self._batch_writes: set[str] = set()
+        self._alias: dict[str, dict[str, tuple]] = {}
+        self._checked: dict[str, dict[tuple, int]] = {}  # where -> {(recv, attr, "none"|"empty"): first line}
+
+    def scan_method(self, cname: str, name: str) -> list[dict]:
+        """Dereferences reachable from `cname.name`."""
+        self.derefs, self._seen, self.writes, self._batch_writes = [], set(), set(), set()
+        self._func(cname, self.methods[cname][name], Ctx(), cname)
+        for d in self.derefs:
+            if d["attr"] in (self.writes if d["recv"] == "spec" else self._batch_writes):
+                d.update(none_guarded=True, empty_guarded=True, guard="written by the walk before use")
+        return self.derefs
+
+    def _target(self, node: ast.AST, ctx: Ctx, where: str) -> tuple | None:
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            if is_spec(node.value, ctx.aliases):
+                return ("spec", node.attr, node.lineno)
+            if is_batch(node.value) and node.attr != "spec_info":
+                return ("batch", node.attr, node.lineno)
+        if isinstance(node, ast.Name):
+            return self._alias.get(where, {}).get(node.id)
+        return None
+
+    def _check(self, t: tuple | None, what: str, line: int, where: str) -> None:
+        if t is not None:
+            self._checked.setdefault(where, {}).setdefault((t[0], t[1], what), line)
+
+    def _truth(self, test: ast.expr, ctx: Ctx, where: str) -> None:
+        for part in test.values if isinstance(test, ast.BoolOp) else [test]:
+            inner = part.operand if isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not) else part
+            self._check(self._target(inner, ctx, where), "none", inner.lineno, where)
+
+    def _stmt(self, stmt: ast.stmt, ctx: Ctx, cname: str | None, where: str) -> Ctx:
+        if isinstance(stmt, (ast.If, ast.While, ast.Assert)):
+            self._truth(stmt.test, ctx, where)
+        if isinstance(stmt, ast.Assign):
+            for t in stmt.targets:
+                for e in t.elts if isinstance(t, ast.Tuple) else [t]:
+                    if isinstance(e, ast.Attribute) and is_batch(e.value):
+                        self._batch_writes.add(e.attr)
+        if isinstance(stmt, ast.For):
+            self._deref(self._target(stmt.iter, ctx, where), "iteration", stmt.iter.lineno, False, ctx, where)
+        out = super()._stmt(stmt, ctx, cname, where)
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            tgt, val = stmt.targets[0], stmt.value
+            pairs = (
+                list(zip(tgt.elts, val.elts, strict=False))
+                if isinstance(tgt, ast.Tuple) and isinstance(val, ast.Tuple)
+                else [(tgt, val)]
+            )
+            for name, v in pairs:
+                if isinstance(name, ast.Name):
+                    found = self._target(v, ctx, where)
+                    local = self._alias.setdefault(where, {})
+                    if found is not None:
+                        local[name.id] = found
+                    else:
+                        local.pop(name.id, None)
+        return out
+
+    def _expr(self, node: ast.expr, ctx: Ctx, cname: str | None, where: str):
+        self._note(node, ctx, where)
+        return super()._expr(node, ctx, cname, where)
+
+    def _note(self, node: ast.expr, ctx: Ctx, where: str) -> None:  # noqa: C901
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Compare):
+            if all(isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)) for op in node.ops) and any(
+                _is_none(c) for c in node.comparators
+            ):
+                self._check(self._target(node.left, ctx, where), "none", line, where)
+                return
+            if any(isinstance(op, (ast.Lt, ast.Gt, ast.LtE, ast.GtE)) for op in node.ops):
+                for side in [node.left, *node.comparators]:
+                    self._deref(self._target(side, ctx, where), "comparison", line, False, ctx, where)
+        elif isinstance(node, ast.IfExp):
+            self._truth(node.test, ctx, where)
+        elif isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Attribute):
+                t = self._target(f.value, ctx, where)
+                if t is not None and f.attr == "numel":
+                    self._check(t, "empty", line, where)
+                empty = f.attr == "item" or (f.attr in _REDUCE and not node.args and not node.keywords)
+                self._deref(t, f".{f.attr}()", line, empty, ctx, where)
+            elif isinstance(f, ast.Name) and f.id in _BUILTIN_DEREF and node.args:
+                t = self._target(node.args[0], ctx, where)
+                if t is not None and f.id == "len":
+                    self._check(t, "empty", line, where)
+                self._deref(t, f"{f.id}()", line, f.id in ("max", "min") and len(node.args) == 1, ctx, where)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            self._deref(self._target(node.value, ctx, where), f".{node.attr}", line, False, ctx, where)
+        elif isinstance(node, ast.Subscript):
+            s = node.slice
+            const = isinstance(s, ast.Constant) or (isinstance(s, ast.UnaryOp) and isinstance(s.operand, ast.Constant))
+            self._deref(self._target(node.value, ctx, where), "[...]", line, const, ctx, where)
+        elif isinstance(node, ast.BinOp):
+            for side in (node.left, node.right):
+                self._deref(self._target(side, ctx, where), "arithmetic", line, False, ctx, where)
+
+    def _deref(self, t: tuple | None, op: str, line: int, empty: bool, ctx: Ctx, where: str) -> None:
+        if t is None:
+            return
+        checked = self._checked.get(where, {})
+        self.derefs.append(
+            {
+                "file": self.fname,
+                "recv": t[0],
+                "attr": t[1],
+                "read_line": t[2],
+                "line": line,
+                "op": op,
+                "crashes_on_empty": empty,
+                "none_guarded": checked.get((t[0], t[1], "none"), 10**9) <= line,
+                "empty_guarded": min(
+                    checked.get((t[0], t[1], "none"), 10**9), checked.get((t[0], t[1], "empty"), 10**9)
+                )
+                <= line,
+                "function": where,
+                "code": self.lines[line - 1].strip() if 0 < line <= len(self.lines) else "",
+                "modes": None if ctx.modes is None else sorted(ctx.modes),
+                "only": [list(o) for o in ctx.only],
+            }
+        )
+
+
+def _crashes(d: dict, state: str) -> bool:
+    if state == "None":
+        return not d["none_guarded"]
+    return d["crashes_on_empty"] and not d["empty_guarded"]
+
+
+def runner_files(tree: SourceTree) -> dict[str, str]:
+    """The runner files: `model_executor/**/*runner*.py` and the speculative draft runners."""
+    return {
+        p: t for p, t in {**tree.under(RUNNER_DIR), **tree.under(SPEC_DIR)}.items() if "runner" in p.rsplit("/", 1)[-1]
+    }
+
+
+def _scan_file(
+    fname: str, text: str, fm: ForwardModes | None, runner: bool
+) -> tuple[dict[str, list[dict]], str | None]:
+    try:
+        sc = DerefScanner(fname, text, fm)
+    except SyntaxError as exc:
+        return {}, f"{fname}: {exc.msg} (line {exc.lineno})"
+    out: dict[str, list[dict]] = {}
+    for cname, methods in sc.methods.items():
+        names = (
+            [n for n, m in methods.items() if "forward_batch" in [a.arg for a in m.args.args]]
+            if runner
+            else ([ENTRY] if ENTRY in methods else [])
+        )
+        derefs: dict[tuple, dict] = {}
+        for n in names:
+            for d in sc.scan_method(cname, n):
+                key = (d["line"], d["recv"], d["attr"], d["function"])
+                old = derefs.get(key)
+                if old is None:
+                    derefs[key] = {**d, "entry": f"{cname}.{n}"}
+                else:
+                    old["none_guarded"] &= d["none_guarded"]
+                    old["empty_guarded"] &= d["empty_guarded"]
+                    old["crashes_on_empty"] |= d["crashes_on_empty"]
+                    if old["modes"] is not None:
+                        old["modes"] = None if d["modes"] is None else sorted(set(old["modes"]) | set(d["modes"]))
+        if derefs:
+            out[cname] = sorted(derefs.values(), key=lambda d: (d["line"], d["attr"]))
+    return out, None
+
+
+def family_key(f: dict) -> str:
+    """`kind|backend|mode|class|attribute|function` (the kind first, so no key collides with the lint's)."""
+    return f"{f['kind']}|{f['backend']}|{f['mode']}|{f['spec_class']}|{f['attr']}|{f['read_function']}"
+
+
+def analyse_family(tree: SourceTree, base: dict | None = None) -> dict:
+    """The family findings of one source tree; `base` is the contract lint's `analyse(tree, paths=False)`."""
+    base = base or analyse(tree, paths=False)
+    modes_src = tree.get(MODES_FILE)
+    fm = parse_forward_modes(modes_src) if modes_src else None
+    classes = base["spec_inputs"]
+    spec_vals = spec_idle_values(tree.under(SPEC_DIR), classes)
+    idle_installed = {i["class"] for i in base["installs"] if "IDLE" in i["modes"]}
+    batch_vals = batch_idle_values(tree, fm)
+    unparsed: list[str] = []
+    findings: dict[tuple, dict] = {}
+    scopes = [(p, t, False) for p, t in sorted(tree.under(ATTN_DIR).items())]
+    scopes += [(p, t, True) for p, t in sorted(runner_files(tree).items())]
+    for fname, text, runner in scopes:
+        per_class, err = _scan_file(fname, text, fm, runner)
+        if err:
+            unparsed.append(err)
+        for bcls, derefs in per_class.items():
+            for d in derefs:
+                if d["modes"] is not None and "IDLE" not in d["modes"]:
+                    continue
+                if d["recv"] == "batch":
+                    targets = [(BATCH_CLASS, batch_vals.get(d["attr"]), None)]
+                else:
+                    targets = [
+                        (c, spec_vals[c].get(d["attr"]), classes[c])
+                        for c in sorted(spec_vals)
+                        if c in idle_installed and _reaches(d, classes[c])
+                    ]
+                for cname, val, _ in targets:
+                    if val is None or not _crashes(d, val["state"]):
+                        continue
+                    kind = (
+                        "runner-none-deref"
+                        if runner
+                        else ("batch-none-deref" if d["recv"] == "batch" else "none-deref")
+                    )
+                    f = {
+                        "kind": kind,
+                        "source": tree.label,
+                        "release": tree.release,
+                        "backend": backend_name(fname),
+                        "backend_class": bcls,
+                        "backend_file": fname,
+                        "entry": d["entry"],
+                        "mode": "IDLE",
+                        "spec_class": cname,
+                        "spec_class_file": classes[cname]["file"] if cname in classes else MODES_FILE,
+                        "receiver": "spec_info" if d["recv"] == "spec" else "forward_batch",
+                        "attr": d["attr"],
+                        "idle_value": val["state"],
+                        "idle_value_how": f"{val['how']} ({val['file']}:{val['line']})",
+                        "read_file": fname,
+                        "read_line": d["read_line"],
+                        "read_function": d["function"],
+                        "deref_line": d["line"],
+                        "deref_op": d["op"],
+                        "deref_code": d["code"],
+                        "verdict": None,
+                        "verdict_reason": None,
+                        "verdict_by": None,
+                    }
+                    f["key"] = family_key(f)
+                    findings.setdefault((f["key"], d["line"]), f)
+    return {
+        "source": tree.label,
+        "release": tree.release,
+        "spec_idle_values": {c: v for c, v in spec_vals.items() if c in idle_installed},
+        "spec_classes_files": {c: classes[c]["file"] for c in spec_vals},
+        "batch_idle_values": batch_vals,
+        "unparsed": unparsed,
+        "findings": sorted(
+            findings.values(), key=lambda f: (f["kind"], f["read_file"], f["deref_line"], f["spec_class"])
+        ),
+    }
+
+
+def count_by_kind(findings: list[dict]) -> dict[str, int]:
+    """{kind: number of findings} over every kind (0 included)."""
+    return {k: sum(1 for f in findings if f["kind"] == k) for k in KINDS}
+
+
+def format_family(findings: list[dict]) -> str:
+    """One line per finding."""
+    if not findings:
+        return "no family findings"
+    rows = [
+        (
+            f["kind"],
+            f["backend"],
+            f["spec_class"],
+            f"{f['receiver']}.{f['attr']} ({f['idle_value']})",
+            f"{f['read_file'].rsplit('/', 1)[-1]}:{f['deref_line']} {f['deref_op']}",
+            f["read_function"],
+            f.get("verdict") or "",
+        )
+        for f in findings
+    ]
+    head = ("kind", "file", "class", "field (on IDLE)", "dereference", "function", "verdict")
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *rows])
+
+
+__all__ = ["KINDS", "analyse_family", "batch_idle_values", "count_by_kind", "family_key", "format_family"]
