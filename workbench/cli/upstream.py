@@ -1,4 +1,4 @@
-"""``workbench upstream survey|lint|recall|corpus|sites|family|bisect|replay|repro|run|fidelity|nightly``:
+"""``workbench upstream survey|lint|recall|corpus|sites|family|triage|bisect|replay|repro|run|fidelity|nightly``:
 real releases.
 
 Each subcommand imports what it runs when it runs (the replays, the released runtime and the fidelity
