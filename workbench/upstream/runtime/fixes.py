@@ -62,6 +62,9 @@ def add_field(cls) -> None:
     """``kv_indptr: Optional[torch.Tensor] = None`` appended to the dataclass ``cls``, in place."""
     params = cls.__dataclass_params__
     kwargs = {p: getattr(params, p) for p in _PARAMS if hasattr(params, p)}
+    for f in cls.__dataclass_fields__.values():
+        if f.default_factory is not dataclasses.MISSING:  # its class attribute was removed; re-running needs it
+            setattr(cls, f.name, f)
     cls.__annotations__[FIELD] = "Optional[torch.Tensor]"
     setattr(cls, FIELD, None)
     for name in _GENERATED:

@@ -249,7 +249,7 @@ class _Check:
             self.attributes += 1
             name = f"{q}.{key}"
             if (key in cs.names or key in cs.outside) and key not in generated:
-                if key in cs.literals and not is_enum and cs.literals[key] != value:
+                if key in cs.literals and not is_enum and key not in fields and cs.literals[key] != value:
                     if not self.allowed(module, name, f"value {value!r}"):
                         self.bad(
                             module, name, "value differs from the source", f"{value!r} (source {cs.literals[key]!r})"
@@ -410,6 +410,7 @@ def _same_generated(key: str, a, b) -> bool:
         return repr(a) == repr(b)
     if type(a).__name__ == "member_descriptor":  # a slots dataclass's field
         return type(b) is type(a) and a.__name__ == b.__name__
+    a, b = (getattr(x, "__wrapped__", x) for x in (a, b))  # __repr__ is wrapped by reprlib's recursion guard
     ca, cb = getattr(a, "__code__", None), getattr(b, "__code__", None)
     if ca is not None or cb is not None:
         return ca is not None and cb is not None and ca == cb and ca.co_filename == cb.co_filename
