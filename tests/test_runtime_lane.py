@@ -313,6 +313,7 @@ def test_appended_runs_keep_their_own_provenance() -> None:
         ({"draft_tokens": 3}, ["bad draft_tokens 3 for topk 1", "steps + 1 = 4"]),
         ({"topk": 2, "draft_tokens": 8}, ["bad draft_tokens 8", "2..7"]),
         ({"num_prompts": 0}, ["bad num_prompts 0", "1..20"]),
+        ({"extra_shims": [Path("no-such-probe.py")]}, ["bad extra shim 'no-such-probe.py'", "install()"]),
     ],
 )
 def test_bad_arguments_are_named_before_anything_starts(kwargs: dict, words: list[str]) -> None:

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.network
 VERIFY = "'EagleVerifyInput' object has no attribute 'kv_indptr'"
 SEED = "'EagleDraftExtendInput' object has no attribute 'kv_indptr'"
 TOKENS = 8
+HIDE_SEED = Path(__file__).resolve().parents[1] / "workbench/upstream/runtime/probes/hide_seed_crash.py"
 
 
 def _run(**kwargs) -> dict:
@@ -33,6 +34,7 @@ def runs() -> dict:
         between_prs_checkout(UpstreamContext(), "0.5.14", Path(tmp))
         out["between"] = _run(dp=2, fixes=["verify-input"], sglang_src=Path(tmp))
         out["between+fix"] = _run(dp=2, fixes=["verify-input", "pr-28221"], sglang_src=Path(tmp))
+        out["between+hidden"] = _run(dp=2, fixes=["verify-input"], sglang_src=Path(tmp), extra_shims=[HIDE_SEED])
     out["new in the temp dir"] = sorted(set(os.listdir(tempfile.gettempdir())) - before)
     return out
 
@@ -40,6 +42,10 @@ def runs() -> dict:
 def _no_leftovers(rec: dict) -> None:
     assert rec["processes"]["left_running"] == []
     assert rec["shim_guard"]["modules"] > 20 and rec["shim_guard"]["violations"] == []
+    if rec["status"] == "ok":  # every rank held the guard again after the run, and it found nothing
+        assert sorted(rec["shim_guard"]["ranks"]) == [str(r) for r in range(rec["config"]["dp"])]
+        assert all(r["after_run"] for r in rec["shim_guard"]["ranks"].values())
+        assert rec["shim_guard"]["after_run"]["violations"] == []
     assert not [p for p in Path(tempfile.gettempdir()).glob("wb-rt-*")], "a run folder was left in the temp dir"
 
 
@@ -106,6 +112,22 @@ def test_runtime_between_prs_reaches_the_seed_crash_and_pr_28221_fixes_it(runs: 
     assert fixed["status"] == "ok" and fixed["reference"]["equal"]
     assert fixed["outputs"] == runs["dp1"]["outputs"]
     _no_leftovers(fixed)
+
+
+def test_shim_guard_ends_a_run_whose_shim_hides_the_seed_crash(runs: dict) -> None:
+    """A shim that sets EagleDraftExtendInput.kv_indptr = None in the ranks (the guard probe, loaded with
+    --extra-shim) on the between-PRs checkout with --fix verify-input and without --fix pr-28221: the
+    run that would complete ok without the seed's crash ends with status error, naming the class and
+    attribute, on every rank; nothing else is reported."""
+    rec = runs["between+hidden"]
+    assert rec["status"] == "error" and rec["crash"] is None and rec["error"]["stage"] == "shim-guard"
+    assert "EagleDraftExtendInput.kv_indptr" in rec["error"]["message"]
+    seen = {(v["module"], v["name"], v["kind"]) for v in rec["error"]["violations"]}
+    assert seen == {
+        ("sglang.srt.speculative.eagle_info", "EagleDraftExtendInput.kv_indptr", "attribute not in the source")
+    }
+    assert {v["rank"] for v in rec["error"]["violations"]} == {0, 1}
+    assert rec["extra_shims"][0]["path"] == str(HIDE_SEED) and rec["processes"]["left_running"] == []
 
 
 @pytest.fixture(scope="module")

@@ -2,21 +2,22 @@
 
 Protected modules (``protected``): every module on a crash traceback the lane has recorded (the
 shipped ``runtime_runs.json``; the workbench passes their names in), and the release's
-``speculative/``, ``layers/attention/``, ``model_executor/``, its scheduler and worker managers and
-(0.5.23) ``sglang.kernels``. ``check`` holds every loaded protected module against its own source
-(``guard_source.SourceModel``): the module's names and functions, each class's ``__dict__`` entries,
-bases, methods (``__getattr__`` and ``__getattribute__`` included), literal values and dataclass
-fields, a dataclass's generated methods compared with what ``dataclasses.dataclass`` generates from
-the source's fields. A name the source does not bind, a function whose code is not the source's
-(file, first line and bytecode, through decorators whose wrappers come from the release or its
-dependencies), a missing method, changed bases or a module loaded from outside the release is a
-violation, whoever made it. Allowed, and listed with what allowed them: the changes a fix the run
-asked for declares (``fixed``), and the targets a shim installed in an ``EXEMPT`` module declares
-(``shimmed``). Not held: instance attributes, values bound by imports, and classes outside sglang
-that protected classes inherit from (``torch.nn.Module``). Under ``TRITON_INTERPRET=1`` (a lane
-setting) Triton's interpreter puts its own module's names into the modules whose kernels it runs;
-a name bound to that very object of ``triton.runtime.interpreter`` is listed (``interpreter_globals``),
-not a violation.
+``speculative/``, ``layers/attention/``, ``layers/dp_attention``, ``model_executor/``, its
+scheduler and worker managers and (0.5.23) ``sglang.kernels``. ``check`` holds every loaded
+protected module against its own source (``guard_source.SourceModel``): the module's names and
+functions, each class's ``__dict__`` entries, bases, methods (``__getattr__`` and
+``__getattribute__`` included), literal values and dataclass fields, a dataclass's generated
+methods compared with what ``dataclasses.dataclass`` generates from the source's fields. A name the
+source does not bind, a function whose code is not the source's (file, first line and bytecode,
+through decorators whose wrappers come from the release or its dependencies), a missing method,
+changed bases or a module loaded from outside the release is a violation, whoever made it.
+Allowed, and listed with what allowed them: the changes a fix the run asked for declares
+(``fixed``), and the targets a shim installed in an ``EXEMPT`` module declares (``shimmed``). Not
+held: instance attributes, values bound by imports, and classes outside sglang that protected
+classes inherit from (``torch.nn.Module``). Under ``TRITON_INTERPRET=1`` (a lane setting) Triton's
+interpreter puts its own module's names into the modules whose kernels it runs; a name bound to
+that very object of ``triton.runtime.interpreter`` is listed (``interpreter_globals``), not a
+violation.
 """
 
 import collections
@@ -36,6 +37,7 @@ except ImportError:
 AREAS = (
     r"^sglang\.srt\.speculative(\.|$)",
     r"^sglang\.srt\.layers\.attention(\.|$)",
+    r"^sglang\.srt\.layers\.dp_attention$",
     r"^sglang\.srt\.model_executor(\.|$)",
     r"^sglang\.srt\.managers\.(scheduler[^.]*|schedule_batch|schedule_policy|tp_worker[^.]*|[^.]*_worker)(\.|$)",
     r"^sglang\.srt\.managers\.overlap_utils$",
