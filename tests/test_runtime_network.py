@@ -118,7 +118,7 @@ def test_shim_guard_ends_a_run_whose_shim_hides_the_seed_crash(runs: dict) -> No
     """A shim that sets EagleDraftExtendInput.kv_indptr = None in the ranks (the guard probe, loaded with
     --extra-shim) on the between-PRs checkout with --fix verify-input and without --fix pr-28221: the
     run that would complete ok without the seed's crash ends with status error, naming the class and
-    attribute, on every rank; nothing else is reported."""
+    attribute; nothing else is reported."""
     rec = runs["between+hidden"]
     assert rec["status"] == "error" and rec["crash"] is None and rec["error"]["stage"] == "shim-guard"
     assert "EagleDraftExtendInput.kv_indptr" in rec["error"]["message"]
@@ -126,7 +126,8 @@ def test_shim_guard_ends_a_run_whose_shim_hides_the_seed_crash(runs: dict) -> No
     assert seen == {
         ("sglang.srt.speculative.eagle_info", "EagleDraftExtendInput.kv_indptr", "attribute not in the source")
     }
-    assert {v["rank"] for v in rec["error"]["violations"]} == {0, 1}
+    ranks = {v["rank"] for v in rec["error"]["violations"]}  # the first to reach set-up stops the run
+    assert ranks and ranks <= {0, 1}
     assert rec["extra_shims"][0]["path"] == str(HIDE_SEED) and rec["processes"]["left_running"] == []
 
 
@@ -155,7 +156,11 @@ def test_runtime_0_5_12_v1_worker_reaches_the_seed_crash_and_pr_28221_fixes_it(v
     for frame in ("speculative/eagle_worker.py", "in forward_draft_extend_after_decode", "in forward_idle"):
         assert frame in c["traceback"], frame
     assert [f["fix"] for f in rec["fixes"] if f["applied"]] == ["triton-idle-fallback", "verify-input"]
-    assert [f["name"] for f in rec["shim_guard"]["fixed"]] == ["TritonAttnBackend.init_forward_metadata"]
+    fixed = {(f["name"], f["fix"]) for f in rec["shim_guard"]["fixed"]}  # each fix's declared change, and no other
+    assert fixed == {
+        ("TritonAttnBackend.init_forward_metadata", "triton-idle-fallback"),
+        ("EagleVerifyInput.kv_indptr", "verify-input"),
+    }
     _no_leftovers(rec)
     fixed, dp1 = v1_runs["v1-dp2+triton-idle-fallback+verify-input+pr-28221"], v1_runs["v1-dp1"]
     assert fixed["status"] == dp1["status"] == "ok"

@@ -36,6 +36,7 @@ class ClassSource:
     decorated: bool
     dataclass: dict | None  # literal keyword arguments of @dataclass(...), or None when not a dataclass
     fields: list  # FieldSource, in body order (dataclasses only)
+    annotated: set = field(default_factory=set)  # names annotated in the body (slot storage of a Struct)
     literals: dict = field(default_factory=dict)  # name -> literal value bound once in the body
     outside: set = field(default_factory=set)  # attributes the module sets with `Class.name = ...`
 
@@ -222,6 +223,7 @@ def _class(node: ast.ClassDef, prefix: str, out: dict) -> None:
         decorated=bool(node.decorator_list),
         dataclass=dc,
         fields=_fields(node) if dc is not None else [],
+        annotated={n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)},
         literals=scope.literals(),
     )
     for inner in scope.classes:

@@ -89,6 +89,7 @@ _CLASS_MACHINERY = {
     "__non_callable_proto_members__",
     "__subclasshook__",
     "__init__",  # only as Protocol's generated stand-in (code from the standard library, below)
+    "__slotnames__",  # copyreg's cache of a class's slot names
 }
 _DC_GENERATED = {
     "__init__",
@@ -149,8 +150,9 @@ def _under(path: str, roots) -> bool:
 
 
 class _Check:
-    def __init__(self, allowed_fix: dict, allowed_shim: dict, roots: set) -> None:
-        self.fix, self.shim, self.roots = allowed_fix, allowed_shim, roots
+    def __init__(self, allowed_fix: dict, allowed_shim: dict, roots: set, release: set) -> None:
+        self.fix, self.shim, self.roots, self.release = allowed_fix, allowed_shim, roots, release
+        self.decorator_made: list = []
         self.violations, self.opaque, self.interpreted = [], [], set()
         self.fixed, self.shimmed = {}, {}  # (module, name) -> entry
         self.functions = self.classes = self.attributes = 0
@@ -166,6 +168,11 @@ class _Check:
                 seen.setdefault((module, name), {"module": module, "name": name, key: by, "change": detail})
                 return True
         return False
+
+    def _release_made(self, value) -> bool:
+        """A function whose code is in the release's own sources (not its packages, not elsewhere)."""
+        code = getattr(getattr(value, "__func__", value), "__code__", None)
+        return code is not None and _under(code.co_filename, self.release)
 
     # -- functions --------------------------------------------------------------------------------
 
@@ -198,6 +205,8 @@ class _Check:
             obj = inner
         code = obj.__code__ if isinstance(obj, types.FunctionType) else None
         wrappers_ok = all(map(self._wrapper_ok, layers))
+        if layers and all(getattr(getattr(x, "__code__", None), "co_filename", None) == model.path for x in layers):
+            plain = False  # the module wraps its own function with its own code (globals()[name] = wrap(...))
         if code is None:
             if (plain and sole) or not wrappers_ok:
                 if not self.allowed(module, qualname, f"a {type(obj).__name__}"):
@@ -251,13 +260,20 @@ class _Check:
             self.attributes += 1
             name = f"{q}.{key}"
             if (key in cs.names or key in cs.outside) and key not in generated:
-                if key in cs.literals and not is_enum and key not in fields and cs.literals[key] != value:
+                slot = type(value).__name__ == "member_descriptor"
+                if key in cs.literals and not (is_enum or slot) and key not in fields and cs.literals[key] != value:
                     if not self.allowed(module, name, f"value {value!r}"):
                         self.bad(
                             module, name, "value differs from the source", f"{value!r} (source {cs.literals[key]!r})"
                         )
                 continue
             if key in generated:
+                continue
+            slot = type(value).__name__ == "member_descriptor" and getattr(value, "__objclass__", None) is live
+            if slot and (key in cs.annotated or "__slots__" in cs.names):
+                continue  # a slotted class's (msgspec Struct, __slots__) storage for a name the source declares
+            if cs.decorated and cs.dataclass is None and self._release_made(value):
+                self.decorator_made.append(f"{module}:{name}")  # a class decorator of the release added it
                 continue
             if is_enum and _sunder_or_dunder(key) and _stdlib_made(value):
                 continue
@@ -275,6 +291,9 @@ class _Check:
                 self.bad(module, name, "attribute not in the source", _describe(value))
         for meth, kind in cs.defs.items():
             if meth not in vars(live):
+                if cs.decorated and cs.dataclass is None and any(map(self._release_made, vars(live).values())):
+                    self.decorator_made.append(f"{module}:{q}.{meth} (removed)")
+                    continue
                 if not self.allowed(module, f"{q}.{meth}", "removed"):
                     self.bad(module, f"{q}.{meth}", "missing", "defined in the source, absent at run time")
                 continue
@@ -427,12 +446,18 @@ def _reference(live, cs, names: list):
     ann = vars(live).get("__annotations__", {})
     field_names = {f.name for f in cs.fields}
     ns.update({k: v for k, v in vars(live).items() if k in cs.names and k not in field_names})  # __post_init__, ...
+    order = [f.name for f in cs.fields] + [n for n in names if n not in {f.name for f in cs.fields}]
     for f in cs.fields:
         if f.kind != "field" and f.name in ann:
-            ns["__annotations__"][f.name] = ann[f.name]
-            if f.name in vars(live):
-                ns[f.name] = vars(live)[f.name]
-    for n in names:
+            ns[f.name] = vars(live).get(f.name, dataclasses.MISSING)
+            if ns[f.name] is dataclasses.MISSING:
+                del ns[f.name]
+    for n in order:
+        if n in ann and n not in names:
+            ns["__annotations__"][n] = ann[n]
+            continue
+        if n not in names:
+            continue
         lf = fields[n]
         ns["__annotations__"][n] = ann.get(n, lf.type)
         ns[n] = dataclasses.field(
@@ -529,7 +554,7 @@ def check(fix_changes=(), shims=(), traceback_mods=(), roots=()) -> dict:
     if not roots and "sglang" in sys.modules:
         roots = {os.path.dirname(os.path.dirname(os.path.realpath(sys.modules["sglang"].__file__)))}
     fix, shim = allowed_changes(fix_changes, shims)
-    chk = _Check(fix, shim, roots | _DEPS)
+    chk = _Check(fix, shim, roots | _DEPS, roots)
     names = sorted(
         n
         for n in list(sys.modules)
@@ -551,5 +576,6 @@ def check(fix_changes=(), shims=(), traceback_mods=(), roots=()) -> dict:
         "shimmed": list(chk.shimmed.values()),
         "opaque": chk.opaque,
         "interpreter_globals": sorted(chk.interpreted),
+        "decorator_made": chk.decorator_made,
         "exempt": {m: EXEMPT[m] for m in names if m in EXEMPT},
     }
