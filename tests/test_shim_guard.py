@@ -74,6 +74,36 @@ def make():
 @functools.lru_cache(maxsize=None)
 def cached(n):
     return n
+
+
+@dataclass(slots=True)
+class Slotted:
+    a: int = 0
+
+
+def register(cls):
+    return cls
+
+
+@register
+class Registered:
+    def m(self):
+        return 1
+
+
+def _deprecated(fn):
+    @functools.wraps(fn)
+    def wrapper(*args):
+        return fn(*args)
+
+    return wrapper
+
+
+def old_name():
+    return 1
+
+
+globals()["old_name"] = _deprecated(old_name)  # the module wraps its own function with its own code
 """
 
 BACKEND = """
@@ -140,6 +170,10 @@ MUTATIONS = {
         "ei.Mode  # enums keep their members\nei.EagleDraftExtendInput.label = 'other'",
         {("EagleDraftExtendInput.label", "value differs from the source")},
     ),
+    "a function added to a decorated class": (
+        "ei.Registered.extra = lambda self: 1",
+        {("Registered.extra", "attribute not in the source")},
+    ),
     "a method deleted": (
         "del tb.TritonAttnBackend.init_forward_metadata",
         {("TritonAttnBackend.init_forward_metadata", "missing")},
@@ -170,9 +204,9 @@ def _guard(tmp_path: Path, mutation: str) -> dict:
 def test_the_sources_own_definitions_are_accepted(tmp_path: Path) -> None:
     """Generated dataclass methods (rebuilt from the source's fields, __post_init__ included), a
     NamedTuple's and an Enum's machinery, a property, a staticmethod and an lru_cache are the source's."""
-    got = _guard(tmp_path, "ei.make(); ei.cached(1); ei.Pair(1)")
+    got = _guard(tmp_path, "ei.make(); ei.cached(1); ei.Pair(1); ei.Slotted(); ei.old_name()")
     assert got["violations"] == [] and got["fixed"] == []
-    assert got["classes"] == 6 and got["functions"] >= 6
+    assert got["classes"] == 8 and got["functions"] >= 8
     assert set(got["module_names"]) >= {
         "sglang.srt.speculative.eagle_info",
         "sglang.srt.layers.attention.triton_backend",

@@ -145,6 +145,8 @@ def traceback_modules(records) -> list:
 
 
 def _under(path: str, roots) -> bool:
+    if not os.path.isabs(path):  # "<string>", "<frozen ...>": code with no file is under no root
+        return False
     path = os.path.realpath(path)
     return any(path == r or path.startswith(r + os.sep) for r in roots)
 
