@@ -28,6 +28,7 @@ import re
 import sys
 import sysconfig
 import types
+from collections.abc import Collection, Iterable
 
 try:  # a package module for the workbench's tests, a script's sibling in the rank
     from .guard_source import NO_LITERAL, SourceModel
@@ -126,12 +127,12 @@ _DEPS = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("purelib", "platli
 _MODELS: dict = {}  # path -> SourceModel, kept between a rank's checks
 
 
-def protected(name: str, traceback_modules=()) -> bool:
+def protected(name: str, traceback_modules: Collection[str] = ()) -> bool:
     """Whether module ``name`` is one nothing may change: a recorded crash traceback's, or in ``AREAS``."""
     return name in traceback_modules or any(re.search(p, name) for p in AREAS)
 
 
-def traceback_modules(records) -> list:
+def traceback_modules(records: Iterable[dict]) -> list:
     """Every sglang module on the crash tracebacks (the first failing rank's and the other ranks')
     of the run records ``records`` (the shipped ``runtime_runs.json``'s ``runs`` values)."""
     out = set()
@@ -144,7 +145,7 @@ def traceback_modules(records) -> list:
     return sorted(out)
 
 
-def _under(path: str, roots) -> bool:
+def _under(path: str, roots: Collection[str]) -> bool:
     if not os.path.isabs(path):  # "<string>", "<frozen ...>": code with no file is under no root
         return False
     path = os.path.realpath(path)
@@ -476,7 +477,7 @@ def _reference(live, cs, names: list):
     return dataclasses.dataclass(type(live)(live.__name__, live.__bases__, ns), **params)
 
 
-def check_module(module, chk: _Check, roots: set) -> None:
+def check_module(module: types.ModuleType, chk: _Check, roots: set) -> None:
     """Hold one loaded module against its source (module docstring); results go to ``chk``."""
     name, path = module.__name__, getattr(module, "__file__", None)
     if not path or not path.endswith(".py"):
@@ -530,7 +531,7 @@ def check_module(module, chk: _Check, roots: set) -> None:
             chk.bad(name, q, "missing", "class defined in the source, absent at run time")
 
 
-def allowed_changes(fix_changes=(), shims=()) -> tuple:
+def allowed_changes(fix_changes: Iterable[dict] = (), shims: Iterable[dict] = ()) -> tuple:
     """({(module, name): fix}, {(module, name): shim}) from ``fixes.changes`` and ``shims.apply``'s records;
     a shim target is allowed only in an EXEMPT module."""
     fix = {(c["module"], c["name"]): c["fix"] for c in fix_changes}
@@ -545,7 +546,12 @@ def allowed_changes(fix_changes=(), shims=()) -> tuple:
     return fix, shim
 
 
-def check(fix_changes=(), shims=(), traceback_mods=(), roots=()) -> dict:
+def check(
+    fix_changes: Iterable[dict] = (),
+    shims: Iterable[dict] = (),
+    traceback_mods: Collection[str] = (),
+    roots: Iterable[str] = (),
+) -> dict:
     """Every loaded protected module held against its source; ``violations`` must be empty.
 
     ``fix_changes``: ``fixes.changes(applied)``; ``shims``: ``shims.apply``'s records; ``traceback_mods``:
