@@ -155,6 +155,7 @@ def _under(path: str, roots: Collection[str]) -> bool:
 class _Check:
     def __init__(self, allowed_fix: dict, allowed_shim: dict, roots: set, release: set) -> None:
         self.fix, self.shim, self.roots, self.release = allowed_fix, allowed_shim, roots, release
+        self.declared: dict = {}  # (module, name) -> the change a fix declares it makes (fixes.changes)
         self.decorator_made: list = []
         self.violations, self.opaque, self.interpreted = [], [], set()
         self.fixed, self.shimmed = {}, {}  # (module, name) -> entry
@@ -168,7 +169,8 @@ class _Check:
         for allow, seen, key in ((self.fix, self.fixed, "fix"), (self.shim, self.shimmed, "shim")):
             by = allow.get((module, name))
             if by is not None:
-                seen.setdefault((module, name), {"module": module, "name": name, key: by, "change": detail})
+                change = self.declared.get((module, name)) if key == "fix" else None
+                seen.setdefault((module, name), {"module": module, "name": name, key: by, "change": change or detail})
                 return True
         return False
 
@@ -558,11 +560,13 @@ def check(
     ``traceback_modules`` of the shipped records; ``roots``: the release's source folders (a protected
     module loaded from elsewhere is a violation; a decorator's wrapper must come from there or from the
     environment's packages). Empty ``roots``: the sglang package's parent, as imported."""
+    fix_changes = list(fix_changes)
     roots = {os.path.realpath(r) for r in roots}
     if not roots and "sglang" in sys.modules:
         roots = {os.path.dirname(os.path.dirname(os.path.realpath(sys.modules["sglang"].__file__)))}
     fix, shim = allowed_changes(fix_changes, shims)
     chk = _Check(fix, shim, roots | _DEPS, roots)
+    chk.declared = {(c["module"], c["name"]): c.get("change") for c in fix_changes}
     names = sorted(
         n
         for n in list(sys.modules)
