@@ -18,6 +18,7 @@ pytestmark = pytest.mark.network
 VERIFY = "'EagleVerifyInput' object has no attribute 'kv_indptr'"
 SEED = "'EagleDraftExtendInput' object has no attribute 'kv_indptr'"
 TOKENS = 8
+HIDE_SEED = Path(__file__).resolve().parents[1] / "workbench/upstream/runtime/probes/hide_seed_crash.py"
 
 
 def _run(**kwargs) -> dict:
@@ -34,6 +35,7 @@ def runs() -> dict:
         between_prs_checkout(UpstreamContext(), "0.5.14", Path(tmp))
         out["between"] = _run(dp=2, fixes=["verify-input"], sglang_src=Path(tmp))
         out["between+fix"] = _run(dp=2, fixes=["verify-input", "pr-28221"], sglang_src=Path(tmp))
+        out["between+hidden"] = _run(dp=2, fixes=["verify-input"], sglang_src=Path(tmp), extra_shims=[HIDE_SEED])
     out["new in the temp dir"] = sorted(set(os.listdir(tempfile.gettempdir())) - before)
     return out
 
@@ -41,6 +43,10 @@ def runs() -> dict:
 def _no_leftovers(rec: dict) -> None:
     assert rec["processes"]["left_running"] == []
     assert rec["shim_guard"]["modules"] > 20 and rec["shim_guard"]["violations"] == []
+    if rec["status"] == "ok":  # every rank held the guard again after the run, and it found nothing
+        assert sorted(rec["shim_guard"]["ranks"]) == [str(r) for r in range(rec["config"]["dp"])]
+        assert all(r["after_run"] for r in rec["shim_guard"]["ranks"].values())
+        assert rec["shim_guard"]["after_run"]["violations"] == []
     assert not [p for p in Path(tempfile.gettempdir()).glob("wb-rt-*")], "a run folder was left in the temp dir"
 
 
@@ -109,6 +115,23 @@ def test_runtime_between_prs_reaches_the_seed_crash_and_pr_28221_fixes_it(runs: 
     _no_leftovers(fixed)
 
 
+def test_shim_guard_ends_a_run_whose_shim_hides_the_seed_crash(runs: dict) -> None:
+    """A shim that sets EagleDraftExtendInput.kv_indptr = None in the ranks (the guard probe, loaded with
+    --extra-shim) on the between-PRs checkout with --fix verify-input and without --fix pr-28221: the
+    run that would complete ok without the seed's crash ends with status error, naming the class and
+    attribute; nothing else is reported."""
+    rec = runs["between+hidden"]
+    assert rec["status"] == "error" and rec["crash"] is None and rec["error"]["stage"] == "shim-guard"
+    assert "EagleDraftExtendInput.kv_indptr" in rec["error"]["message"]
+    seen = {(v["module"], v["name"], v["kind"]) for v in rec["error"]["violations"]}
+    assert seen == {
+        ("sglang.srt.speculative.eagle_info", "EagleDraftExtendInput.kv_indptr", "attribute not in the source")
+    }
+    ranks = {v["rank"] for v in rec["error"]["violations"]}  # the first to reach set-up stops the run
+    assert ranks and ranks <= {0, 1}
+    assert rec["extra_shims"][0]["path"] == str(HIDE_SEED) and rec["processes"]["left_running"] == []
+
+
 @pytest.fixture(scope="module")
 def v1_runs() -> dict:
     from workbench.upstream.runtime.suite import run_roles
@@ -134,7 +157,11 @@ def test_runtime_0_5_12_v1_worker_reaches_the_seed_crash_and_pr_28221_fixes_it(v
     for frame in ("speculative/eagle_worker.py", "in forward_draft_extend_after_decode", "in forward_idle"):
         assert frame in c["traceback"], frame
     assert [f["fix"] for f in rec["fixes"] if f["applied"]] == ["triton-idle-fallback", "verify-input"]
-    assert [f["name"] for f in rec["shim_guard"]["fixed"]] == ["TritonAttnBackend.init_forward_metadata"]
+    fixed = {(f["name"], f["fix"]) for f in rec["shim_guard"]["fixed"]}  # each fix's declared change, and no other
+    assert fixed == {
+        ("TritonAttnBackend.init_forward_metadata", "triton-idle-fallback"),
+        ("EagleVerifyInput.kv_indptr", "verify-input"),
+    }
     _no_leftovers(rec)
     fixed, dp1 = v1_runs["v1-dp2+triton-idle-fallback+verify-input+pr-28221"], v1_runs["v1-dp1"]
     assert fixed["status"] == dp1["status"] == "ok"

@@ -237,6 +237,16 @@ def _add_run(sub) -> None:  # imports on use (module docstring)
         dest="fixes",
         help="apply a fix inside the rank processes (repeatable)",
     )
+    rn.add_argument(
+        "--extra-shim",
+        action="append",
+        default=[],
+        type=Path,
+        dest="extra_shims",
+        metavar="FILE",
+        help="for testing the shim guard only: a .py file whose install() each rank calls after the lane's "
+        "shims and fixes (repeatable); the guard holds its changes like any other's",
+    )
     rn.add_argument("--num-prompts", type=int, default=1)
     rn.add_argument("--max-new-tokens", type=int, default=16)
     rn.add_argument("--no-reference", action="store_true", help="skip the HF transformers greedy reference")
@@ -276,6 +286,7 @@ def _run(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on u
         not args.no_reference,
         args.disable_overlap_schedule,
         args.timeout,
+        args.extra_shims,
     )
     if rec["crash"]:
         echo(rec["crash"]["traceback"].rstrip())

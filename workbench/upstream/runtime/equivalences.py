@@ -187,3 +187,18 @@ def apply(version: str) -> list:
 def touched(applied: list) -> dict:
     """{"module:qualname": equivalence} for every function an installed equivalence replaced."""
     return {f"{a['module']}:{a['qualname']}": a["name"] for a in applied if a["installed"]}
+
+
+def changes(applied: list) -> list:
+    """Each change an installed equivalence made, named as the live shim guard names it (module, qualname):
+    the release's own function object replaced by one with the same code and ``_is_cpu`` False."""
+    return [
+        {
+            "equivalence": a["name"],
+            "module": a["module"],
+            "name": a["qualname"],
+            "change": f"the release's own code run with {FLAG} False (its CUDA branch: {a['cuda_branch']})",
+        }
+        for a in applied
+        if a["installed"]
+    ]

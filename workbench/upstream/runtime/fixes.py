@@ -20,7 +20,7 @@ dataclass re-generated with its own parameters); the fallback wraps
 ``spec_info`` set aside, so the release's seq_lens branch builds the metadata, and otherwise calls it
 unchanged (a spec input without the attribute still raises in the release's line). Each is applied
 before the scheduler is built; a release that already has the fix is left alone and the record says
-so. ``touched`` names what the applied fixes replaced, for the live shim guard.
+so. ``changes`` lists what the applied fixes changed, for the live shim guard.
 """
 
 import dataclasses
@@ -64,10 +64,13 @@ def add_field(cls) -> None:
     kwargs = {p: getattr(params, p) for p in _PARAMS if hasattr(params, p)}
     own = cls.__dict__.get("__annotations__", {})
     for f in cls.__dataclass_fields__.values():
+        if f.default_factory is not dataclasses.MISSING:  # its class attribute was removed; re-running needs it
+            setattr(cls, f.name, f)
+            continue
         # A required field declared with field() lost its class attribute when the dataclass was built;
         # re-built, it would take an inherited class attribute as its default (0.5.23's
         # EagleVerifyInput.custom_mask over SpecInput's None), so it gets its field() back.
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        required = f.default is dataclasses.MISSING
         if f.name in own and required and f.name not in cls.__dict__ and hasattr(cls, f.name):
             setattr(cls, f.name, _field_like(f))
     cls.__annotations__[FIELD] = "Optional[torch.Tensor]"
@@ -156,8 +159,16 @@ def apply(names: list) -> list:
     return out
 
 
-def touched(applied: list) -> dict:
-    """{"module:Class.method": fix} for every method an applied fix replaced with this file's code."""
-    return {
-        f"{BACKEND_MODULE}:{FIXES[FALLBACK][0]}": FALLBACK for a in applied if a["fix"] == FALLBACK and a["applied"]
-    }
+def changes(applied: list) -> list:
+    """Each change the applied fixes made, named as the live shim guard names it (module, Class.attr)."""
+    out = []
+    for a in applied:
+        if not a["applied"]:
+            continue
+        if a["fix"] == FALLBACK:
+            name, change = FIXES[FALLBACK][0], "method wrapped with the seq_lens fallback (this file's code)"
+            out.append({"fix": FALLBACK, "module": BACKEND_MODULE, "name": name, "change": change})
+        else:
+            change = f"dataclass field {FIELD}: Optional[torch.Tensor] = None added; its generated methods rebuilt"
+            out.append({"fix": a["fix"], "module": MODULE, "name": f"{FIXES[a['fix']][0]}.{FIELD}", "change": change})
+    return out

@@ -3,7 +3,8 @@
 Each rank is ``rank.py`` on the replay environment's Python, in its own session (process group),
 with its log in the run folder. The parent polls the ranks' result files: it stops at the first
 crash or error (after a short window in which the other ranks may report what they saw), when
-every rank holding requests is done, when a rank exits without a word, or at the deadline. Then
+every rank holding requests is done and the idle ranks have reported (or ``IDLE_REPORT_S`` passed),
+when a rank exits without a word, or at the deadline. Then
 it ends every rank's process group (SIGTERM, then SIGKILL) and waits for them: upstream's own
 launcher hangs when a DP rank dies (its peers block in a collective), this one never does.
 """
@@ -23,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 RANK_SCRIPT = HERE / "rank.py"
 CAUSE_WINDOW_S = 3.0  # after a first failure, how long the other ranks may still report theirs
 GRACE_S = 3.0
+IDLE_REPORT_S = 30.0  # after the busy ranks are done, how long the idle ranks have to report
 POLL_S = 0.1
 
 
@@ -108,6 +110,7 @@ def run_ranks(python: Path, configs: list[dict], run_dir: Path, env: dict, timeo
     paths = {c["rank"]: Path(c["result_path"]) for c in configs}
     procs: list[subprocess.Popen] = []
     first_failure: float | None = None
+    done_at: float | None = None
     try:
         for c in configs:
             cfg_path = run_dir / f"rank{c['rank']}.json"
@@ -137,8 +140,10 @@ def run_ranks(python: Path, configs: list[dict], run_dir: Path, env: dict, timeo
                 if now > first_failure + CAUSE_WINDOW_S or len(failed) == len(paths):
                     break
             elif all(out.results.get(r, {}).get("status") == "done" for r in busy):
-                out.ended_by = "done"
-                break
+                done_at = done_at or now  # the idle ranks report after the busy ones (their guard after the run)
+                if len(out.results) == len(paths) or now > done_at + IDLE_REPORT_S:
+                    out.ended_by = "done"
+                    break
             for p, c in zip(procs, configs, strict=True):
                 if p.poll() is not None and first_failure is None:
                     time.sleep(POLL_S)  # a rank writes its result just before exiting

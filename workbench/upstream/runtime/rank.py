@@ -10,11 +10,14 @@ The config names the rank, the world, the sources, the server arguments, the fix
 requests this rank receives. The rank applies the CPU shims and the requested fixes, builds the
 release's own ``ServerArgs``/``PortArgs``, constructs the real ``Scheduler`` (tp rank = dp rank, one
 attention-TP rank per DP rank), binds the two sockets the tokenizer manager would own (requests in,
-token ids out), sends its requests and runs the scheduler's own event loop. A collector thread
-reads the scheduler's ``BatchTokenIDOutput`` messages; when every request of this rank finished it
-writes ``{"status": "done", ...}`` to ``result_path``. If the event loop raises, the rank writes
-``{"status": "crashed", ...}`` with the traceback, its frames and what the crashing frames held
-(forward mode, batch size, spec-input class), then exits 3. The parent ends every rank either way.
+token ids out), sends its requests and runs the scheduler's own event loop. The shim guard holds
+the protected modules against the release's source once the scheduler is built (a violation stops
+the rank) and again after the run. A collector thread reads the scheduler's ``BatchTokenIDOutput``
+messages; when every request of this rank finished it writes ``{"status": "done", ...}`` to
+``result_path``; an idle rank writes it once the busy ranks have (``busy_result_paths``). If the
+event loop raises, the rank writes ``{"status": "crashed", ...}`` with the traceback, its frames
+and what the crashing frames held (forward mode, batch size, spec-input class), then exits 3. The
+parent ends every rank either way.
 """
 
 import json
@@ -138,6 +141,46 @@ class Collector(threading.Thread):
         self.on_done()
 
 
+def _extra_shims(paths: list) -> list:
+    """Load each file and call its ``install()``: a test-only hook for checking the shim guard
+    (``--extra-shim``); its changes are held like any other's."""
+    import importlib.util
+
+    out = []
+    for i, path in enumerate(paths):
+        spec = importlib.util.spec_from_file_location(f"wb_extra_shim_{i}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.install()
+        out.append({"path": path, "doc": (module.__doc__ or "").strip()[:300]})
+    return out
+
+
+def _after_run(hold) -> dict:
+    """The guard again, once the run's passes are over; a guard that fails to run is a violation."""
+    try:
+        return hold()
+    except Exception as exc:  # noqa: BLE001 - fail closed
+        return {"violations": [{"module": "", "name": "", "kind": "guard failed", "detail": repr(exc)}]}
+
+
+def _idle_report(cfg: dict, done) -> None:
+    """Wait for every busy rank's result, then report this idle rank (``done``: guard after the run)."""
+    paths = cfg.get("busy_result_paths", [])
+    while True:
+        results = []
+        for p in paths:
+            try:
+                with open(p) as f:
+                    results.append(json.load(f))
+            except (OSError, ValueError):
+                results.append(None)
+        if results and all(r is not None and r.get("status") == "done" for r in results):
+            done()
+            return
+        time.sleep(0.2)
+
+
 def main() -> None:
     cfg = json.loads(open(sys.argv[1]).read())
     rank, result_path = cfg["rank"], cfg["result_path"]
@@ -147,6 +190,7 @@ def main() -> None:
     applied: list = []
     fixed: list = []
     equivalent: list = []
+    extra: list = []
     guard: dict = {}
     sys.path.insert(0, cfg["src_root"])
     sys.path.insert(0, HERE)
@@ -161,6 +205,7 @@ def main() -> None:
         import equivalences
 
         equivalent = equivalences.apply(cfg["version"])
+        extra = _extra_shims(cfg.get("extra_shims", []))
         state["stage"] = "server_args"
         import zmq
         from sglang.srt.managers.scheduler import Scheduler
@@ -180,16 +225,26 @@ def main() -> None:
         state["stage"] = "shim-guard"
         import shim_guard
 
-        guard.update(shim_guard.check(fixes.touched(fixed)))
-        guard["equivalences"] = equivalences.touched(equivalent)  # the release's own code, its CUDA branch
+        def hold() -> dict:
+            return shim_guard.check(
+                fixes.changes(fixed),
+                applied,
+                cfg.get("traceback_modules", []),
+                [cfg["src_root"]],
+                equivalences.changes(equivalent),
+            )
+
+        guard.update(hold())
         if guard["violations"]:
-            raise RuntimeError(f"a shim reached protected code: {guard['violations']}")
+            names = ", ".join(f"{v['module']}:{v['name']} ({v['kind']})" for v in guard["violations"][:10])
+            raise RuntimeError(f"the shim guard found protected code changed: {names}")
         timings["tree_mask_mode"] = _tree_mask_mode(scheduler)
         state["stage"] = "requests"
         reqs = cfg["requests"]
         started = time.time()
 
         def done() -> None:
+            guard["after_run"] = _after_run(hold)
             _write(
                 result_path,
                 {
@@ -203,14 +258,17 @@ def main() -> None:
                     "shims": applied,
                     "fixes": fixed,
                     "equivalences": equivalent,
+                    "extra_shims": extra,
                     "shim_guard": guard,
                 },
             )
 
         sock_send, sock_recv = ipc()
         collector = Collector(recv, [r["rid"] for r in reqs], done, sock_recv)
-        if reqs:  # an idle rank writes a result only if it fails
+        if reqs:
             collector.start()
+        else:  # an idle rank reports when the busy ranks are done (its guard after the run), or if it fails
+            threading.Thread(target=_idle_report, args=(cfg, done), daemon=True).start()
         for r in reqs:
             sock_send(send, request(cfg, r["rid"], r["input_ids"]))
         _write(
@@ -230,6 +288,8 @@ def main() -> None:
         raise RuntimeError("the scheduler's event loop returned")
     except BaseException as exc:  # noqa: BLE001 - every failure becomes this rank's record
         tb = exc.__traceback__
+        if guard:
+            guard["after_run"] = _after_run(hold)
         _write(
             result_path,
             {
@@ -244,6 +304,7 @@ def main() -> None:
                 "shims": applied,
                 "fixes": fixed,
                 "equivalences": equivalent,
+                "extra_shims": extra,
                 "shim_guard": guard,
                 "timings": {**timings, "crash_after_s": round(time.time() - t0, 2)},
                 "time": time.time(),

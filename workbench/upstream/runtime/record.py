@@ -92,6 +92,7 @@ def new(cfg: dict) -> dict:
         "shim_guard": None,
         "fixes": [],
         "equivalences": [],  # device equivalences: a CPU branch made for intel_amx, run as its CUDA branch
+        "extra_shims": [],  # test-only files loaded into the ranks (--extra-shim), for checking the shim guard
         "limits": [],  # known upstream limits this run met: the release cannot run this configuration here
         "processes": {},
         "env": {"host_python": sys.version.split()[0], "platform": platform.platform(), "device": "cpu"},
@@ -154,8 +155,51 @@ def fill(rec: dict, ranks, prompts: list[list[int]]) -> None:
     for r in sorted(results):
         rec["timings"][f"rank{r}"] = results[r].get("timings")
     _fill(rec, ranks, prompts)
+    _hold_guard(rec, results)
     rec["limits"] = [note for test, note in KNOWN_LIMITS if test(rec)]
     rec["notes"] += rec["limits"]
+
+
+def guard_violations(results: dict) -> list[dict]:
+    """Every rank's shim-guard violations, after set-up and after the run, with the rank and when."""
+    out = []
+    for r in sorted(results):
+        guard = results[r].get("shim_guard") or {}
+        for when, part in (("after set-up", guard), ("after the run", guard.get("after_run") or {})):
+            out += [{**v, "rank": r, "when": when} for v in part.get("violations", [])]
+    return out
+
+
+def _hold_guard(rec: dict, results: dict) -> None:
+    """A shim-guard violation in any rank, or a completed run whose ranks did not all hold the guard
+    after it, ends the run with status error (any crash is kept in ``error["crash"]``)."""
+    rec["extra_shims"] = next((r["extra_shims"] for r in results.values() if r.get("extra_shims")), [])
+    if rec["shim_guard"] is not None:
+        rec["shim_guard"]["ranks"] = {
+            str(r): {
+                "modules": (res.get("shim_guard") or {}).get("modules"),
+                "after_run": "after_run" in (res.get("shim_guard") or {}),
+            }
+            for r, res in sorted(results.items())
+        }
+    bad = guard_violations(results)
+    unheld = [r for r in range(rec["config"]["dp"]) if "after_run" not in (results.get(r, {}).get("shim_guard") or {})]
+    if not bad and not (rec["status"] == "ok" and unheld):
+        return
+    names = "; ".join(f"rank {v['rank']} {v['when']}: {v['module']}:{v['name']} ({v['kind']})" for v in bad[:10])
+    message = (
+        f"the shim guard found protected code changed: {names}"
+        if bad
+        else (f"the shim guard was not held after the run on rank(s) {unheld}")
+    )
+    rec["error"] = {
+        "stage": "shim-guard",
+        "message": message,
+        "missing": None,
+        "violations": bad,
+        "crash": rec["crash"],
+    }
+    rec["status"], rec["crash"], rec["rank_failures"] = "error", None, []
 
 
 def _fill(rec: dict, ranks, prompts: list[list[int]]) -> None:

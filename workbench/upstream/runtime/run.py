@@ -22,12 +22,14 @@ from workbench.upstream.sources.releases import check_version, known_releases
 from workbench.upstream.sources.trees import source_root
 
 from . import record as record_mod
+from . import shim_guard
 from .fixes import FIXES
 from .launch import free_port, run_ranks, thread_binding
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 MODELS = ASSETS / "runtime_models"
 PROMPTS = ASSETS / "prompts.json"
+RUNS = ASSETS / "runtime_runs.json"  # the shipped runs: their crash tracebacks name protected modules
 BACKENDS = ("triton", "torch_native")
 # The draft model's backend: SGLang's EAGLE needs a multi-step draft-decode backend, which torch_native
 # lacks (speculative/draft_utils.py refuses it), so a torch_native target runs a triton draft.
@@ -54,6 +56,7 @@ def validate(
     max_new_tokens: int,
     sglang_src: Path | None,
     known: list[str] | None,
+    extra_shims: list[Path] = (),
 ) -> None:
     """Raise RuntimeConfigError (or ReleaseError for the version) naming the bad value."""
     if known is not None:
@@ -86,6 +89,9 @@ def validate(
                 )
     if sglang_src is not None:
         source_root(Path(sglang_src))  # SourceError names the folder
+    for path in extra_shims:
+        if not (Path(path).is_file() and str(path).endswith(".py")):
+            raise RuntimeConfigError(f"bad extra shim {str(path)!r}; valid: a .py file with an install() function")
 
 
 def code_state(version: str, src: Path | None, fixes: list[str], label: str | None = None) -> str:
@@ -131,13 +137,21 @@ def _rank_configs(cfg: dict, run_dir: Path, prompts: list[list[int]], src_root: 
         "max_new_tokens": cfg["max_new_tokens"],
         "vocab_size": 257,
         "fixes": cfg["fixes"],
+        "extra_shims": cfg["extra_shims"],
+        "traceback_modules": traceback_modules(),
         "server_args": args,
     }
     reqs = [{"rid": f"p{i}", "input_ids": ids} for i, ids in enumerate(prompts)]
+    base["busy_result_paths"] = [str(run_dir / "rank0.result.json")]  # the requests go to rank 0
     return [
         {**base, "rank": r, "result_path": str(run_dir / f"rank{r}.result.json"), "requests": reqs if r == 0 else []}
         for r in range(cfg["dp"])
     ]
+
+
+def traceback_modules() -> list[str]:
+    """The sglang modules on every crash traceback the lane shipped (``RUNS``): protected by the shim guard."""
+    return shim_guard.traceback_modules(json.loads(RUNS.read_text())["runs"].values())
 
 
 def _reference(python: Path, run_dir: Path, prompts: list[list[int]], max_new_tokens: int, timeout_s: float) -> dict:
@@ -191,14 +205,16 @@ def run_runtime(
     reference: bool = True,
     disable_overlap_schedule: bool = False,
     timeout_s: float = 300,
+    extra_shims: list[Path] | tuple[Path, ...] = (),
 ) -> dict:
     """Run the real SGLang ``version`` (or the checkout ``sglang_src`` on that release's environment).
 
     ``ctx`` gives the cache (the release's replay environment, shared with the replays) and the
     progress log; ``timeout_s`` bounds the rank processes (and the HF reference), apart from
-    ``ctx.timeout_s`` (one replay process's limit). Returns the run record (``record.build``): status
-    ``ok`` / ``crashed`` / ``timeout`` / ``error``. Raises RuntimeConfigError, ReleaseError or
-    SourceError for bad arguments, before anything starts.
+    ``ctx.timeout_s`` (one replay process's limit); ``extra_shims``: files whose ``install()`` each rank
+    calls after the lane's shims and fixes, for testing the shim guard only. Returns the run record
+    (``record.build``): status ``ok`` / ``crashed`` / ``timeout`` / ``error``. Raises
+    RuntimeConfigError, ReleaseError or SourceError for bad arguments, before anything starts.
     """
     t0 = time.perf_counter()
     log = ctx.log
@@ -216,6 +232,7 @@ def run_runtime(
         max_new_tokens,
         src,
         known_releases(ctx),
+        [Path(p) for p in extra_shims],
     )
     texts = load_prompts(num_prompts)
     prompts = [list(t.encode("utf-8")) for t in texts]
@@ -239,6 +256,7 @@ def run_runtime(
         "prompts": texts,
         "disable_overlap_schedule": disable_overlap_schedule,
         "timeout_s": timeout_s,
+        "extra_shims": [str(Path(p).resolve()) for p in extra_shims],
     }
     rec = record_mod.new(cfg)
     tag = f"[sglang-{version}{' checkout' if src else ''} dp{dp} {backend}{' +' + '+'.join(fixes) if fixes else ''}]"
