@@ -207,6 +207,14 @@ def _add_run(sub) -> None:  # imports on use (module docstring)
     )
     rn.add_argument("--timeout", type=float, default=300, help="seconds for the rank processes")
     rn.add_argument("--json", type=Path, default=None, dest="json_out", help="write the run record here")
+    rn.add_argument(
+        "--bundle-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where a crashing rank writes its crash bundle (default: OUT's folder/<OUT's name>-bundles with "
+        "--json, else $WB_BUNDLE_DIR, $WB_LOG_DIR or ~/.cache/eagle-workbench/crash-bundles)",
+    )
 
 
 def _run(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
@@ -230,9 +238,11 @@ def _run(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on u
         not args.no_reference,
         args.disable_overlap_schedule,
         args.timeout,
+        bundle_dir=args.bundle_dir or (args.json_out and args.json_out.parent / f"{args.json_out.stem}-bundles"),
     )
     if rec["crash"]:
         echo(rec["crash"]["traceback"].rstrip())
+        echo(f"crash bundle: {rec['crash'].get('bundle') or rec['crash'].get('bundle_error')}")
     if rec.get("error"):
         echo(f"error at {rec['error']['stage']}: {rec['error']['message']}")
     t = rec["timings"]

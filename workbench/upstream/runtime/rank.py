@@ -2,7 +2,7 @@
 
 Never imported by the workbench (it runs on the replay environment's own Python and imports
 nothing of the workbench but its sibling files: ``shims.py`` and what it builds on, ``fixes.py``,
-``shim_guard.py``, ``rank_io.py``). Usage:
+``shim_guard.py``, ``rank_io.py``, ``rank_bundle.py``). Usage:
 
     python rank.py CONFIG_JSON
 
@@ -14,7 +14,8 @@ token ids out), sends its requests and runs the scheduler's own event loop. A co
 reads the scheduler's ``BatchTokenIDOutput`` messages; when every request of this rank finished it
 writes ``{"status": "done", ...}`` to ``result_path``. If the event loop raises, the rank writes
 ``{"status": "crashed", ...}`` with the traceback, its frames and what the crashing frames held
-(forward mode, batch size, spec-input class), then exits 3. The parent ends every rank either way.
+(forward mode, batch size, spec-input class), writes its crash bundle (``rank_bundle.py``) into the
+config's ``bundle_dir``, then exits 3. The parent ends every rank either way.
 """
 
 import json
@@ -70,6 +71,20 @@ def _batch_facts(tb) -> dict:
             }
         tb = tb.tb_next
     return facts
+
+
+def _bundle(cfg: dict, exc: BaseException, state: dict, applied: list, fixed: list) -> dict:
+    """``{"bundle": path}`` of this rank's crash bundle (``rank_bundle.py``) for a crash in the event
+    loop when the config names a bundle folder; ``{"bundle_error": why}`` when writing it failed."""
+    if state["stage"] != "event_loop" or not cfg.get("bundle_dir"):
+        return {}
+    try:
+        import rank_bundle
+
+        code_state = {"shims": [s["name"] for s in applied if s.get("installed")], "fixes": fixed}
+        return {"bundle": rank_bundle.write(cfg["bundle_dir"], cfg, exc, code_state)}
+    except Exception as err:  # noqa: BLE001 - the crash is still reported, with why no bundle
+        return {"bundle_error": f"{type(err).__name__}: {err}"}
 
 
 def _server_args(cfg: dict):
@@ -223,6 +238,7 @@ def main() -> None:
         raise RuntimeError("the scheduler's event loop returned")
     except BaseException as exc:  # noqa: BLE001 - every failure becomes this rank's record
         tb = exc.__traceback__
+        bundle = _bundle(cfg, exc, state, applied, fixed)
         _write(
             result_path,
             {
@@ -239,6 +255,7 @@ def main() -> None:
                 "shim_guard": guard,
                 "timings": {**timings, "crash_after_s": round(time.time() - t0, 2)},
                 "time": time.time(),
+                **bundle,
             },
         )
         sys.stdout.flush()

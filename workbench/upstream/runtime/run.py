@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from workbench.debug.bundle import new_bundle_dir
 from workbench.upstream.context import UpstreamContext
 from workbench.upstream.sources.envs import EnvBuildError, ensure_env, ensure_sources
 from workbench.upstream.sources.releases import check_version, known_releases
@@ -131,6 +132,7 @@ def _rank_configs(cfg: dict, run_dir: Path, prompts: list[list[int]], src_root: 
         "max_new_tokens": cfg["max_new_tokens"],
         "vocab_size": 257,
         "fixes": cfg["fixes"],
+        "bundle_dir": cfg["bundle_dir"],
         "server_args": args,
     }
     reqs = [{"rid": f"p{i}", "input_ids": ids} for i, ids in enumerate(prompts)]
@@ -191,6 +193,7 @@ def run_runtime(
     reference: bool = True,
     disable_overlap_schedule: bool = False,
     timeout_s: float = 300,
+    bundle_dir: Path | str | None = None,
 ) -> dict:
     """Run the real SGLang ``version`` (or the checkout ``sglang_src`` on that release's environment).
 
@@ -198,7 +201,9 @@ def run_runtime(
     progress log; ``timeout_s`` bounds the rank processes (and the HF reference), apart from
     ``ctx.timeout_s`` (one replay process's limit). Returns the run record (``record.build``): status
     ``ok`` / ``crashed`` / ``timeout`` / ``error``. Raises RuntimeConfigError, ReleaseError or
-    SourceError for bad arguments, before anything starts.
+    SourceError for bad arguments, before anything starts. A rank that crashes in a forward writes its
+    crash bundle (``rank_bundle.py``) under ``bundle_dir`` (default ``workbench.debug.bundle.new_bundle_dir()``,
+    never the temp dir); the record's ``crash.bundle`` names it.
     """
     t0 = time.perf_counter()
     log = ctx.log
@@ -239,6 +244,7 @@ def run_runtime(
         "prompts": texts,
         "disable_overlap_schedule": disable_overlap_schedule,
         "timeout_s": timeout_s,
+        "bundle_dir": str(Path(bundle_dir).resolve() if bundle_dir is not None else new_bundle_dir()),
     }
     rec = record_mod.new(cfg)
     tag = f"[sglang-{version}{' checkout' if src else ''} dp{dp} {backend}{' +' + '+'.join(fixes) if fixes else ''}]"
