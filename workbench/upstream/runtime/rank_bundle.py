@@ -190,9 +190,9 @@ def write(directory: str, cfg: dict, exc: BaseException, code_state: dict) -> st
         "batch_size": int(fb.batch_size),
         "forward_batch": fields,
         "spec_info": spec,
-        "backend": {
-            "module": type(backend).__module__,
-            "class": type(backend).__qualname__,
+        "backend": {  # class None: no attention backend's frame raised (e.g. a peer's collective failed)
+            "module": type(backend).__module__ if backend is not None else None,
+            "class": type(backend).__qualname__ if backend is not None else None,
             "method": backend_frame[1] if backend_frame else None,
             "attributes": _scalars(backend) if backend is not None else {},
         },
