@@ -1,4 +1,4 @@
-"""``workbench upstream survey|lint|recall|bisect|replay|repro|run|fidelity|nightly``: the real SGLang releases.
+"""``workbench upstream survey|lint|recall|bisect|replay|repro|run|kernel|fidelity|nightly``: the real SGLang releases.
 
 Each subcommand imports what it runs when it runs (the replays, the released runtime and the fidelity
 check load torch, the survey plot matplotlib), so ``--help`` and a usage error answer at once.
@@ -150,6 +150,14 @@ def register(top: argparse._SubParsersAction) -> None:
     rr.add_argument("--range", nargs="*", default=None, metavar="X", help="releases to run each reproducer on")
     rr.add_argument("--timeout", type=float, default=900, help="seconds for each replay process")
     _add_run(sub)
+    kn = sub.add_parser(
+        "kernel",
+        help="register (or --remove) a Jupyter kernel on a release's environment, set up as the runtime's ranks, "
+        "where a run's crash bundle replays in the release's own code",
+    )
+    kn.add_argument("--sglang", required=True, metavar="X", help="the release (its cached replay environment)")
+    kn.add_argument("--sglang-src", type=Path, default=None, metavar="DIR", help="a checkout to put first instead")
+    kn.add_argument("--remove", action="store_true", help="remove the kernelspec this command registered")
     fd = sub.add_parser(
         "fidelity", help="our contracts vs the releases' (shipped snapshot, or fresh --survey/--replay JSON)"
     )
@@ -265,6 +273,26 @@ def _run(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on u
         )
         return 0 if met else 1
     return 0 if rec["status"] in ("ok", "crashed") else 1
+
+
+def _kernel(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    """Exit 0: registered (or removed); 2: a bad release or folder, an environment that cannot be built,
+    or no workbench kernelspec to remove."""
+    from workbench.upstream.runtime.kernel import KernelError, register, remove
+    from workbench.upstream.sources.envs import EnvBuildError
+
+    try:
+        if args.remove:
+            echo(f"removed {remove(args.sglang, args.sglang_src)}")
+            return 0
+        info = register(ctx, args.sglang, args.sglang_src)
+    except (KernelError, EnvBuildError) as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    echo(f"kernel {info['name']} at {info['path']}: {info['python']}, sources {info['src_root']}")
+    if info["added"]:
+        echo(f"added to that environment: {', '.join(info['added'])}")
+    return 0
 
 
 def _fidelity(args: argparse.Namespace) -> int:  # imports on use (module docstring)
@@ -484,6 +512,7 @@ COMMANDS = {
     "recall": _recall,
     "repro": _repro,
     "run": _run,
+    "kernel": _kernel,
 }
 
 
