@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import sys
 from pathlib import Path
 
 from workbench.upstream.context import UpstreamContext
@@ -68,6 +69,7 @@ def register(ctx: UpstreamContext, version: str, sglang_src: Path | str | None =
             "WB_SGLANG_VERSION": version,
             "WB_SGLANG_SRC": str(env.src_root),
             "WB_WORKBENCH_ROOT": str(WORKBENCH_ROOT),
+            "WB_WORKBENCH_PYTHON": sys.executable,  # the workbench's own Python, for `workbench upstream run`
             "WB_SPEC_TREE_SRC": str(tree_src),
             "PYTHONUNBUFFERED": "1",
         },
