@@ -7,6 +7,7 @@ in SGLang's frame; the same for the between-PRs checkout's draft-extend crash.""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -132,3 +133,28 @@ def test_the_bundle_replays_in_the_release_kernel_at_the_runs_line_and_completes
         assert "FIXED completed True []" in fixed, fixed
     finally:
         kernel.close()
+
+
+def test_notebook_07_runs_on_the_release_kernel_through_papermill(lab: dict, tmp_path) -> None:
+    """The run, the bundle, the replay at the run's line, the fix and the reads, with expect=ok."""
+    import json
+
+    import papermill
+
+    root = Path(__file__).resolve().parents[1]
+    record = tmp_path / "07.json"
+    papermill.execute_notebook(
+        str(root / "notebooks" / "07_debug_real_runtime.ipynb"),
+        str(tmp_path / "07.ipynb"),
+        cwd=str(root),
+        progress_bar=False,
+        kernel_name=lab["kernels"]["release"],
+        execution_timeout=600,
+        parameters={"record_path": str(record), "expect": "ok"},
+    )
+    doc = json.loads(record.read_text())
+    assert (
+        all(doc["checks"].values())
+        and doc["replay"]["exception"]["line"] == doc["runs"]["run"]["crash"]["raised_at"]["line"]
+    )
+    assert Path(doc["bundle"]).parent == tmp_path / "07_bundles"
