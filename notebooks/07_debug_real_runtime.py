@@ -41,6 +41,8 @@ import inspect
 import json
 import os
 import subprocess
+import sys
+import traceback
 from pathlib import Path
 
 from workbench import notebook
@@ -114,13 +116,19 @@ print(replayed.exception)
 print("rebuilt as None (not in the bundle):", replayed.not_rebuilt)
 
 # %% [markdown]
-# To step into it, run the next cell and then `%debug` in a new cell: the debugger stops in
+# To step into it, run `%debug` in a new cell after the next one: the next cell calls
+# `replay_bundle(path)`, which raises in the release's code, and keeps the exception as IPython's last
+# one (a raising cell would stop papermill). The debugger stops in
 # `TritonAttnBackend.init_forward_metadata`, where `p spec_info`, `p forward_batch.forward_mode` and
-# `p vars(spec_info).keys()` show the batch and the input without `kv_indptr`. (Run it before the
-# fix below: a fix changes the release's class in place until the kernel restarts.)
+# `p vars(spec_info).keys()` show the batch and the input without `kv_indptr`. (Do it before the fix
+# below: a fix changes the release's class in place until the kernel restarts.)
 
-# %% tags=["raises-exception"]
-replay_bundle(path)
+# %%
+try:
+    replay_bundle(path)
+except AttributeError as exc:
+    sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, exc.__traceback__
+    traceback.print_exception(exc, limit=-2)
 
 # %% [markdown]
 # ## 4 · The fix: the same call completes, with the run's own fixed metadata
