@@ -63,7 +63,7 @@ def _run_to_the_fix(page, base: str, token: str) -> tuple[dict, str]:
     page.goto(f"{base}/lab/workspaces/{NAME}/tree/{COPIES.relative_to(ROOT)}/{NAME}.ipynb?reset&token={token}")
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget", timeout=60_000)
     end = time.monotonic() + 240  # the release kernel imports torch and applies the shims at start
-    while not _state(page)["ready"]:
+    while not (_state(page)["ready"] and _state(page)["status"] == "idle"):
         assert time.monotonic() < end, f"the release kernel never became ready: {_state(page)}"
         time.sleep(1)
     wanted = page.evaluate(RUN_ABOVE_FIX_JS)
@@ -76,9 +76,9 @@ def _run_to_the_fix(page, base: str, token: str) -> tuple[dict, str]:
         time.sleep(1)
 
 
-def _breakpoint_stop(page, line: str) -> tuple[str, str]:
+def _breakpoint_stop(page, line: str) -> tuple[str, list]:
     """Debugger on, SGLang's triton_backend from Kernel Sources, a breakpoint at ``line``, the replay in a
-    new cell; returns the top frame of the call stack and the Variables panel's text."""
+    new cell; returns the top frame of the call stack and the Variables panel's text and names."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-DebuggerBugButton button").first.click()
@@ -91,6 +91,15 @@ def _breakpoint_stop(page, line: str) -> tuple[str, str]:
     editor = page.locator(".jp-MainAreaWidget:not(.lm-mod-hidden) .cm-editor").last
     number = editor.locator(".cm-lineNumbers .cm-gutterElement", has_text=re.compile(f"^{line}$"))
     breakpoint_set = page.locator(".jp-DebuggerBreakpoint", has_text=line).first
+    editor.locator(".cm-lineNumbers .cm-gutterElement", has_text=re.compile("^2$")).first.wait_for(timeout=30_000)
+    height = editor.locator(".cm-lineNumbers .cm-gutterElement", has_text=re.compile("^2$")).first.bounding_box()
+    for _ in range(20):  # CodeMirror renders the lines in view only: scroll the long module to the line
+        if number.count():
+            break
+        editor.locator(".cm-scroller").first.evaluate(
+            "(el, y) => { el.scrollTop = y; }", max(0, (int(line) - 15) * height["height"])
+        )
+        page.wait_for_timeout(500)
     for _ in range(5):  # the source editor lays out after it opens: a click before that lands nowhere
         if breakpoint_set.count():
             break
@@ -112,7 +121,8 @@ def _breakpoint_stop(page, line: str) -> tuple[str, str]:
     page.locator(".jp-DebuggerVariables-name", has_text=re.compile("^spec_info$")).first.click()  # expand it
     page.wait_for_timeout(1000)
     page.screenshot(path=str(SHOTS / "07-debugger.png"))
-    stopped, shown = top.text_content(), variables.text_content()
+    names = page.locator(".jp-DebuggerVariables-name").all_text_contents()  # spec_info's attributes among them
+    stopped, shown = top.text_content(), [variables.text_content(), names]
     page.evaluate("() => window.jupyterapp.commands.execute('debugger:continue')")
     return stopped, shown
 
@@ -191,7 +201,9 @@ def test_notebook_07_stops_in_sglangs_init_forward_metadata_in_jupyterlab(tmp_pa
             assert stopped.startswith("init_forward_metadata") and stopped.endswith(f"triton_backend.py:{line}"), (
                 stopped
             )
-            assert "EagleVerifyInput" in shown and "draft_token_num" in shown and "kv_indptr" not in shown, shown
+            text, names = shown  # the frame's locals with spec_info expanded: its class, no kv_indptr entry
+            assert "spec_infoEagleVerifyInput" in text, shown
+            assert "draft_token_num" in names and "kv_indptr" not in names, names
             page.locator(".lm-TabBar-tab", has_text=f"{NAME}.ipynb").first.click()
             end = time.monotonic() + 120
             while not _state(page).get("errors"):  # continued: the read raises, in the new cell

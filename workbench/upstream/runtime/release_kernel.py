@@ -4,8 +4,9 @@ The kernelspec ``workbench upstream kernel --sglang V`` registers runs this file
 dependency venv (no workbench import before the set-up): it puts the release's (or a checkout's)
 sources first on ``sys.path``, this folder next (``shims.py``, ``fixes.py``), the workbench's folder
 last, applies the CPU shims the ranks apply (``shims.apply``; settings come from the kernelspec's
-environment), records them in ``CODE_STATE`` (this module is importable as ``release_kernel``), then
-starts ipykernel. Fixes are not applied here: a replay applies the fixes its bundle names.
+environment) once ipykernel has bound its sockets, records them in ``CODE_STATE`` (this module is
+importable as ``release_kernel``), then runs the kernel. Fixes are not applied here: a replay
+applies the fixes its bundle names.
 
 Environment: ``WB_SGLANG_VERSION``, ``WB_SGLANG_SRC`` (the folder holding ``sglang/``),
 ``WB_WORKBENCH_ROOT`` (the folder holding ``workbench/``).
@@ -38,11 +39,15 @@ def setup() -> dict:
 
 
 def main() -> None:
+    """ipykernel's app bound to its ports first (the ports Jupyter chose; importing sglang first opened
+    others and raced them), then the set-up, then the kernel's loop."""
     sys.modules.setdefault("release_kernel", sys.modules[__name__])
-    setup()
-    from ipykernel.kernelapp import launch_new_instance
+    from ipykernel.kernelapp import IPKernelApp
 
-    launch_new_instance()
+    app = IPKernelApp.instance()
+    app.initialize()
+    setup()
+    app.start()
 
 
 if __name__ == "__main__":
