@@ -60,6 +60,7 @@ def register(ctx: UpstreamContext, version: str, sglang_src: Path | str | None =
     added = add_packages(ctx, env, [IPYKERNEL])
     tree_src = ensure_sources(ctx, TREE_KERNELS_RELEASE) / TREE_KERNELS_FILE
     name = kernel_name(version, src)
+    folder = kernels_dir() / name
     spec = {
         "argv": [str(env.python), str(BOOT), "-f", "{connection_file}"],
         "display_name": f"SGLang {version}{' checkout ' + str(src) if src else ''} (workbench CPU runtime)",
@@ -72,6 +73,8 @@ def register(ctx: UpstreamContext, version: str, sglang_src: Path | str | None =
             "WB_WORKBENCH_PYTHON": sys.executable,  # the workbench's own Python, for `workbench upstream run`
             "WB_SPEC_TREE_SRC": str(tree_src),
             "PYTHONUNBUFFERED": "1",
+            # torch's torchinductor_<user> and the debugger's cell files stay with the kernelspec, not in /tmp
+            "TMPDIR": str(folder / "tmp"),
         },
         "interrupt_mode": "signal",
         "metadata": {
@@ -79,8 +82,7 @@ def register(ctx: UpstreamContext, version: str, sglang_src: Path | str | None =
             "workbench": {"sglang": version, "sglang_src": str(src) if src else None, "venv": str(env.root)},
         },
     }
-    folder = kernels_dir() / name
-    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tmp").mkdir(parents=True, exist_ok=True)
     (folder / "kernel.json").write_text(json.dumps(spec, indent=1))
     return {"name": name, "path": str(folder), "python": str(env.python), "src_root": str(env.src_root), "added": added}
 
