@@ -94,6 +94,12 @@ print(rec["status"], "|", crash.get("exception_type"), crash.get("message"))
 print("raised at", (crash.get("raised_at") or {}).get("file"), (crash.get("raised_at") or {}).get("line"))
 path = crash.get("bundle")
 print("bundle:", path)
+if not path:
+    raise RuntimeError(
+        f"the run wrote no crash bundle: status {rec['status']}, {crash.get('bundle_error') or rec.get('error')}\n"
+        + proc.stdout[-2000:]
+        + proc.stderr[-2000:]
+    )
 
 # %% [markdown]
 # ## 2 · The bundle
