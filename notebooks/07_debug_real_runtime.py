@@ -86,7 +86,10 @@ cmd += ["--sglang-src", sglang_src] if sglang_src else []
 cmd += ["--dp", "2", "--backend", "triton", "--no-reference", "--max-new-tokens", "8"]
 cmd += [x for f in run_fixes for x in ("--fix", f)] + ["--json", str(run_json), "--bundle-dir", str(bundles)]
 print(" ".join(cmd))
-proc = subprocess.run(cmd, capture_output=True, text=True, cwd=os.environ["WB_WORKBENCH_ROOT"])
+# the run's own temp folder (removed after it) goes in the system's temp dir: this kernel's TMPDIR (its
+# kernelspec's tmp/) can be too deep for the ranks' ipc socket paths (about 100 bytes at most)
+env = {k: v for k, v in os.environ.items() if k != "TMPDIR"}
+proc = subprocess.run(cmd, capture_output=True, text=True, cwd=os.environ["WB_WORKBENCH_ROOT"], env=env)
 print("\n".join(proc.stdout.strip().splitlines()[-4:]))
 rec = json.loads(run_json.read_text())
 crash = rec["crash"] or {}
