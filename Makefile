@@ -64,12 +64,15 @@ bench: $(STAMP)
 # one kernel of its language_info (python), eagle-workbench, whatever python3 spec the user has.
 # It serves the repository root (the package's sources open beside the notebooks) with the notebooks
 # folder open; tests/test_lab_browser.py starts JupyterLab with these --ServerApp / --LabApp flags.
+# The release kernels `workbench upstream kernel --sglang X` registered (sglang-*, notebook 07) are offered too.
 # LAB_ARGS: more options for jupyter lab, e.g. `make lab LAB_ARGS="--allow-root --no-browser"`.
 LAB_ARGS ?=
 lab: $(STAMP)
 	$(PIP) -e ".[dev,lab]"
 	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks \
-		--KernelSpecManager.allowed_kernelspecs=$(KERNEL) --MappingKernelManager.default_kernel_name=$(KERNEL) $(LAB_ARGS)
+		--KernelSpecManager.allowed_kernelspecs=$(KERNEL) --MappingKernelManager.default_kernel_name=$(KERNEL) \
+		$(foreach k,$(shell ls "$$($(BIN)/jupyter --data-dir)/kernels" 2>/dev/null | grep '^sglang-'),--KernelSpecManager.allowed_kernelspecs=$(k)) \
+		$(LAB_ARGS)
 
 # The exact tested set: what `pip freeze` shows in the venv after `make test`, minus the project.
 constraints: $(STAMP)

@@ -102,6 +102,22 @@ def _start(job: Job, matrix: Matrix, root: Path, out: Path, threads: dict[str, s
         "result": str(out / job.paths["result"]),
         "kernel_name": kernel,
     }
+    jupyter: dict[str, str] = {}
+    if job.cell.kernel:  # a release's kernel, registered in this run's own Jupyter data folder
+        from workbench.upstream.context import UpstreamContext
+        from workbench.upstream.runtime.kernel import register
+
+        jupyter = {"JUPYTER_DATA_DIR": str(out / "jupyter")}
+        before = os.environ.get("JUPYTER_DATA_DIR")
+        os.environ.update(jupyter)
+        try:
+            cell = job.cell.kernel
+            spec["kernel_name"] = register(UpstreamContext(), cell["sglang"], cell.get("sglang_src"))["name"]
+        finally:
+            if before is None:
+                del os.environ["JUPYTER_DATA_DIR"]
+            else:
+                os.environ["JUPYTER_DATA_DIR"] = before
     (out / job.paths["job"]).write_text(json.dumps(spec, indent=1))
     # The cell's temp files (DP ranks' wb-dp-* folders) go to its own TMPDIR, removed when it ends even
     # if the kernel was killed; rank logs a record points to are kept under logs/.
@@ -111,6 +127,7 @@ def _start(job: Job, matrix: Matrix, root: Path, out: Path, threads: dict[str, s
         "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
         "TMPDIR": str(out / job.paths["tmp"]),
         LOG_DIR_ENV: str(out / job.paths["rank_logs"]),
+        **jupyter,
     }
     job.log = open(out / job.paths["log"], "w")
     job.proc = subprocess.Popen(

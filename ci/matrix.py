@@ -43,6 +43,8 @@ class Cell:
     expect: dict[str, dict[str, Any]]  # role ("primary", "*", or a role name) -> expected record fields
     defaults: dict[str, Any] = field(default_factory=dict)  # matrix-wide: given where the notebook declares them
     weight: float = 1.0  # relative run time: heavier cells start first so the pool ends together
+    # a release's kernel to run on ({sglang: X, sglang_src: DIR}; `workbench upstream kernel`), else the workbench's
+    kernel: dict[str, Any] | None = None
 
     @property
     def slug(self) -> str:
@@ -153,6 +155,14 @@ def _grid_cells(grid: dict, defaults: dict, named: dict, where: str) -> list[Cel
     return cells
 
 
+def _kernel(value: Any, where: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("sglang"), str) or set(value) - {"sglang", "sglang_src"}:
+        raise MatrixError(f"{where}: kernel {value!r}; valid: {{sglang: X}} or {{sglang: X, sglang_src: DIR}}")
+    return dict(value)
+
+
 def load_matrix(path: str) -> Matrix:
     """Read and expand a matrix file (YAML or JSON)."""
     p = Path(path)
@@ -173,6 +183,7 @@ def load_matrix(path: str) -> Matrix:
                 normalize_expect(c.get("expect", "ok"), named, where),
                 dict(defaults),
                 float(c.get("weight", 1.0)),
+                _kernel(c.get("kernel"), where),
             )
         )
     names = [c.name for c in cells]

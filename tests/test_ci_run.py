@@ -63,12 +63,15 @@ def test_the_network_tests_ci_run_leaves_out_run_in_the_nightly():
     for args in calls:
         in_ci_run |= set(collect(["-m", "network", "-k", _option(args, "-k"), *[a for a in args if a.endswith(".py")]]))
     left_out = everything - in_ci_run
-    # recall on a release, both end-to-end guard tests, the 0.5.12 seed replay, the guard job's lane
+    # recall on a release, both end-to-end guard tests, the 0.5.12 seed replay, the guard job's lane, the
+    # bug corpus and the family's confirmation
     assert {x.split("::")[0] for x in left_out} == {
         "tests/test_upstream_recall.py",
         "tests/test_guard_e2e_network.py",
         "tests/test_upstream_replay.py",
         "tests/test_workflow_jobs.py",
+        "tests/test_upstream_corpus.py",  # the corpus on the real wheels (~2.5 min)
+        "tests/test_upstream_family.py",  # the family's 0.5.12 finding, confirmed by replay and end to end
     }, left_out
     nightly = yaml.safe_load((ROOT / ".github" / "workflows" / "nightly.yml").read_text())["jobs"]["network"]
     [step] = [s for s in nightly["steps"] if "-m network" in s.get("run", "")]

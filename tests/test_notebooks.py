@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 FIXTURES = ROOT / "tests" / "fixtures"
 ENGINE_NAMES = ["01_reproduce_crash", "02_apply_fix", "03_backend_comparison", "05_debug_crash"]
-NAMES = sorted(ENGINE_NAMES + ["04_upstream_replay", "06_real_runtime"])
+NAMES = sorted(ENGINE_NAMES + ["04_upstream_replay", "06_real_runtime", "07_debug_real_runtime"])
 TINY = dict(steps=3, topk=2, draft_tokens=4, num_prompts=1, max_new_tokens=8, model_dir=os.environ.get("WB_MODEL_DIR"))
 CRASH = "'EagleDraftExtendInput' object has no attribute 'kv_indptr'"
 
@@ -125,6 +125,8 @@ def test_in_sync_with_paired_py(name):
         assert ("dp" in params) == (name != "03_backend_comparison")  # 03 takes its DP sizes as compare_dps
     elif name == "06_real_runtime":
         assert {"release", "backend", "roles", "live"} <= set(params)
+    elif name == "07_debug_real_runtime":  # runs on a release's kernel: tests/test_runtime_bundle_network.py
+        assert {"release", "sglang_src", "run_fixes", "replay_fix"} <= set(params)
     else:
         assert {"releases", "replay_releases", "live"} <= set(params)
 

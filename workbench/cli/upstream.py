@@ -1,5 +1,5 @@
-"""``workbench upstream survey|lint|recall|corpus|sites|family|triage|bisect|replay|repro|run|fidelity|nightly``:
-real releases.
+"""``workbench upstream survey|lint|recall|corpus|sites|family|triage|bisect|replay|repro|run|kernel|fidelity|
+nightly``: the real SGLang releases.
 
 Each subcommand imports what it runs when it runs (the replays, the released runtime and the fidelity
 check load torch, the survey plot matplotlib), so ``--help`` and a usage error answer at once.
@@ -196,6 +196,14 @@ def register(top: argparse._SubParsersAction) -> None:
     rr.add_argument("--range", nargs="*", default=None, metavar="X", help="releases to run each reproducer on")
     rr.add_argument("--timeout", type=float, default=900, help="seconds for each replay process")
     _add_run(sub)
+    kn = sub.add_parser(
+        "kernel",
+        help="register (or --remove) a Jupyter kernel on a release's environment, set up as the runtime's ranks, "
+        "where a run's crash bundle replays in the release's own code",
+    )
+    kn.add_argument("--sglang", required=True, metavar="X", help="the release (its cached replay environment)")
+    kn.add_argument("--sglang-src", type=Path, default=None, metavar="DIR", help="a checkout to put first instead")
+    kn.add_argument("--remove", action="store_true", help="remove the kernelspec this command registered")
     fd = sub.add_parser(
         "fidelity", help="our contracts vs the releases' (shipped snapshot, or fresh --survey/--replay JSON)"
     )
@@ -263,6 +271,14 @@ def _add_run(sub) -> None:  # imports on use (module docstring)
     )
     rn.add_argument("--timeout", type=float, default=300, help="seconds for the rank processes")
     rn.add_argument("--json", type=Path, default=None, dest="json_out", help="write the run record here")
+    rn.add_argument(
+        "--bundle-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where a crashing rank writes its crash bundle (default: OUT's folder/<OUT's name>-bundles with "
+        "--json, else $WB_BUNDLE_DIR, $WB_LOG_DIR or ~/.cache/eagle-workbench/crash-bundles)",
+    )
 
 
 def _run(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
@@ -287,9 +303,11 @@ def _run(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on u
         args.disable_overlap_schedule,
         args.timeout,
         args.extra_shims,
+        bundle_dir=args.bundle_dir or (args.json_out and args.json_out.parent / f"{args.json_out.stem}-bundles"),
     )
     if rec["crash"]:
         echo(rec["crash"]["traceback"].rstrip())
+        echo(f"crash bundle: {rec['crash'].get('bundle') or rec['crash'].get('bundle_error')}")
     if rec.get("error"):
         echo(f"error at {rec['error']['stage']}: {rec['error']['message']}")
     t = rec["timings"]
@@ -312,6 +330,26 @@ def _run(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on u
         )
         return 0 if met else 1
     return 0 if rec["status"] in ("ok", "crashed") else 1
+
+
+def _kernel(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    """Exit 0: registered (or removed); 2: a bad release or folder, an environment that cannot be built,
+    or no workbench kernelspec to remove."""
+    from workbench.upstream.runtime.kernel import KernelError, register, remove
+    from workbench.upstream.sources.envs import EnvBuildError
+
+    try:
+        if args.remove:
+            echo(f"removed {remove(args.sglang, args.sglang_src)}")
+            return 0
+        info = register(ctx, args.sglang, args.sglang_src)
+    except (KernelError, EnvBuildError) as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    echo(f"kernel {info['name']} at {info['path']}: {info['python']}, sources {info['src_root']}")
+    if info["added"]:
+        echo(f"added to that environment: {', '.join(info['added'])}")
+    return 0
 
 
 def _fidelity(args: argparse.Namespace) -> int:  # imports on use (module docstring)
@@ -659,6 +697,7 @@ COMMANDS = {
     "family": _family,
     "repro": _repro,
     "run": _run,
+    "kernel": _kernel,
 }
 
 

@@ -2,7 +2,7 @@
 
 Never imported by the workbench (it runs on the replay environment's own Python and imports
 nothing of the workbench but its sibling files: ``shims.py`` and what it builds on, ``fixes.py``,
-``shim_guard.py``, ``rank_io.py``). Usage:
+``shim_guard.py``, ``rank_io.py``, ``rank_bundle.py``). Usage:
 
     python rank.py CONFIG_JSON
 
@@ -16,8 +16,9 @@ the rank) and again after the run. A collector thread reads the scheduler's ``Ba
 messages; when every request of this rank finished it writes ``{"status": "done", ...}`` to
 ``result_path``; an idle rank writes it once the busy ranks have (``busy_result_paths``). If the
 event loop raises, the rank writes ``{"status": "crashed", ...}`` with the traceback, its frames
-and what the crashing frames held (forward mode, batch size, spec-input class), then exits 3. The
-parent ends every rank either way.
+and what the crashing frames held (forward mode, batch size, spec-input class), writes its crash
+bundle (``rank_bundle.py``) into the config's ``bundle_dir``, then exits 3. The parent ends every
+rank either way.
 """
 
 import json
@@ -73,6 +74,24 @@ def _batch_facts(tb) -> dict:
             }
         tb = tb.tb_next
     return facts
+
+
+def _bundle(cfg: dict, exc: BaseException, state: dict, applied: list, fixed: list, equivalent: list) -> dict:
+    """``{"bundle": path}`` of this rank's crash bundle (``rank_bundle.py``) for a crash in the event
+    loop when the config names a bundle folder; ``{"bundle_error": why}`` when writing it failed."""
+    if state["stage"] != "event_loop" or not cfg.get("bundle_dir"):
+        return {}
+    try:
+        import rank_bundle
+
+        code_state = {
+            "shims": [s["name"] for s in applied if s.get("installed")],
+            "fixes": fixed,
+            "equivalences": [e["name"] for e in equivalent if e.get("installed")],
+        }
+        return {"bundle": rank_bundle.write(cfg["bundle_dir"], cfg, exc, code_state)}
+    except Exception as err:  # noqa: BLE001 - the crash is still reported, with why no bundle
+        return {"bundle_error": f"{type(err).__name__}: {err}"}
 
 
 def _server_args(cfg: dict):
@@ -290,6 +309,7 @@ def main() -> None:
         tb = exc.__traceback__
         if guard:
             guard["after_run"] = _after_run(hold)
+        bundle = _bundle(cfg, exc, state, applied, fixed, equivalent)
         _write(
             result_path,
             {
@@ -308,6 +328,7 @@ def main() -> None:
                 "shim_guard": guard,
                 "timings": {**timings, "crash_after_s": round(time.time() - t0, 2)},
                 "time": time.time(),
+                **bundle,
             },
         )
         sys.stdout.flush()

@@ -142,8 +142,11 @@ def _crash(res: dict) -> dict:
         traceback=res["traceback"],
         time=res.get("time"),
         raised_at=raised_in_sglang(res.get("frames", [])),
+        bundle=res.get("bundle"),  # the rank's crash bundle (rank_bundle.py), kept in the run's bundle folder
     )
     crash["spec_info"] = batch.get("spec_info")
+    if res.get("bundle_error"):
+        crash["bundle_error"] = res["bundle_error"]
     return crash
 
 

@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from workbench.debug.bundle import new_bundle_dir
 from workbench.upstream.context import UpstreamContext
 from workbench.upstream.sources.envs import EnvBuildError, ensure_env, ensure_sources
 from workbench.upstream.sources.releases import check_version, known_releases
@@ -139,6 +140,7 @@ def _rank_configs(cfg: dict, run_dir: Path, prompts: list[list[int]], src_root: 
         "fixes": cfg["fixes"],
         "extra_shims": cfg["extra_shims"],
         "traceback_modules": traceback_modules(),
+        "bundle_dir": cfg["bundle_dir"],
         "server_args": args,
     }
     reqs = [{"rid": f"p{i}", "input_ids": ids} for i, ids in enumerate(prompts)]
@@ -206,6 +208,7 @@ def run_runtime(
     disable_overlap_schedule: bool = False,
     timeout_s: float = 300,
     extra_shims: list[Path] | tuple[Path, ...] = (),
+    bundle_dir: Path | str | None = None,
 ) -> dict:
     """Run the real SGLang ``version`` (or the checkout ``sglang_src`` on that release's environment).
 
@@ -214,7 +217,10 @@ def run_runtime(
     ``ctx.timeout_s`` (one replay process's limit); ``extra_shims``: files whose ``install()`` each rank
     calls after the lane's shims and fixes, for testing the shim guard only. Returns the run record
     (``record.build``): status ``ok`` / ``crashed`` / ``timeout`` / ``error``. Raises
-    RuntimeConfigError, ReleaseError or SourceError for bad arguments, before anything starts.
+    RuntimeConfigError, ReleaseError or SourceError for bad arguments, before anything starts. A rank
+    that crashes in a forward writes its crash bundle (``rank_bundle.py``) under ``bundle_dir``
+    (default ``workbench.debug.bundle.new_bundle_dir()``, never the temp dir); the record's
+    ``crash.bundle`` names it.
     """
     t0 = time.perf_counter()
     log = ctx.log
@@ -257,6 +263,7 @@ def run_runtime(
         "disable_overlap_schedule": disable_overlap_schedule,
         "timeout_s": timeout_s,
         "extra_shims": [str(Path(p).resolve()) for p in extra_shims],
+        "bundle_dir": str(Path(bundle_dir).resolve() if bundle_dir is not None else new_bundle_dir()),
     }
     rec = record_mod.new(cfg)
     tag = f"[sglang-{version}{' checkout' if src else ''} dp{dp} {backend}{' +' + '+'.join(fixes) if fixes else ''}]"

@@ -262,6 +262,20 @@ def _ensure_deps(ctx: UpstreamContext, version: str, wheel: Path, group: str) ->
     return ReplayEnv(version, root, python, False, install_s, packages, [STANDIN_NOTE], install_s, group=group)
 
 
+def add_packages(ctx: UpstreamContext, env: ReplayEnv, specs: list[str]) -> list[str]:
+    """Install the ``specs`` a cached environment lacks, in place (as a later release's imports are
+    added); returns what was installed. Raises EnvBuildError naming a package pip could not install."""
+    with ctx.lock(env.group or env.root.name):
+        missing = _not_installed(env.python, specs)
+        if missing:
+            _pip_install(env.python, missing, "imports", f"[{env.group or env.root.name}]", ctx.log)
+            marker = env.root / READY_MARKER
+            info = json.loads(marker.read_text())
+            info["added"] = sorted(set(info.get("added", [])) | set(missing))
+            marker.write_text(json.dumps(info, indent=1))
+    return missing
+
+
 def ensure_env(ctx: UpstreamContext, version: str, src_root: Path | None = None) -> ReplayEnv:
     """The replay environment of `version`: its range's dependency venv + its sources first.
 
