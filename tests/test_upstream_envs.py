@@ -12,9 +12,12 @@ import pytest
 
 from workbench.upstream.context import UpstreamContext, quiet
 from workbench.upstream.sources.envs import (
+    TORCH_PIN,
+    TRITON_PIN,
     UV_STORE,
     EnvBuildError,
     make_venv,
+    pin_mismatch,
     pip_index_args,
     torch_args,
     uv_install,
@@ -103,3 +106,11 @@ def test_pips_configured_indexes_go_to_uv(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert cmd.count("--index-url") == 1 and "https://mirror.example/simple" not in cmd
     assert cmd[cmd.index("--index-url") + 1] == "https://download.pytorch.org/whl/cpu"
     assert "file:///b/simple" in cmd and "/opt/wheels" in cmd and "--no-deps" in cmd
+
+
+def test_a_cached_venv_with_another_torch_or_triton_is_rebuilt_not_reused() -> None:
+    torch_v, triton_v = TORCH_PIN.split("==")[1], TRITON_PIN.split("==")[1]
+    assert pin_mismatch({"packages": {"torch": f"{torch_v}+cpu", "triton": triton_v}}) is None
+    assert pin_mismatch({"packages": {"torch": "2.0.1", "triton": triton_v}}) == f"torch 2.0.1, not {torch_v}"
+    assert pin_mismatch({"packages": {"torch": torch_v, "triton": None}}) == f"triton missing, not {triton_v}"
+    assert pin_mismatch({}) == f"torch missing, not {torch_v}"

@@ -255,6 +255,18 @@ def _not_installed(python: Path, specs: list[str]) -> list[str]:
     return [names[n] for n in json.loads(proc.stdout)] if proc.returncode == 0 else []
 
 
+def pin_mismatch(marker: dict) -> str | None:
+    """How a cached venv's torch or triton (as its READY marker records them) differs from the pins;
+    None when both match (a local build label such as ``+cpu`` aside)."""
+    packages = marker.get("packages") or {}
+    for pin in (TORCH_PIN, TRITON_PIN):
+        name, version = pin.split("==")
+        have = packages.get(name)
+        if (have or "").split("+")[0] != version:
+            return f"{name} {have or 'missing'}, not {version}"
+    return None
+
+
 def ensure_sources(ctx: UpstreamContext, version: str) -> Path:
     """The release's wheel unpacked under `<cache>/src/sglang-<version>` (holds `sglang/`)."""
     with ctx.lock(f"src-{version}"):
@@ -294,8 +306,11 @@ def _ensure_deps(ctx: UpstreamContext, version: str, wheel: Path, group: str) ->
     root = ctx.cache_dir / group
     python, marker, tag = root / "bin" / "python", root / READY_MARKER, f"[{group}]"
     specs = dependency_specs(version, wheel)
-    if marker.exists() and python.exists() and not rebuild:
-        info = json.loads(marker.read_text())
+    info = json.loads(marker.read_text()) if marker.exists() and python.exists() and not rebuild else None
+    stale = None if info is None else pin_mismatch(info)
+    if stale:  # e.g. a cache restored from an older key: torch or triton is not the pinned one
+        log(f"{tag} rebuilding: the cached venv has {stale}")
+    if info is not None and not stale:
         extra = _not_installed(python, specs)
         if extra:  # a later release of the range imports one more package: add it in place
             uv_install(ctx, python, extra, "imports", tag)
