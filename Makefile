@@ -52,8 +52,13 @@ report: $(STAMP)
 	$(BIN)/python -m ci.nightly --matrix ci/matrix.yaml --out artifacts/nightly \
 	  --lane artifacts/upstream-lane --lane-history $(UPSTREAM_CACHE)/lane_history.jsonl
 
+# The suite on TEST_JOBS pytest-xdist workers (default auto: one per core). Each test file is one unit of
+# work (its module fixtures run once), the few longest tests units of their own, the longest units first
+# (tests/conftest.py); TEST_JOBS=0 runs it in this process, in file order.
+TEST_JOBS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider \
+	  $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder)
 
 # The comparison as defined (workbench/experiments/definition.py) on the torch paths; triton in
 # Triton's CPU interpreter would take hours at this size (add it with a smaller --num-prompts).

@@ -14,7 +14,61 @@ def pytest_configure(config):
     kernels.setup()  # the session's entry point chooses where the Triton kernels run
 
 
+# `make test` runs the suite on pytest-xdist workers with `--dist loadfile`: a test file is one unit of
+# work (its module fixtures run once), except the tests below, each a unit of its own so that it runs
+# beside the rest of its file (each is most of its file's time; `--durations` of make test).
+OWN_UNITS = {
+    "tests/test_engine.py::test_every_backend_gives_the_greedy_output_on_the_shipped_prompts[triton]",
+    "tests/test_dp.py::test_good_revisions_pass_everywhere_with_identical_outputs[pr-28221]",
+    "tests/test_dp.py::test_good_revisions_pass_everywhere_with_identical_outputs[pre-24860]",
+    "tests/test_dp.py::test_in_place_fix_turns_the_crash_into_ok_and_undo_brings_it_back",
+    "tests/test_notebooks.py::test_03_compares_backends_with_labelled_plots",
+    "tests/test_notebooks.py::test_02_fix_is_lossless_and_undo_brings_the_crash_back",
+    "tests/test_compare.py::test_a_failed_run_is_kept_as_a_failed_row_and_the_rest_is_shown",
+}
+# The longest units, longest first: they start first, so no worker begins one while the others finish.
+# Only the order changes (`--no-loadscope-reorder` keeps it); other units follow in file order.
+LONG_FIRST = (
+    "tests/test_notebooks.py::test_03_compares_backends_with_labelled_plots",
+    "tests/test_engine.py::test_every_backend_gives_the_greedy_output_on_the_shipped_prompts[triton]",
+    "tests/test_dp.py",
+    "tests/test_notebooks.py::test_02_fix_is_lossless_and_undo_brings_the_crash_back",
+    "tests/test_dp.py::test_good_revisions_pass_everywhere_with_identical_outputs[pr-28221]",
+    "tests/test_debug_bundle.py",
+    "tests/test_notebooks.py",
+    "tests/test_compare.py",
+    "tests/test_compare.py::test_a_failed_run_is_kept_as_a_failed_row_and_the_rest_is_shown",
+    "tests/test_nightly.py",
+    "tests/test_dp.py::test_in_place_fix_turns_the_crash_into_ok_and_undo_brings_it_back",
+    "tests/test_engine.py",
+    "tests/test_dp.py::test_good_revisions_pass_everywhere_with_identical_outputs[pre-24860]",
+)
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to under `--dist loadfile`: itself if in OWN_UNITS, else its file."""
+    return nodeid if nodeid in OWN_UNITS else nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` with the units of `work_unit` (pytest-xdist's own `xdist_group` marks do not
+    reach its scheduler under pytest 9: it renames `item._nodeid`, which pytest 9 no longer reads)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class UnitScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return UnitScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker collects the same order: the units' order
+        rank = {unit: i for i, unit in enumerate(LONG_FIRST)}
+        items.sort(key=lambda item: rank.get(work_unit(item.nodeid), len(rank)))
     if os.environ.get("WB_NETWORK_TESTS") == "1":
         return
     skip = pytest.mark.skip(
@@ -24,6 +78,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "network" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _threads_per_worker():
+    """Under pytest-xdist the workers share the cores: each worker's torch gets its share of them
+    (the cores divided by the workers), not all of them; DP ranks divide their own share as before."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    yield
 
 
 @pytest.fixture(scope="session")

@@ -98,6 +98,8 @@ def test_pr24860_without_dp_never_reaches_the_bug(backend, greedy):
     assert res.record["outputs"] == greedy["outputs"]
 
 
+# The longest runs of this file: under pytest-xdist (`make test`) each is a unit of its own (with its
+# own `greedy`, a one-second run; tests/conftest.py), so they run beside the rest of the file.
 @pytest.mark.parametrize("revision", ["pre-24860", "pr-28221"])
 def test_good_revisions_pass_everywhere_with_identical_outputs(revision, greedy_sha):
     shas = {}

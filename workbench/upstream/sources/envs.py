@@ -4,6 +4,10 @@ A dependency venv holds torch (CPU), triton and the imports sglang needs, but no
 releases whose wheels pin the same transformers share it. Each release's (or a checkout's)
 `sglang/` package is put first on `sys.path` by the driver. So a checkout reuses the nearest
 release's environment and 18 releases need five venvs, not eighteen.
+
+The venvs are built with uv from one package store under the cache (`<cache>/uv`): each wheel is
+unpacked there once and hard-linked into every venv, so torch and triton take their disk once
+however many venvs hold them.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from ..context import Log, UpstreamContext
+from ..context import UpstreamContext
 from .releases import ensure_wheel, wheel_requirements
 from .standin import STANDIN_NOTE, write_standin
 
@@ -62,10 +66,15 @@ RUNTIME_DEPS: tuple[str, ...] = ("setproctitle", "uvloop", "prometheus-client")
 LATER_DEPS: tuple[str, ...] = ("apache-tvm-ffi",)  # needed by releases after 0.5.14
 XGRAMMAR_FROM = "0.5.16"  # server_args imports xgrammar (function-call parser) from this release
 READY_MARKER = ".workbench-ready.json"
-_PIP_STEP = re.compile(
-    r"^(Collecting|Downloading|Installing|Successfully|Processing|ERROR|"
-    r"Requirement already satisfied: (torch|triton))"
+UV_STORE = "uv"  # uv's cache under the upstream cache: on the venvs' file system, so it can hard-link
+# pip's settings that choose where packages come from, and uv's option for each (uv reads no pip.conf)
+PIP_INDEX_SETTINGS: tuple[tuple[str, str], ...] = (
+    ("index-url", "--index-url"),
+    ("extra-index-url", "--extra-index-url"),
+    ("find-links", "--find-links"),
+    ("constraint", "--constraint"),
 )
+_UV_STEP = re.compile(r"^(Resolved|Prepared|Installed|Uninstalled|error|warning|hint|  cause| \+ (torch|triton)=)")
 
 
 class EnvBuildError(RuntimeError):
@@ -110,35 +119,107 @@ def dependency_group(version: str, wheel: Path) -> str:
 
 
 def _missing_from(output: str) -> str:
+    """The requirement uv's resolver names as unavailable in `output` (its error text)."""
     for pattern in (
-        r"No matching distribution found for (\S+)",
-        r"Could not find a version that satisfies the requirement (\S+)",
-        r"ResolutionImpossible.*?(\S+==\S+)",
+        r"there is no version of (\S+?) and",
+        r"\S+ was not found in the (?:package registry|provided package locations) and you require (\S+?)[,\s]",
+        r"you require (\S+?), we can conclude",
     ):
-        found = re.search(pattern, output, re.S)
+        found = re.search(pattern, output)
         if found:
             return found.group(1)
     return "unknown package (see detail)"
 
 
-def _pip_install(python: Path, args: list[str], step: str, tag: str, log: Log) -> None:
-    cmd = [str(python), "-m", "pip", "install", "--progress-bar", "off", "--disable-pip-version-check", *args]
-    log(f"{tag} pip install {' '.join(args)}")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def uv_bin() -> Path:
+    """The uv executable of the `uv` package (a dependency of this project)."""
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        raise EnvBuildError("uv", "uv", "the `uv` package is not installed: `make venv` installs it") from None
+    return Path(find_uv_bin())
+
+
+def pip_index_args() -> list[str]:
+    """uv options for the indexes, find-links and constraints pip is configured with (its config files
+    and PIP_* variables, as `pip config list` shows them), so a uv build draws from where pip would.
+    An ``:env:`` value wins over an ``install.`` one over a ``global.`` one, as in pip."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    if proc.returncode != 0:  # no pip here: uv's own settings alone
+        return []
+    found: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        match = re.fullmatch(r"([^.=]*)\.([a-z-]+)='(.*)'", line.strip())
+        if match:
+            found[f"{match.group(1)}.{match.group(2)}"] = match.group(3)
+    args: list[str] = []
+    for key, option in PIP_INDEX_SETTINGS:
+        scopes = [f"{scope}.{key}" for scope in (":env:", "install", "global") if f"{scope}.{key}" in found]
+        value = found[scopes[0]] if scopes else ""
+        for item in value.split():
+            args += [option, item]
+    return args
+
+
+def uv_install_command(ctx: UpstreamContext, python: Path, args: list[str]) -> list[str]:
+    """The `uv pip install args` command for `python`'s venv: from the one store `<cache>/uv`, hard-linked.
+
+    pip's configured indexes come first (`pip_index_args`); an ``--index-url`` in `args` replaces the
+    configured one, as on pip's command line. pip picks the best version across every index; uv would
+    stop at the first index holding a package, so `--index-strategy unsafe-best-match` keeps the builds
+    resolving as they did with pip."""
+    index_args = pip_index_args()
+    if "--index-url" in args:
+        at = {i for i, a in enumerate(index_args) if a == "--index-url"}
+        index_args = [a for i, a in enumerate(index_args) if i not in at and i - 1 not in at]
+    return [
+        str(uv_bin()),
+        "pip",
+        "install",
+        "--python",
+        str(python),
+        "--cache-dir",
+        str(ctx.cache_dir / UV_STORE),
+        "--link-mode",
+        "hardlink",
+        "--index-strategy",
+        "unsafe-best-match",
+        "--color",
+        "never",
+        *index_args,
+        *args,
+    ]
+
+
+def uv_install(ctx: UpstreamContext, python: Path, args: list[str], step: str, tag: str) -> None:
+    """Run `uv_install_command`, logging uv's summary lines; EnvBuildError naming what could not be installed."""
+    ctx.log(f"{tag} uv pip install {' '.join(args)}")
+    proc = subprocess.Popen(
+        uv_install_command(ctx, python, args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     lines: list[str] = []
     assert proc.stdout is not None
     for line in proc.stdout:
         lines.append(line.rstrip())
-        if _PIP_STEP.match(line.strip()):
-            log(f"{tag}   {line.strip()[:160]}")
+        if _UV_STEP.match(line):
+            ctx.log(f"{tag}   {line.strip()[:160]}")
     if proc.wait() != 0:
-        text = "\n".join(lines)
-        raise EnvBuildError(step, _missing_from(text), " | ".join(lines[-4:]))
+        raise EnvBuildError(step, _missing_from("\n".join(lines)), " | ".join(lines[-4:]))
+
+
+def make_venv(root: Path) -> Path:
+    """A new venv at `root` on this interpreter (uv venv: no pip inside; uv installs into it); its python."""
+    made = subprocess.run(
+        [str(uv_bin()), "venv", "--quiet", "--python", sys.executable, str(root)], capture_output=True, text=True
+    )
+    if made.returncode != 0:
+        raise EnvBuildError("venv", f"uv venv --python {sys.executable}", made.stderr.strip()[-300:])
+    return root / "bin" / "python"
 
 
 def torch_args() -> list[str]:
-    """pip arguments installing torch: the pin alone, or with ``$TORCH_INDEX`` set the pin from that index
-    without dependencies (they come with the next install, from pip's usual indexes), as ``make venv`` does."""
+    """Install arguments for torch: the pin alone, or with ``$TORCH_INDEX`` set the pin from that index
+    without dependencies (they come with the next install, from the usual indexes), as ``make venv`` does."""
     index = os.environ.get(TORCH_INDEX_ENV, "").strip()
     return [TORCH_PIN, "--index-url", index, "--no-deps"] if index else [TORCH_PIN]
 
@@ -172,6 +253,18 @@ def _not_installed(python: Path, specs: list[str]) -> list[str]:
     )
     proc = subprocess.run([str(python), "-c", code, json.dumps(list(names))], capture_output=True, text=True)
     return [names[n] for n in json.loads(proc.stdout)] if proc.returncode == 0 else []
+
+
+def pin_mismatch(marker: dict) -> str | None:
+    """How a cached venv's torch or triton (as its READY marker records them) differs from the pins;
+    None when both match (a local build label such as ``+cpu`` aside)."""
+    packages = marker.get("packages") or {}
+    for pin in (TORCH_PIN, TRITON_PIN):
+        name, version = pin.split("==")
+        have = packages.get(name)
+        if (have or "").split("+")[0] != version:
+            return f"{name} {have or 'missing'}, not {version}"
+    return None
 
 
 def ensure_sources(ctx: UpstreamContext, version: str) -> Path:
@@ -213,11 +306,14 @@ def _ensure_deps(ctx: UpstreamContext, version: str, wheel: Path, group: str) ->
     root = ctx.cache_dir / group
     python, marker, tag = root / "bin" / "python", root / READY_MARKER, f"[{group}]"
     specs = dependency_specs(version, wheel)
-    if marker.exists() and python.exists() and not rebuild:
-        info = json.loads(marker.read_text())
+    info = json.loads(marker.read_text()) if marker.exists() and python.exists() and not rebuild else None
+    stale = None if info is None else pin_mismatch(info)
+    if stale:  # e.g. a cache restored from an older key: torch or triton is not the pinned one
+        log(f"{tag} rebuilding: the cached venv has {stale}")
+    if info is not None and not stale:
         extra = _not_installed(python, specs)
         if extra:  # a later release of the range imports one more package: add it in place
-            _pip_install(python, extra, "imports", tag, log)
+            uv_install(ctx, python, extra, "imports", tag)
             info["specs"] = sorted(set(info.get("specs", [])) | set(specs))
             info["packages"] = _installed_versions(python)
             marker.write_text(json.dumps(info, indent=1))
@@ -236,11 +332,9 @@ def _ensure_deps(ctx: UpstreamContext, version: str, wheel: Path, group: str) ->
     if root.exists():
         shutil.rmtree(root)
     log(f"{tag} creating the dependency venv {root} (for sglang {version} and its range)")
-    made = subprocess.run([sys.executable, "-m", "venv", str(root)], capture_output=True, text=True)
-    if made.returncode != 0:
-        raise EnvBuildError("venv", f"{sys.executable} -m venv", made.stderr.strip()[-300:])
-    _pip_install(python, torch_args(), "torch", tag, log)
-    _pip_install(python, [TORCH_PIN, TRITON_PIN, *specs], "imports", tag, log)  # torch's own deps come here
+    make_venv(root)
+    uv_install(ctx, python, torch_args(), "torch", tag)
+    uv_install(ctx, python, [TORCH_PIN, TRITON_PIN, *specs], "imports", tag)  # torch's own deps come here
     write_standin(_site_packages(python))
     log(f"{tag} {STANDIN_NOTE}")
     packages = _installed_versions(python)
@@ -254,6 +348,7 @@ def _ensure_deps(ctx: UpstreamContext, version: str, wheel: Path, group: str) ->
                 "packages": packages,
                 "notes": [STANDIN_NOTE],
                 "install_s": install_s,
+                "installer": f"uv ({ctx.cache_dir / UV_STORE}, hard links)",
             },
             indent=1,
         )
