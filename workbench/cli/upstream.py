@@ -167,6 +167,7 @@ def register(top: argparse._SubParsersAction) -> None:
     rr.add_argument("--range", nargs="*", default=None, metavar="X", help="releases to run each reproducer on")
     rr.add_argument("--timeout", type=float, default=900, help="seconds for each replay process")
     _add_run(sub)
+    _add_explore(sub)
     fd = sub.add_parser(
         "fidelity", help="our contracts vs the releases' (shipped snapshot, or fresh --survey/--replay JSON)"
     )
@@ -181,7 +182,7 @@ def register(top: argparse._SubParsersAction) -> None:
 
 def _add_run(sub) -> None:  # imports on use (module docstring)
     from workbench.upstream.runtime.fixes import FIXES
-    from workbench.upstream.runtime.run import BACKENDS, DP_SIZES
+    from workbench.upstream.runtime.run import BACKENDS, DP_SIZES, IDLE_MODES
 
     rn = sub.add_parser(
         "run",
@@ -197,6 +198,12 @@ def _add_run(sub) -> None:  # imports on use (module docstring)
     rn.add_argument("--sglang-src", type=Path, default=None, metavar="DIR", help="an sglang checkout to run instead")
     rn.add_argument("--dp", type=int, default=2, choices=DP_SIZES, help="DP attention ranks (2: rank 1 idle)")
     rn.add_argument("--backend", default="triton", choices=BACKENDS)
+    rn.add_argument(
+        "--idle",
+        default="start",
+        choices=IDLE_MODES,
+        help="start: ranks >= 1 get no request; mid: they get the prompts with 2 new tokens and go idle mid-run",
+    )
     rn.add_argument("--steps", "--speculative-num-steps", type=int, default=3, dest="steps")
     rn.add_argument("--topk", "--speculative-eagle-topk", type=int, default=1, dest="topk")
     rn.add_argument("--draft-tokens", "--speculative-num-draft-tokens", type=int, default=4, dest="draft_tokens")
@@ -226,6 +233,63 @@ def _add_run(sub) -> None:  # imports on use (module docstring)
     rn.add_argument("--json", type=Path, default=None, dest="json_out", help="write the run record here")
 
 
+def _add_explore(sub) -> None:
+    ex = sub.add_parser(
+        "explore",
+        help="the released runtime over every algorithm, attention backend, DP size (idle from the start and "
+        "mid-run) and overlap setting: each cell ok, crashed or limit (with the reason)",
+    )
+    ex.add_argument("--sglang", required=True, metavar="X", help="release (its cached replay environment)")
+    ex.add_argument("--algorithm", action="append", default=None, dest="algorithms", help="only these (repeatable)")
+    ex.add_argument("--backend", action="append", default=None, dest="backends", help="only these (repeatable)")
+    ex.add_argument("--dp", action="append", type=int, default=None, dest="dps", help="only these (repeatable)")
+    ex.add_argument("--max-new-tokens", type=int, default=8)
+    ex.add_argument("--timeout", type=float, default=240, help="seconds for one cell's rank processes")
+    ex.add_argument("--json", type=Path, default=None, dest="json_out", help="write the exploration here")
+    ex.add_argument("--html", type=Path, default=None, dest="html_out", help="write its HTML table here")
+
+
+def _explore(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    """Exit 0: every cell ran to an outcome ok, crashed or limit; 1: a cell failed (outputs differ from HF,
+    a timeout, an error after the requests); 2: bad input (unknown release, backend, algorithm or dp)."""
+    from tqdm import tqdm
+
+    from workbench.upstream.runtime.explore import explore, validate
+    from workbench.views.explore import explore_html, explore_table
+
+    src, axes = validate(ctx, args.sglang, args.algorithms, args.backends, args.dps)  # bad input: exit 2 now
+    del src, axes
+    bar = tqdm(desc=f"explore sglang {args.sglang}", unit="cell", file=sys.stderr)
+
+    def progress(cell) -> None:
+        bar.update(1)
+        bar.set_postfix_str(f"{cell.key}: {cell.outcome}")
+
+    quiet = ctx.replace(log=lambda line: tqdm.write(str(line), file=sys.stderr))
+    command = "workbench upstream " + " ".join(sys.argv[sys.argv.index("explore") :]) if "explore" in sys.argv else None
+    try:
+        result = explore(
+            quiet,
+            args.sglang,
+            args.algorithms,
+            args.backends,
+            args.dps,
+            max_new_tokens=args.max_new_tokens,
+            timeout_s=args.timeout,
+            progress=progress,
+            command=command,
+            on_cells=lambda n: (setattr(bar, "total", n), bar.refresh()),
+        )
+    finally:
+        bar.close()
+    echo(repr(explore_table(result)))
+    echo(f"{result['counts']} in {result['wall_s']} s")
+    _write(args.json_out, result)
+    if args.html_out:
+        args.html_out.write_text(explore_html(result))
+    return 1 if result["counts"].get("failed") else 0
+
+
 def _run(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
     """Exit 0: ended ok (outputs equal to the reference) or crashed, as --expect says if given; 1: --expect
     not met, outputs that differ from the reference, or a timeout; 2: bad input, or the release cannot run
@@ -247,6 +311,7 @@ def _run(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on u
         not args.no_reference,
         args.disable_overlap_schedule,
         args.timeout,
+        args.idle,
     )
     if rec["crash"]:
         echo(rec["crash"]["traceback"].rstrip())
@@ -535,6 +600,7 @@ COMMANDS = {
     "sites": _sites,
     "repro": _repro,
     "run": _run,
+    "explore": _explore,
 }
 
 

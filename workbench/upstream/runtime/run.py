@@ -32,7 +32,12 @@ BACKENDS = ("triton", "torch_native")
 # The draft model's backend: SGLang's EAGLE needs a multi-step draft-decode backend, which torch_native
 # lacks (speculative/draft_utils.py refuses it), so a torch_native target runs a triton draft.
 DRAFT_BACKEND = {"triton": "triton", "torch_native": "triton"}
-DP_SIZES = (1, 2)
+DP_SIZES = (1, 2, 3)
+# Which ranks are idle: "start", every rank but 0 gets no request; "mid", every rank gets the prompts
+# but ranks >= 1 generate only MID_IDLE_TOKENS, so they finish after their first decode pass and run
+# padded IDLE batches while rank 0 is still decoding.
+IDLE_MODES = ("start", "mid")
+MID_IDLE_TOKENS = 2
 TREE_KERNELS_RELEASE = "0.5.23"  # whose kernels/ops/speculative/spec_tree.py the tree shims load
 TREE_KERNELS_FILE = "sglang/kernels/ops/speculative/spec_tree.py"
 LOG_DIR_ENV = "WB_LOG_DIR"
@@ -54,12 +59,21 @@ def validate(
     max_new_tokens: int,
     sglang_src: Path | None,
     known: list[str] | None,
+    idle: str = "start",
 ) -> None:
     """Raise RuntimeConfigError (or ReleaseError for the version) naming the bad value."""
     if known is not None:
         check_version(version, known)
     if dp not in DP_SIZES:
         raise RuntimeConfigError(f"bad dp {dp!r}; valid: {', '.join(map(str, DP_SIZES))} (dp 2 runs one idle rank)")
+    if idle not in IDLE_MODES:
+        raise RuntimeConfigError(f"bad idle {idle!r}; valid: {', '.join(IDLE_MODES)}")
+    if idle == "mid" and dp < 2:
+        raise RuntimeConfigError(f"bad idle {idle!r} at dp {dp}; valid at dp 1: start (no rank to go idle)")
+    if idle == "mid" and max_new_tokens <= MID_IDLE_TOKENS:
+        raise RuntimeConfigError(
+            f"bad max_new_tokens {max_new_tokens!r} with idle mid; valid: > {MID_IDLE_TOKENS} (rank 0 must outlast)"
+        )
     if backend not in BACKENDS:
         raise RuntimeConfigError(f"bad backend {backend!r}; valid: {', '.join(BACKENDS)}")
     bad = [f for f in fixes if f not in FIXES]
@@ -134,8 +148,15 @@ def _rank_configs(cfg: dict, run_dir: Path, prompts: list[list[int]], src_root: 
         "server_args": args,
     }
     reqs = [{"rid": f"p{i}", "input_ids": ids} for i, ids in enumerate(prompts)]
+    mid = cfg.get("idle", "start") == "mid"
     return [
-        {**base, "rank": r, "result_path": str(run_dir / f"rank{r}.result.json"), "requests": reqs if r == 0 else []}
+        {
+            **base,
+            "rank": r,
+            "result_path": str(run_dir / f"rank{r}.result.json"),
+            "requests": reqs if r == 0 or mid else [],
+            "max_new_tokens": cfg["max_new_tokens"] if r == 0 else MID_IDLE_TOKENS,
+        }
         for r in range(cfg["dp"])
     ]
 
@@ -191,14 +212,16 @@ def run_runtime(
     reference: bool = True,
     disable_overlap_schedule: bool = False,
     timeout_s: float = 300,
+    idle: str = "start",
 ) -> dict:
     """Run the real SGLang ``version`` (or the checkout ``sglang_src`` on that release's environment).
 
     ``ctx`` gives the cache (the release's replay environment, shared with the replays) and the
     progress log; ``timeout_s`` bounds the rank processes (and the HF reference), apart from
     ``ctx.timeout_s`` (one replay process's limit). Returns the run record (``record.build``): status
-    ``ok`` / ``crashed`` / ``timeout`` / ``error``. Raises RuntimeConfigError, ReleaseError or
-    SourceError for bad arguments, before anything starts.
+    ``ok`` / ``crashed`` / ``timeout`` / ``error``. ``idle`` (``IDLE_MODES``): ranks >= 1 idle from the
+    start, or given the prompts with ``MID_IDLE_TOKENS`` new tokens so they go idle mid-run. Raises
+    RuntimeConfigError, ReleaseError or SourceError for bad arguments, before anything starts.
     """
     t0 = time.perf_counter()
     log = ctx.log
@@ -216,6 +239,7 @@ def run_runtime(
         max_new_tokens,
         src,
         known_releases(ctx),
+        idle,
     )
     texts = load_prompts(num_prompts)
     prompts = [list(t.encode("utf-8")) for t in texts]
@@ -239,9 +263,13 @@ def run_runtime(
         "prompts": texts,
         "disable_overlap_schedule": disable_overlap_schedule,
         "timeout_s": timeout_s,
+        "idle": idle,
     }
     rec = record_mod.new(cfg)
-    tag = f"[sglang-{version}{' checkout' if src else ''} dp{dp} {backend}{' +' + '+'.join(fixes) if fixes else ''}]"
+    mid = " idle-mid" if idle == "mid" else ""
+    tag = (
+        f"[sglang-{version}{' checkout' if src else ''} dp{dp}{mid} {backend}{' +' + '+'.join(fixes) if fixes else ''}]"
+    )
     try:
         env = ensure_env(ctx, version, src_root=None if src is None else source_root(src))
         tree_src = ensure_sources(ctx, TREE_KERNELS_RELEASE) / TREE_KERNELS_FILE
