@@ -196,7 +196,9 @@ def _add_run(sub) -> None:  # imports on use (module docstring)
         help="release (its replay environment; with --sglang-src, the environment the checkout runs on)",
     )
     rn.add_argument("--sglang-src", type=Path, default=None, metavar="DIR", help="an sglang checkout to run instead")
-    rn.add_argument("--dp", type=int, default=2, choices=DP_SIZES, help="DP attention ranks (2: rank 1 idle)")
+    rn.add_argument(
+        "--dp", type=int, default=2, choices=DP_SIZES, help="DP attention ranks (2, 3: ranks >= 1 idle, see --idle)"
+    )
     rn.add_argument("--backend", default="triton", choices=BACKENDS)
     rn.add_argument(
         "--idle",
@@ -257,8 +259,7 @@ def _explore(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports 
     from workbench.upstream.runtime.explore import explore, validate
     from workbench.views.explore import explore_html, explore_table
 
-    src, axes = validate(ctx, args.sglang, args.algorithms, args.backends, args.dps)  # bad input: exit 2 now
-    del src, axes
+    validate(ctx, args.sglang, args.algorithms, args.backends, args.dps)  # bad input: exit 2 before the bar
     bar = tqdm(desc=f"explore sglang {args.sglang}", unit="cell", file=sys.stderr)
 
     def progress(cell) -> None:
@@ -266,7 +267,7 @@ def _explore(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports 
         bar.set_postfix_str(f"{cell.key}: {cell.outcome}")
 
     quiet = ctx.replace(log=lambda line: tqdm.write(str(line), file=sys.stderr))
-    command = "workbench upstream " + " ".join(sys.argv[sys.argv.index("explore") :]) if "explore" in sys.argv else None
+    command = "workbench " + " ".join(getattr(args, "argv", None) or sys.argv[1:])
     try:
         result = explore(
             quiet,

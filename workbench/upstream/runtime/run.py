@@ -65,7 +65,7 @@ def validate(
     if known is not None:
         check_version(version, known)
     if dp not in DP_SIZES:
-        raise RuntimeConfigError(f"bad dp {dp!r}; valid: {', '.join(map(str, DP_SIZES))} (dp 2 runs one idle rank)")
+        raise RuntimeConfigError(f"bad dp {dp!r}; valid: {', '.join(map(str, DP_SIZES))} (dp >= 2: ranks >= 1 idle)")
     if idle not in IDLE_MODES:
         raise RuntimeConfigError(f"bad idle {idle!r}; valid: {', '.join(IDLE_MODES)}")
     if idle == "mid" and dp < 2:
