@@ -40,30 +40,6 @@ ATTENTION_BACKEND_CHOICES = [
     "intel_amx",
 ]
 """
-FORWARD_BATCH = """\
-class ForwardBatch:
-    def _pad_inputs_to_size(self, model_runner):
-        seq_len_fill_value = (
-            model_runner.attn_backend.get_cpu_graph_seq_len_fill_value()
-            if _is_cpu
-            else model_runner.attn_backend.get_cuda_graph_seq_len_fill_value()
-        )
-"""
-BASE = """\
-class AttentionBackend:
-    def get_cuda_graph_seq_len_fill_value(self):
-        raise NotImplementedError()
-"""
-TRITON = """\
-class TritonAttnBackend(AttentionBackend):
-    def get_cuda_graph_seq_len_fill_value(self):
-        return 1
-"""
-TORCH_NATIVE = """\
-class TorchNativeAttnBackend(AttentionBackend):
-    def forward_extend(self):
-        pass
-"""
 
 
 @pytest.fixture
@@ -72,10 +48,6 @@ def release(tmp_path: Path) -> Path:
     files = {
         "speculative/spec_info.py": SPEC_INFO,
         "arg_groups/choices.py": CHOICES,
-        "model_executor/forward_batch_info.py": FORWARD_BATCH,
-        "layers/attention/base_attn_backend.py": BASE,
-        "layers/attention/triton_backend.py": TRITON,
-        "layers/attention/torch_native_backend.py": TORCH_NATIVE,
     }
     for rel, text in files.items():
         path = tmp_path / "sglang" / "srt" / rel
@@ -103,7 +75,7 @@ def test_axes_unreadable_is_an_error(tmp_path: Path) -> None:
 
 
 def test_cells_cover_every_axis_value(release: Path) -> None:
-    cells = ex.enumerate_cells(ex.read_axes(release), release)
+    cells = ex.enumerate_cells(ex.read_axes(release))
     keys = [c.key for c in cells]
     # one limit cell per algorithm and backend the lane cannot run, never dropped
     assert "EAGLE/*/*/*/*" in keys and "NGRAM/*/*/*/*" in keys
@@ -115,8 +87,7 @@ def test_cells_cover_every_axis_value(release: Path) -> None:
     assert {(c.dp, c.idle) for c in run} == {(1, "start"), (2, "start"), (2, "mid"), (3, "start"), (3, "mid")}
     assert {c.overlap for c in run} == {True, False}
     assert len(set(keys)) == len(keys)
-    undecided = [c.key for c in cells if c.outcome is None]
-    assert all(k.startswith("EAGLE3/triton/") or "/dp1/" in k for k in undecided)
+    assert all(c.outcome is None for c in run)  # every runnable cell is run, none predicted
 
 
 def test_limit_reasons_name_the_line(release: Path) -> None:
@@ -131,13 +102,6 @@ def test_limit_reasons_name_the_line(release: Path) -> None:
     assert ex.backend_limit("triton", axes.backends["triton"]) is None
     assert "speculative/spec_info.py:5" in ex.algorithm_limit("EAGLE", axes.algorithms["EAGLE"])
     assert ex.algorithm_limit("EAGLE3", axes.algorithms["EAGLE3"]) is None
-    why = ex.dp_limit(release, "torch_native", 2)
-    assert why.startswith("model_executor/forward_batch_info.py:6:")
-    assert "torch_native_backend.py does not define" in why
-    assert "base_attn_backend.py:2 raises NotImplementedError" in why
-    assert "CPU branch (:4)" in why
-    assert ex.dp_limit(release, "torch_native", 1) is None
-    assert ex.dp_limit(release, "triton", 3) is None  # triton defines the fill value
 
 
 def test_classify_shipped_records() -> None:

@@ -38,10 +38,7 @@ from .run import BACKENDS, DP_SIZES, IDLE_MODES, RuntimeConfigError, _reference,
 LANE_ALGORITHMS = ("EAGLE3",)  # the lane's draft model is an EAGLE3 head (assets/runtime_models/draft)
 OUTCOMES = ("ok", "crashed", "limit", "failed")
 SHIPPED_RUNS = Path(__file__).resolve().parents[2] / "assets" / "runtime_runs.json"
-BACKEND_CLASS_FILES = {
-    "triton": "layers/attention/triton_backend.py",
-    "torch_native": "layers/attention/torch_native_backend.py",
-}
+SHIPPED_EXPLORE = Path(__file__).resolve().parents[2] / "assets" / "runtime_explore.json"
 _CHOICE_FILES = ("srt/arg_groups/choices.py", "srt/server_args.py")
 _SECTION_REASONS = {
     "nvidia": "its kernels are CUDA-only; this machine has no GPU",
@@ -134,23 +131,6 @@ def read_axes(src: Path) -> Axes:
     )
 
 
-def _defines(path: Path, cls_suffix: str, method: str) -> tuple[bool, int | None]:
-    """Whether a class in ``path`` whose name ends with ``cls_suffix`` defines ``method`` (and its line)."""
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ClassDef) and node.name.endswith(cls_suffix):
-            for stmt in node.body:
-                if isinstance(stmt, ast.FunctionDef) and stmt.name == method:
-                    return True, stmt.lineno
-    return False, None
-
-
-def _grep(path: Path, needle: str) -> int | None:
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        if needle in line:
-            return i
-    return None
-
-
 def algorithm_limit(name: str, where: str) -> str | None:
     """Why the lane cannot run algorithm ``name`` (None: it can)."""
     if name in LANE_ALGORITHMS:
@@ -175,44 +155,14 @@ def backend_limit(name: str, info: dict) -> str | None:
     return f"{where}: lane: not among the backends run_runtime drives ({', '.join(BACKENDS)}); not run"
 
 
-def dp_limit(src: Path, backend: str, dp: int) -> str | None:
-    """A release line that stops ``backend`` at DP >= 2 before it runs: the DP padding's fill value undefined."""
-    if dp < 2:
-        return None
-    fb = _release_file(src, "srt/model_executor/forward_batch_info.py")
-    call = _grep(fb, "get_cuda_graph_seq_len_fill_value()")
-    if call is None:
-        return None
-    defined, _ = _defines(
-        _release_file(src, "srt/" + BACKEND_CLASS_FILES[backend]), "Backend", "get_cuda_graph_seq_len_fill_value"
-    )
-    if defined:
-        return None
-    base = _release_file(src, "srt/layers/attention/base_attn_backend.py")
-    _, base_line = _defines(base, "AttentionBackend", "get_cuda_graph_seq_len_fill_value")
-    cpu = _grep(fb, "get_cpu_graph_seq_len_fill_value()")
-    note = (
-        f"; on a CPU build the lane's dp-padding-fill-value equivalence takes this CUDA branch, since the CPU "
-        f"branch (:{cpu}) asks for get_cpu_graph_seq_len_fill_value, which only intel_amx and the hybrid linear "
-        "backend define"
-        if cpu
-        else ""
-    )
-    return (
-        f"model_executor/forward_batch_info.py:{call}: the DP padding calls the backend's "
-        f"get_cuda_graph_seq_len_fill_value(), which {BACKEND_CLASS_FILES[backend].rsplit('/', 1)[1]} does not define "
-        f"(layers/attention/base_attn_backend.py:{base_line} raises NotImplementedError){note}"
-    )
-
-
 def enumerate_cells(
     axes: Axes,
-    src: Path,
     algorithms: Iterable[str] | None = None,
     backends: Iterable[str] | None = None,
     dps: Iterable[int] = DP_SIZES,
 ) -> list[Cell]:
-    """Every cell: one limit cell per algorithm or backend the lane cannot run, the product of the rest."""
+    """Every cell: one limit cell per algorithm or backend the lane cannot run, the product of the rest (each
+    of those is run: what stops it, e.g. torch_native's verify pass, is measured, not predicted)."""
     algs = list(algorithms) if algorithms is not None else list(axes.algorithms)
     bks = list(backends) if backends is not None else list(axes.backends)
     cells: list[Cell] = []
@@ -235,11 +185,7 @@ def enumerate_cells(
             for dp in dps:
                 for idle in IDLE_MODES if dp > 1 else ("start",):
                     for overlap in (True, False):
-                        cell = Cell(a, b, dp, idle, overlap)
-                        why = dp_limit(src, b, dp)
-                        if why:
-                            cell.outcome, cell.reason = "limit", why
-                        cells.append(cell)
+                        cells.append(Cell(a, b, dp, idle, overlap))
     return cells
 
 
@@ -381,8 +327,8 @@ def explore(
     ``progress`` each cell when it is decided.
     """
     t0 = time.perf_counter()
-    src, axes = validate(ctx, version, algorithms, backends, dps)
-    cells = enumerate_cells(axes, src, algorithms, backends, dps or DP_SIZES)
+    _, axes = validate(ctx, version, algorithms, backends, dps)
+    cells = enumerate_cells(axes, algorithms, backends, dps or DP_SIZES)
     known = known_crashes(version)
     if on_cells:
         on_cells(len(cells))
@@ -479,3 +425,14 @@ def provenance(command: str | None) -> dict:
         "cpus": os.cpu_count(),
         "load_at_start": round(os.getloadavg()[0], 2),
     }
+
+
+def load_shipped(path: Path = SHIPPED_EXPLORE) -> dict:
+    """The shipped exploration (``workbench/assets/runtime_explore.json``), labelled ``source: shipped``."""
+    result = json.loads(Path(path).read_text())
+    p = result["provenance"]
+    result["source"] = (
+        f"shipped: sglang {result['sglang']}, {p['generated_at']}, commit {p['commit']}, `{p['command']}`, "
+        f"{result['wall_s']} s at load {p['load_at_start']} on {p['cpus']} cores"
+    )
+    return result
