@@ -293,3 +293,21 @@ def test_view(offline: list) -> None:
     assert row["known"] == "known"
     page = explore_html(result)
     assert page.startswith("<!doctype html>") and "EAGLE3/triton/dp2/mid/overlap-off" in page
+
+
+def test_shipped_exploration_reclassifies() -> None:
+    """The shipped 0.5.23 exploration: labelled, counted, and each run cell's outcome what ``classify``
+    gives its recorded run record today."""
+    shipped = ex.load_shipped()
+    assert shipped["source"].startswith("shipped: sglang 0.5.23, 2026-")
+    cells = shipped["cells"]
+    assert shipped["counts"] == {o: sum(1 for c in cells if c["outcome"] == o) for o in ex.OUTCOMES}
+    ran = [c for c in cells if c["record"] is not None]
+    assert ran, "the shipped exploration ran no cell"
+    known = ex.known_crashes("0.5.23")
+    for c in ran:
+        got = ex.classify(c["record"], known)
+        assert (got["outcome"], got.get("known")) == (c["outcome"], c["known"]), c["key"]
+        assert c["record"]["processes"]["left_running"] == []
+        if c["outcome"] == "crashed":
+            assert c["record"]["crash"]["traceback"] and (c["known"] or c["reproducer"])
