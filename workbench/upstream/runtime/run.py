@@ -34,8 +34,8 @@ BACKENDS = ("triton", "torch_native")
 DRAFT_BACKEND = {"triton": "triton", "torch_native": "triton"}
 DP_SIZES = (1, 2, 3)
 # Which ranks are idle: "start", every rank but 0 gets no request; "mid", every rank gets the prompts
-# but ranks >= 1 generate only MID_IDLE_TOKENS, so they finish after their first decode pass and run
-# padded IDLE batches while rank 0 is still decoding.
+# but the last one generates only MID_IDLE_TOKENS, so it finishes after its first decode pass and runs
+# IDLE batches while the others still decode (at dp 3 two ranks stay busy).
 IDLE_MODES = ("start", "mid")
 MID_IDLE_TOKENS = 2
 TREE_KERNELS_RELEASE = "0.5.23"  # whose kernels/ops/speculative/spec_tree.py the tree shims load
@@ -155,7 +155,7 @@ def _rank_configs(cfg: dict, run_dir: Path, prompts: list[list[int]], src_root: 
             "rank": r,
             "result_path": str(run_dir / f"rank{r}.result.json"),
             "requests": reqs if r == 0 or mid else [],
-            "max_new_tokens": cfg["max_new_tokens"] if r == 0 else MID_IDLE_TOKENS,
+            "max_new_tokens": MID_IDLE_TOKENS if mid and r == cfg["dp"] - 1 else cfg["max_new_tokens"],
         }
         for r in range(cfg["dp"])
     ]
@@ -220,7 +220,8 @@ def run_runtime(
     progress log; ``timeout_s`` bounds the rank processes (and the HF reference), apart from
     ``ctx.timeout_s`` (one replay process's limit). Returns the run record (``record.build``): status
     ``ok`` / ``crashed`` / ``timeout`` / ``error``. ``idle`` (``IDLE_MODES``): ranks >= 1 idle from the
-    start, or given the prompts with ``MID_IDLE_TOKENS`` new tokens so they go idle mid-run. Raises
+    start, or every rank given the prompts and the last one only ``MID_IDLE_TOKENS`` new tokens, so it
+    goes idle mid-run. Raises
     RuntimeConfigError, ReleaseError or SourceError for bad arguments, before anything starts.
     """
     t0 = time.perf_counter()
@@ -266,6 +267,8 @@ def run_runtime(
         "idle": idle,
     }
     rec = record_mod.new(cfg)
+    if idle == "mid":
+        rec["config"]["idle_ranks"] = [dp - 1]  # from its first decode pass on
     mid = " idle-mid" if idle == "mid" else ""
     tag = (
         f"[sglang-{version}{' checkout' if src else ''} dp{dp}{mid} {backend}{' +' + '+'.join(fixes) if fixes else ''}]"
