@@ -204,7 +204,7 @@ def _add_run(sub) -> None:  # imports on use (module docstring)
         "--idle",
         default="start",
         choices=IDLE_MODES,
-        help="start: ranks >= 1 get no request; mid: they get the prompts with 2 new tokens and go idle mid-run",
+        help="start: ranks >= 1 get no request; mid: every rank gets the prompts, the last 2 new tokens only",
     )
     rn.add_argument("--steps", "--speculative-num-steps", type=int, default=3, dest="steps")
     rn.add_argument("--topk", "--speculative-eagle-topk", type=int, default=1, dest="topk")
