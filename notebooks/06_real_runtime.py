@@ -54,7 +54,9 @@ from IPython.display import display
 import workbench
 from workbench import notebook
 from workbench.upstream.runtime import measurements
+from workbench.upstream.runtime.explore import load_shipped
 from workbench.views import runtime as views
+from workbench.views.explore import explore_table
 
 # %% tags=["parameters"]
 release: str = "0.5.14"  # the SGLang release run (shipped measurement: 0.5.12, 0.5.13, 0.5.14, 0.5.23 on triton)
@@ -202,6 +204,21 @@ print("shim guard:", first.get("shim_guard"))
 # %%
 eq_runs = new_runs if backend == "triton" else runs
 display(views.equivalences_table(eq_runs["dp2"] if "dp2" in eq_runs else first))
+
+# %% [markdown]
+# ## 6 · Every configuration of the newest release: the shipped exploration
+# `workbench upstream explore --sglang 0.5.23 --json OUT` runs the lane over the speculative
+# algorithms and attention backends the release defines, DP 1, 2 and 3 (ranks idle from the start,
+# or going idle mid-run), and the overlap schedule on and off. Each cell is ok (equal to HF),
+# crashed (rank, pass, mode, file:line; `known` when a shipped run record holds the same crash,
+# else a reproducer command) or limit (the release line or lane restriction that stops it here).
+# Shown from the shipped file (its date, versions, command and commit in `source`), not run now.
+
+# %%
+explored = load_shipped()
+print("source:", explored["source"])
+print("counts:", explored["counts"])
+display(explore_table(explored))
 
 # %% [markdown]
 # ## Record and expectation

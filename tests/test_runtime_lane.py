@@ -306,7 +306,7 @@ def test_appended_runs_keep_their_own_provenance() -> None:
 @pytest.mark.parametrize(
     "kwargs, words",
     [
-        ({"dp": 3}, ["bad dp 3", "1, 2"]),
+        ({"dp": 4}, ["bad dp 4", "1, 2, 3"]),
         ({"backend": "flashinfer"}, ["bad backend 'flashinfer'", "triton, torch_native"]),
         ({"fixes": ["pr-99"]}, ["bad fix", "pr-99", "verify-input, pr-28221"]),
         ({"fixes": ["pr-28221", "pr-28221"]}, ["bad fix", "at most once"]),
@@ -522,4 +522,4 @@ def test_cli_exit_codes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
         )
         assert workbench_main(["upstream", *argv]) == code, (status, expect)
         assert json.loads((tmp_path / "r.json").read_text())["status"] == records[status]["status"]
-    assert workbench_main(["upstream", "run", "--sglang", "0.5.14", "--dp", "3"]) == 2  # refused by argparse
+    assert workbench_main(["upstream", "run", "--sglang", "0.5.14", "--dp", "4"]) == 2  # refused by argparse

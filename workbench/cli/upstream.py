@@ -1,4 +1,4 @@
-"""``workbench upstream survey|lint|recall|corpus|sites|family|triage|bisect|replay|repro|run|kernel|fidelity|
+"""``workbench upstream survey|lint|recall|corpus|sites|family|triage|bisect|replay|repro|run|explore|kernel|fidelity|
 nightly``: the real SGLang releases.
 
 Each subcommand imports what it runs when it runs (the replays, the released runtime and the fidelity
@@ -204,6 +204,7 @@ def register(top: argparse._SubParsersAction) -> None:
     kn.add_argument("--sglang", required=True, metavar="X", help="the release (its cached replay environment)")
     kn.add_argument("--sglang-src", type=Path, default=None, metavar="DIR", help="a checkout to put first instead")
     kn.add_argument("--remove", action="store_true", help="remove the kernelspec this command registered")
+    _add_explore(sub)
     fd = sub.add_parser(
         "fidelity", help="our contracts vs the releases' (shipped snapshot, or fresh --survey/--replay JSON)"
     )
@@ -218,7 +219,7 @@ def register(top: argparse._SubParsersAction) -> None:
 
 def _add_run(sub) -> None:  # imports on use (module docstring)
     from workbench.upstream.runtime.fixes import FIXES
-    from workbench.upstream.runtime.run import BACKENDS, DP_SIZES
+    from workbench.upstream.runtime.run import BACKENDS, DP_SIZES, IDLE_MODES
 
     rn = sub.add_parser(
         "run",
@@ -232,8 +233,16 @@ def _add_run(sub) -> None:  # imports on use (module docstring)
         help="release (its replay environment; with --sglang-src, the environment the checkout runs on)",
     )
     rn.add_argument("--sglang-src", type=Path, default=None, metavar="DIR", help="an sglang checkout to run instead")
-    rn.add_argument("--dp", type=int, default=2, choices=DP_SIZES, help="DP attention ranks (2: rank 1 idle)")
+    rn.add_argument(
+        "--dp", type=int, default=2, choices=DP_SIZES, help="DP attention ranks (2, 3: ranks >= 1 idle, see --idle)"
+    )
     rn.add_argument("--backend", default="triton", choices=BACKENDS)
+    rn.add_argument(
+        "--idle",
+        default="start",
+        choices=IDLE_MODES,
+        help="start: ranks >= 1 get no request; mid: every rank gets the prompts, the last 2 new tokens only",
+    )
     rn.add_argument("--steps", "--speculative-num-steps", type=int, default=3, dest="steps")
     rn.add_argument("--topk", "--speculative-eagle-topk", type=int, default=1, dest="topk")
     rn.add_argument("--draft-tokens", "--speculative-num-draft-tokens", type=int, default=4, dest="draft_tokens")
@@ -281,6 +290,62 @@ def _add_run(sub) -> None:  # imports on use (module docstring)
     )
 
 
+def _add_explore(sub) -> None:
+    ex = sub.add_parser(
+        "explore",
+        help="the released runtime over every algorithm, attention backend, DP size (idle from the start and "
+        "mid-run) and overlap setting: each cell ok, crashed or limit (with the reason)",
+    )
+    ex.add_argument("--sglang", required=True, metavar="X", help="release (its cached replay environment)")
+    ex.add_argument("--algorithm", action="append", default=None, dest="algorithms", help="only these (repeatable)")
+    ex.add_argument("--backend", action="append", default=None, dest="backends", help="only these (repeatable)")
+    ex.add_argument("--dp", action="append", type=int, default=None, dest="dps", help="only these (repeatable)")
+    ex.add_argument("--max-new-tokens", type=int, default=8, help="tokens each prompt generates (default 8)")
+    ex.add_argument("--timeout", type=float, default=240, help="seconds for one cell's rank processes")
+    ex.add_argument("--json", type=Path, default=None, dest="json_out", help="write the exploration here")
+    ex.add_argument("--html", type=Path, default=None, dest="html_out", help="write its HTML table here")
+
+
+def _explore(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    """Exit 0: every cell ran to an outcome ok, crashed or limit; 1: a cell failed (outputs differ from HF,
+    a timeout, an error after the requests); 2: bad input (unknown release, backend, algorithm or dp)."""
+    from tqdm import tqdm
+
+    from workbench.upstream.runtime.explore import explore, validate
+    from workbench.views.explore import explore_html, explore_table
+
+    validate(ctx, args.sglang, args.algorithms, args.backends, args.dps)  # bad input: exit 2 before the bar
+    bar = tqdm(desc=f"explore sglang {args.sglang}", unit="cell", file=sys.stderr)
+
+    def progress(cell) -> None:
+        bar.update(1)
+        bar.set_postfix_str(f"{cell.key}: {cell.outcome}")
+
+    quiet = ctx.replace(log=lambda line: tqdm.write(str(line), file=sys.stderr))
+    command = "workbench " + " ".join(getattr(args, "argv", None) or sys.argv[1:])
+    try:
+        result = explore(
+            quiet,
+            args.sglang,
+            args.algorithms,
+            args.backends,
+            args.dps,
+            max_new_tokens=args.max_new_tokens,
+            timeout_s=args.timeout,
+            progress=progress,
+            command=command,
+            on_cells=lambda n: (setattr(bar, "total", n), bar.refresh()),
+        )
+    finally:
+        bar.close()
+    echo(repr(explore_table(result)))
+    echo(f"{result['counts']} in {result['wall_s']} s")
+    _write(args.json_out, result)
+    if args.html_out:
+        args.html_out.write_text(explore_html(result))
+    return 1 if result["counts"].get("failed") else 0
+
+
 def _run(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
     """Exit 0: ended ok (outputs equal to the reference) or crashed, as --expect says if given; 1: --expect
     not met, outputs that differ from the reference, or a timeout; 2: bad input, or the release cannot run
@@ -304,6 +369,7 @@ def _run(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on u
         args.timeout,
         args.extra_shims,
         bundle_dir=args.bundle_dir or (args.json_out and args.json_out.parent / f"{args.json_out.stem}-bundles"),
+        idle=args.idle,
     )
     if rec["crash"]:
         echo(rec["crash"]["traceback"].rstrip())
@@ -698,6 +764,7 @@ COMMANDS = {
     "repro": _repro,
     "run": _run,
     "kernel": _kernel,
+    "explore": _explore,
 }
 
 

@@ -35,7 +35,12 @@ BACKENDS = ("triton", "torch_native")
 # The draft model's backend: SGLang's EAGLE needs a multi-step draft-decode backend, which torch_native
 # lacks (speculative/draft_utils.py refuses it), so a torch_native target runs a triton draft.
 DRAFT_BACKEND = {"triton": "triton", "torch_native": "triton"}
-DP_SIZES = (1, 2)
+DP_SIZES = (1, 2, 3)
+# Which ranks are idle: "start", every rank but 0 gets no request; "mid", every rank gets the prompts
+# but the last one generates only MID_IDLE_TOKENS, so it finishes after its first decode pass and runs
+# IDLE batches while the others still decode (at dp 3 two ranks stay busy).
+IDLE_MODES = ("start", "mid")
+MID_IDLE_TOKENS = 2
 TREE_KERNELS_RELEASE = "0.5.23"  # whose kernels/ops/speculative/spec_tree.py the tree shims load
 TREE_KERNELS_FILE = "sglang/kernels/ops/speculative/spec_tree.py"
 LOG_DIR_ENV = "WB_LOG_DIR"
@@ -58,12 +63,21 @@ def validate(
     sglang_src: Path | None,
     known: list[str] | None,
     extra_shims: list[Path] = (),
+    idle: str = "start",
 ) -> None:
     """Raise RuntimeConfigError (or ReleaseError for the version) naming the bad value."""
     if known is not None:
         check_version(version, known)
     if dp not in DP_SIZES:
-        raise RuntimeConfigError(f"bad dp {dp!r}; valid: {', '.join(map(str, DP_SIZES))} (dp 2 runs one idle rank)")
+        raise RuntimeConfigError(f"bad dp {dp!r}; valid: {', '.join(map(str, DP_SIZES))} (dp >= 2: ranks >= 1 idle)")
+    if idle not in IDLE_MODES:
+        raise RuntimeConfigError(f"bad idle {idle!r}; valid: {', '.join(IDLE_MODES)}")
+    if idle == "mid" and dp < 2:
+        raise RuntimeConfigError(f"bad idle {idle!r} at dp {dp}; valid at dp 1: start (no rank to go idle)")
+    if idle == "mid" and max_new_tokens <= MID_IDLE_TOKENS:
+        raise RuntimeConfigError(
+            f"bad max_new_tokens {max_new_tokens!r} with idle mid; valid: > {MID_IDLE_TOKENS} (rank 0 must outlast)"
+        )
     if backend not in BACKENDS:
         raise RuntimeConfigError(f"bad backend {backend!r}; valid: {', '.join(BACKENDS)}")
     bad = [f for f in fixes if f not in FIXES]
@@ -145,8 +159,15 @@ def _rank_configs(cfg: dict, run_dir: Path, prompts: list[list[int]], src_root: 
     }
     reqs = [{"rid": f"p{i}", "input_ids": ids} for i, ids in enumerate(prompts)]
     base["busy_result_paths"] = [str(run_dir / "rank0.result.json")]  # the requests go to rank 0
+    mid = cfg.get("idle", "start") == "mid"
     return [
-        {**base, "rank": r, "result_path": str(run_dir / f"rank{r}.result.json"), "requests": reqs if r == 0 else []}
+        {
+            **base,
+            "rank": r,
+            "result_path": str(run_dir / f"rank{r}.result.json"),
+            "requests": reqs if r == 0 or mid else [],
+            "max_new_tokens": MID_IDLE_TOKENS if mid and r == cfg["dp"] - 1 else cfg["max_new_tokens"],
+        }
         for r in range(cfg["dp"])
     ]
 
@@ -209,6 +230,7 @@ def run_runtime(
     timeout_s: float = 300,
     extra_shims: list[Path] | tuple[Path, ...] = (),
     bundle_dir: Path | str | None = None,
+    idle: str = "start",
 ) -> dict:
     """Run the real SGLang ``version`` (or the checkout ``sglang_src`` on that release's environment).
 
@@ -220,7 +242,8 @@ def run_runtime(
     RuntimeConfigError, ReleaseError or SourceError for bad arguments, before anything starts. A rank
     that crashes in a forward writes its crash bundle (``rank_bundle.py``) under ``bundle_dir``
     (default ``workbench.debug.bundle.new_bundle_dir()``, never the temp dir); the record's
-    ``crash.bundle`` names it.
+    ``crash.bundle`` names it. ``idle`` (``IDLE_MODES``): ranks >= 1 idle from the start, or every rank
+    given the prompts and the last one only ``MID_IDLE_TOKENS`` new tokens, so it goes idle mid-run.
     """
     t0 = time.perf_counter()
     log = ctx.log
@@ -239,6 +262,7 @@ def run_runtime(
         src,
         known_releases(ctx),
         [Path(p) for p in extra_shims],
+        idle,
     )
     texts = load_prompts(num_prompts)
     prompts = [list(t.encode("utf-8")) for t in texts]
@@ -264,9 +288,15 @@ def run_runtime(
         "timeout_s": timeout_s,
         "extra_shims": [str(Path(p).resolve()) for p in extra_shims],
         "bundle_dir": str(Path(bundle_dir).resolve() if bundle_dir is not None else new_bundle_dir()),
+        "idle": idle,
     }
     rec = record_mod.new(cfg)
-    tag = f"[sglang-{version}{' checkout' if src else ''} dp{dp} {backend}{' +' + '+'.join(fixes) if fixes else ''}]"
+    if idle == "mid":
+        rec["config"]["idle_ranks"] = [dp - 1]  # from its first decode pass on
+    mid = " idle-mid" if idle == "mid" else ""
+    tag = (
+        f"[sglang-{version}{' checkout' if src else ''} dp{dp}{mid} {backend}{' +' + '+'.join(fixes) if fixes else ''}]"
+    )
     try:
         env = ensure_env(ctx, version, src_root=None if src is None else source_root(src))
         tree_src = ensure_sources(ctx, TREE_KERNELS_RELEASE) / TREE_KERNELS_FILE

@@ -359,11 +359,11 @@ def _ensure_deps(ctx: UpstreamContext, version: str, wheel: Path, group: str) ->
 
 def add_packages(ctx: UpstreamContext, env: ReplayEnv, specs: list[str]) -> list[str]:
     """Install the ``specs`` a cached environment lacks, in place (as a later release's imports are
-    added); returns what was installed. Raises EnvBuildError naming a package pip could not install."""
+    added); returns what was installed. Raises EnvBuildError naming a package uv could not install."""
     with ctx.lock(env.group or env.root.name):
         missing = _not_installed(env.python, specs)
         if missing:
-            _pip_install(env.python, missing, "imports", f"[{env.group or env.root.name}]", ctx.log)
+            uv_install(ctx, env.python, missing, "imports", f"[{env.group or env.root.name}]")
             marker = env.root / READY_MARKER
             info = json.loads(marker.read_text())
             info["added"] = sorted(set(info.get("added", [])) | set(missing))

@@ -1,0 +1,438 @@
+"""``explore``: the real-runtime lane over every configuration a release offers, one cell each.
+
+The axes come from the release's own sources: the speculative algorithms its ``SpeculativeAlgorithm``
+enum defines and the attention backends its ``ATTENTION_BACKEND_CHOICES`` list holds (with the
+section comment each one sits under, e.g. ``# NVIDIA specific``), crossed with DP 1 / 2 / 3, the idle
+mode (``run.IDLE_MODES``: ranks idle from the start, or going idle mid-run) and the overlap schedule
+on / off. A value the lane cannot run here is one ``limit`` cell with the reason (the release line or
+the lane restriction), the other axes ``*``; never dropped. Every other cell is run through
+``run_runtime`` and classified (``classify``): ``ok`` (outputs equal to HF), ``crashed`` (rank,
+phase, mode, file:line, the record; ``known`` when a shipped record of the same release crashed in
+the same pass at the same line, else a reproducer command), ``limit`` (a known upstream limit the
+record names, or a set-up error before any request), ``failed`` (outputs that differ from HF with no
+limit to explain it, a timeout, or an error after the requests were sent).
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from workbench.upstream.context import UpstreamContext
+from workbench.upstream.sources.envs import ensure_env, ensure_sources
+from workbench.upstream.sources.releases import check_version, known_releases
+
+from .run import BACKENDS, DP_SIZES, IDLE_MODES, RuntimeConfigError, _reference, load_prompts, run_runtime
+
+LANE_ALGORITHMS = ("EAGLE3",)  # the lane's draft model is an EAGLE3 head (assets/runtime_models/draft)
+OUTCOMES = ("ok", "crashed", "limit", "failed")
+SHIPPED_RUNS = Path(__file__).resolve().parents[2] / "assets" / "runtime_runs.json"
+SHIPPED_EXPLORE = Path(__file__).resolve().parents[2] / "assets" / "runtime_explore.json"
+_CHOICE_FILES = ("srt/arg_groups/choices.py", "srt/server_args.py")
+_SECTION_REASONS = {
+    "nvidia": "its kernels are CUDA-only; this machine has no GPU",
+    "amd": "its kernels are ROCm-only; this machine has no GPU",
+}
+_BACKEND_REASONS = {
+    "intel_amx": "needs sgl_kernel's CPU build (the AMX attention and verify kernels); the lane runs a stand-in "
+    "sgl_kernel that provides only the names its shims list",
+    "ascend": "needs an Ascend NPU (torch_npu)",
+    "intel_xpu": "needs an Intel XPU device",
+}
+
+
+class ExploreError(RuntimeConfigError):
+    """A bad argument (release, backend, algorithm), named with the valid values, before any rank starts."""
+
+
+@dataclass(frozen=True)
+class Axes:
+    """What the release offers: its speculative algorithms and attention backends, with where each is defined."""
+
+    algorithms: dict  # name -> "file:line" of the enum member
+    backends: dict  # name -> {"line": "file:line", "section": the comment above it or None}
+
+
+@dataclass
+class Cell:
+    """One configuration; ``*`` on an axis that a limit on another axis makes moot."""
+
+    algorithm: str
+    backend: str
+    dp: int | str
+    idle: str
+    overlap: bool | str
+    outcome: str | None = None
+    reason: str | None = None
+    crash: dict | None = None
+    known: bool | None = None
+    reproducer: str | None = None
+    wall_s: float | None = None
+    record: dict | None = None
+
+    @property
+    def key(self) -> str:
+        """``algorithm/backend/dpN/idle/overlap-on|off``, the cell's name in the output and for ``--cell``."""
+        ov = self.overlap if isinstance(self.overlap, str) else ("overlap-on" if self.overlap else "overlap-off")
+        dp = f"dp{self.dp}" if isinstance(self.dp, int) else self.dp
+        return f"{self.algorithm}/{self.backend}/{dp}/{self.idle}/{ov}"
+
+
+def _release_file(src: Path, rel: str) -> Path:
+    return src / "sglang" / rel
+
+
+def read_axes(src: Path) -> Axes:
+    """The algorithms and attention backends the release at ``src`` (holding ``sglang/``) defines, read with ast."""
+    spec = _release_file(src, "srt/speculative/spec_info.py")
+    algorithms: dict = {}
+    for node in ast.walk(ast.parse(spec.read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == "SpeculativeAlgorithm":
+            for stmt in node.body:
+                if isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Name):
+                    name = stmt.targets[0].id
+                    if name.isupper() and name != "NONE":
+                        algorithms[name] = f"speculative/spec_info.py:{stmt.lineno}"
+    for rel in _CHOICE_FILES:
+        path = _release_file(src, rel)
+        if not path.is_file():
+            continue
+        lines = path.read_text().splitlines()
+        start = next((i for i, line in enumerate(lines) if line.startswith("ATTENTION_BACKEND_CHOICES = [")), None)
+        if start is None:
+            continue
+        backends, section = {}, None
+        short = rel.removeprefix("srt/")
+        for i in range(start + 1, len(lines)):
+            text = lines[i].strip()
+            if text.startswith("]"):
+                break
+            if text.startswith("#"):
+                section = text.lstrip("# ").strip()
+                continue
+            m = re.match(r'"([^"]+)"', text)
+            if m:
+                backends[m.group(1)] = {"line": f"{short}:{i + 1}", "section": section}
+        if algorithms and backends:
+            return Axes(algorithms, backends)
+    raise ExploreError(
+        f"cannot read the release's axes under {src}: no SpeculativeAlgorithm or ATTENTION_BACKEND_CHOICES"
+    )
+
+
+def algorithm_limit(name: str, where: str) -> str | None:
+    """Why the lane cannot run algorithm ``name`` (None: it can)."""
+    if name in LANE_ALGORITHMS:
+        return None
+    return (
+        f"lane: the release defines {name} ({where}) but run_runtime starts EAGLE3 only, and the lane's one draft "
+        "model is an EAGLE3 head (workbench/assets/runtime_models/draft); not run"
+    )
+
+
+def backend_limit(name: str, info: dict) -> str | None:
+    """Why backend ``name`` cannot run here (None: the lane runs it)."""
+    if name in BACKENDS:
+        return None
+    section = info.get("section") or ""
+    where = f"{info['line']}" + (f", under '# {section}'" if section else "")
+    for key, reason in _SECTION_REASONS.items():
+        if section.lower().startswith(key):
+            return f"{where}: {reason}"
+    if name in _BACKEND_REASONS:
+        return f"{where}: {_BACKEND_REASONS[name]}"
+    return f"{where}: lane: not among the backends run_runtime drives ({', '.join(BACKENDS)}); not run"
+
+
+def enumerate_cells(
+    axes: Axes,
+    algorithms: Iterable[str] | None = None,
+    backends: Iterable[str] | None = None,
+    dps: Iterable[int] = DP_SIZES,
+) -> list[Cell]:
+    """Every cell: one limit cell per algorithm or backend the lane cannot run, the product of the rest (each
+    of those is run: what stops it, e.g. torch_native's verify pass, is measured, not predicted)."""
+    algs = list(algorithms) if algorithms is not None else list(axes.algorithms)
+    bks = list(backends) if backends is not None else list(axes.backends)
+    cells: list[Cell] = []
+    run_algs = []
+    for a in algs:
+        why = algorithm_limit(a, axes.algorithms[a])
+        if why:
+            cells.append(Cell(a, "*", "*", "*", "*", outcome="limit", reason=why))
+        else:
+            run_algs.append(a)
+    run_bks = []
+    for b in bks:
+        why = backend_limit(b, axes.backends[b])
+        if why:
+            cells.append(Cell("*", b, "*", "*", "*", outcome="limit", reason=why))
+        else:
+            run_bks.append(b)
+    for a in run_algs:
+        for b in run_bks:
+            for dp in dps:
+                for idle in IDLE_MODES if dp > 1 else ("start",):
+                    for overlap in (True, False):
+                        cells.append(Cell(a, b, dp, idle, overlap))
+    return cells
+
+
+def known_crashes(version: str, path: Path = SHIPPED_RUNS) -> list[dict]:
+    """The crashes the shipped runtime records hold for ``version``: exception, phase, file, line."""
+    if not path.is_file():
+        return []
+    runs = json.loads(path.read_text()).get("runs", {})
+    out = []
+    for role, rec in runs.items():
+        c = rec.get("crash") or {}
+        if rec.get("config", {}).get("sglang") == version and c:
+            at = c.get("raised_at") or {}
+            out.append(
+                {
+                    "role": role,
+                    "exception_type": c.get("exception_type"),
+                    "phase": c.get("phase"),
+                    "file": at.get("file"),
+                    "line": at.get("line"),
+                }
+            )
+    return out
+
+
+def reproducer(version: str, cell: Cell, max_new_tokens: int) -> str:
+    """The ``workbench upstream run`` command line that runs ``cell`` alone."""
+    cmd = f"workbench upstream run --sglang {version} --dp {cell.dp} --backend {cell.backend}"
+    if cell.idle != "start":
+        cmd += f" --idle {cell.idle}"
+    if cell.overlap is False:
+        cmd += " --disable-overlap-schedule"
+    return cmd + f" --max-new-tokens {max_new_tokens} --json OUT"
+
+
+def classify(rec: dict, known: list[dict]) -> dict:
+    """A run record's outcome: ``outcome``, ``reason``, ``crash`` (rank, phase, mode, file:line), ``known``."""
+    status, crash = rec["status"], rec.get("crash")
+    if rec.get("limits"):
+        out = {"outcome": "limit", "reason": "; ".join(rec["limits"])}
+        if crash:
+            out["crash"] = _crash_summary(crash)
+        return out
+    if status == "ok":
+        ref = rec.get("reference") or {}
+        if ref.get("equal") is True:
+            return {"outcome": "ok", "reason": "outputs equal to HF transformers' greedy tokens"}
+        why = ref.get("error") or f"outputs differ from HF at {ref.get('first_difference')}"
+        return {"outcome": "failed", "reason": why if ref.get("equal") is False else f"no HF comparison: {why}"}
+    if status == "crashed":
+        summary = _crash_summary(crash)
+        match = next(
+            (
+                k
+                for k in known
+                if (k["exception_type"], k["phase"], k["file"], k["line"])
+                == (summary["exception_type"], summary["phase"], summary["file"], summary["line"])
+            ),
+            None,
+        )
+        return {
+            "outcome": "crashed",
+            "reason": f"{summary['exception_type']}: {summary['message']} at {summary['file']}:{summary['line']}",
+            "crash": summary,
+            "known": match is not None,
+            "known_as": match["role"] if match else None,
+        }
+    err = rec.get("error") or {}
+    if status == "error" and err.get("stage") not in ("requests", "event_loop", "run", None):
+        return {"outcome": "limit", "reason": f"set-up error at {err.get('stage')}: {err.get('message')}"}
+    return {"outcome": "failed", "reason": f"{status} at {err.get('stage')}: {err.get('message')}"}
+
+
+def _crash_summary(crash: dict) -> dict:
+    at = crash.get("raised_at") or {}
+    return {
+        "rank": crash.get("rank"),
+        "phase": crash.get("phase"),
+        "forward_mode": crash.get("forward_mode"),
+        "batch_size": crash.get("batch_size"),
+        "exception_type": crash.get("exception_type"),
+        "message": crash.get("message"),
+        "file": at.get("file"),
+        "line": at.get("line"),
+    }
+
+
+def _shares_setup_error(cell: Cell, done: dict) -> Cell | None:
+    """The ``start`` cell of the same configuration, when it failed before any request was sent.
+
+    The idle mode changes only which requests the ranks are given, after the scheduler is built, so a
+    set-up error of the ``start`` cell is the ``mid`` cell's too."""
+    if cell.idle != "mid":
+        return None
+    twin = done.get(Cell(cell.algorithm, cell.backend, cell.dp, "start", cell.overlap).key)
+    rec = twin.record if twin else None
+    if (
+        rec
+        and rec["status"] == "error"
+        and (rec.get("error") or {}).get("stage") not in ("requests", "event_loop", "run")
+    ):
+        return twin
+    return None
+
+
+def validate(
+    ctx: UpstreamContext, version: str, algorithms: list[str] | None, backends: list[str] | None, dps: list[int] | None
+) -> tuple[Path, Axes]:
+    """The release's sources and axes; ExploreError (or ReleaseError) naming a bad value, before any rank starts."""
+    check_version(version, known_releases(ctx))
+    bad_dp = [d for d in dps or [] if d not in DP_SIZES]
+    if bad_dp:
+        raise ExploreError(f"bad dp {bad_dp!r}; valid: {', '.join(map(str, DP_SIZES))}")
+    src = ensure_sources(ctx, version)
+    axes = read_axes(src)
+    for label, given, valid in (("algorithm", algorithms, axes.algorithms), ("backend", backends, axes.backends)):
+        bad = [g for g in given or [] if g not in valid]
+        if bad:
+            raise ExploreError(f"bad {label} {bad!r} for sglang {version}; valid: {', '.join(valid)}")
+    return src, axes
+
+
+def explore(
+    ctx: UpstreamContext,
+    version: str,
+    algorithms: list[str] | None = None,
+    backends: list[str] | None = None,
+    dps: list[int] | None = None,
+    max_new_tokens: int = 8,
+    timeout_s: float = 240,
+    progress: Callable[[Cell], None] | None = None,
+    command: str | None = None,
+    on_cells: Callable[[int], None] | None = None,
+) -> dict:
+    """Run every runnable cell of ``version`` (optionally only the named algorithms, backends, DP sizes).
+
+    Returns ``{"sglang", "provenance", "axes", "cells", "counts", "wall_s"}``; each cell as ``Cell``
+    (with its run record when it ran). ``on_cells`` gets the number of cells once they are known,
+    ``progress`` each cell when it is decided.
+    """
+    t0 = time.perf_counter()
+    _, axes = validate(ctx, version, algorithms, backends, dps)
+    cells = enumerate_cells(axes, algorithms, backends, dps or DP_SIZES)
+    known = known_crashes(version)
+    if on_cells:
+        on_cells(len(cells))
+    reference: dict | None = None
+    done: dict = {}
+    for cell in cells:
+        if cell.outcome is None:
+            twin = _shares_setup_error(cell, done)
+            if twin is not None:
+                cell.outcome = "limit"
+                cell.reason = f"as {twin.key} ({twin.reason}); the idle mode changes only the requests, sent later"
+            else:
+                _run_cell(ctx, version, cell, max_new_tokens, timeout_s, known)
+                if cell.record and cell.record["status"] == "ok":
+                    reference = reference or _hf_reference(ctx, version, max_new_tokens, timeout_s)
+                    from .record import compare_reference
+
+                    compare_reference(cell.record, reference)
+                    _apply(cell, classify(cell.record, known), version, max_new_tokens)
+        done[cell.key] = cell
+        if progress:
+            progress(cell)
+    counts = {o: sum(1 for c in cells if c.outcome == o) for o in OUTCOMES}
+    return {
+        "sglang": version,
+        "provenance": provenance(command),
+        "axes": {
+            "algorithms": axes.algorithms,
+            "backends": axes.backends,
+            "dp": list(dps or DP_SIZES),
+            "idle": list(IDLE_MODES),
+            "overlap": [True, False],
+            "max_new_tokens": max_new_tokens,
+        },
+        "cells": [{"key": c.key, **asdict(c)} for c in cells],
+        "counts": counts,
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+
+
+def _apply(cell: Cell, result: dict, version: str, max_new_tokens: int) -> None:
+    cell.outcome, cell.reason = result["outcome"], result["reason"]
+    cell.crash, cell.known = result.get("crash"), result.get("known")
+    if cell.outcome == "crashed" and not cell.known:
+        cell.reproducer = reproducer(version, cell, max_new_tokens)
+
+
+def _run_cell(
+    ctx: UpstreamContext, version: str, cell: Cell, max_new_tokens: int, timeout_s: float, known: list[dict]
+) -> None:
+    t = time.perf_counter()
+    rec = run_runtime(
+        ctx,
+        version,
+        dp=int(cell.dp),
+        backend=cell.backend,
+        max_new_tokens=max_new_tokens,
+        reference=False,
+        disable_overlap_schedule=not cell.overlap,
+        timeout_s=timeout_s,
+        idle=cell.idle,
+    )
+    cell.record, cell.wall_s = rec, round(time.perf_counter() - t, 1)
+    _apply(cell, classify(rec, known), version, max_new_tokens)
+
+
+def _hf_reference(ctx: UpstreamContext, version: str, max_new_tokens: int, timeout_s: float) -> dict:
+    """HF transformers' greedy tokens for the lane's prompt, computed once for every ok cell."""
+    env = ensure_env(ctx, version)
+    prompts = [list(t.encode("utf-8")) for t in load_prompts(1)]
+    run_dir = Path(tempfile.mkdtemp(prefix="wb-rt-"))
+    try:
+        return _reference(env.python, run_dir, prompts, max_new_tokens, timeout_s)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def provenance(command: str | None) -> dict:
+    """When, where and with which commit the exploration ran."""
+    root = Path(__file__).resolve().parents[3]
+    try:
+        commit = (
+            subprocess.run(
+                ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {
+        "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "command": command or " ".join(sys.argv),
+        "commit": commit,
+        "cpus": os.cpu_count(),
+        "load_at_start": round(os.getloadavg()[0], 2),
+    }
+
+
+def load_shipped(path: Path = SHIPPED_EXPLORE) -> dict:
+    """The shipped exploration (``workbench/assets/runtime_explore.json``), labelled ``source: shipped``."""
+    result = json.loads(Path(path).read_text())
+    p = result["provenance"]
+    result["source"] = (
+        f"shipped: sglang {result['sglang']}, {p['generated_at']}, commit {p['commit']}, `{p['command']}`, "
+        f"{result['wall_s']} s at load {p['load_at_start']} on {p['cpus']} cores"
+    )
+    return result

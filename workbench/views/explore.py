@@ -1,0 +1,56 @@
+"""The view of a ``workbench upstream explore`` result: one row per cell (``explore_table``) and a
+stand-alone HTML page of it (``explore_html``), with the provenance above the table."""
+
+from __future__ import annotations
+
+import html
+
+from workbench.views.tables import Table
+
+COLUMNS = ("cell", "outcome", "where", "reason", "known", "reproducer", "s")
+
+
+def _where(cell: dict) -> str | None:
+    c = cell.get("crash")
+    if not c:
+        return None
+    return f"rank {c['rank']} {c['phase']} {c['forward_mode']} bs {c['batch_size']} {c['file']}:{c['line']}"
+
+
+def explore_table(result: dict) -> Table:
+    """One row per cell: outcome, where it crashed (rank, pass, mode, batch, file:line), why, known, reproducer."""
+    rows = [
+        {
+            "cell": c["key"],
+            "outcome": c["outcome"],
+            "where": _where(c),
+            "reason": c["reason"],
+            "known": None if c.get("known") is None else ("known" if c["known"] else "NEW"),
+            "reproducer": c.get("reproducer"),
+            "s": c.get("wall_s"),
+        }
+        for c in result["cells"]
+    ]
+    return Table(rows, COLUMNS)
+
+
+def explore_html(result: dict) -> str:
+    """A stand-alone HTML page: the release, the provenance, the counts and the cell table."""
+    p = result.get("provenance") or {}
+    facts = "".join(
+        f"<li>{html.escape(k)}: {html.escape(str(v))}</li>"
+        for k, v in (
+            ("sglang", result["sglang"]),
+            ("generated", p.get("generated_at")),
+            ("command", p.get("command")),
+            ("commit", p.get("commit")),
+            ("load at start", p.get("load_at_start")),
+            ("wall s", result.get("wall_s")),
+            ("counts", result.get("counts")),
+        )
+    )
+    title = f"sglang {html.escape(result['sglang'])}: the real runtime explored"
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head><body>"
+        f"<h1>{title}</h1><ul>{facts}</ul>{explore_table(result)._repr_html_()}</body></html>\n"
+    )
