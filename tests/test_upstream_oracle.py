@@ -35,7 +35,7 @@ def test_mutants_come_from_the_sites_with_their_cases() -> None:
     assert 'getattr(spec_info, "kv_indptr"' not in guard.changes[BACKEND]
     idle = ms["toy_backend.py kv_indptr: None from DraftExtendInput.create_idle_input"]
     assert idle.kind == "none-deref" and "cls(kv_indptr=None)" in idle.changes[INFO]
-    assert {c["batch"] for c in idle.cases} == {"IDLE padded", "DRAFT_EXTEND"}
+    assert {c["batch"] for c in idle.cases} == {"IDLE padded", "DRAFT_EXTEND_V2"}  # the toy has no DRAFT_EXTEND
     batch = [m for m in built["mutants"] if m.kind == "batch-none-deref"]
     assert batch and all(m.undecided == BATCH_REASON and not m.cases for m in batch)
     # every unguarded attention spec_info site is a none-deref site; no lint call decides the population

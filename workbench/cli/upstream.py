@@ -512,7 +512,10 @@ def _oracle_recall(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # im
             echo(f"UNPARSED {v}: {'; '.join(r['unparsed'])}")
     _write(args.json_out, result)
     echo(f"oracle recall over {len(result['releases'])} release(s) took {result['run_s']} s ({result['sampling']})")
-    if any(r["unparsed"] for r in result["releases"].values()):
+    broken = [v for v, r in result["releases"].items() if r["unparsed"] or not r["control_ok"]]
+    for v in broken:
+        echo(f"ERROR {v}: a covered file does not parse, or the control replay of the release did not run")
+    if broken:
         return 2
     low = [
         f"{v} {kind}: recall {k['recall']} on {k['confirmed']} confirmed mutants"

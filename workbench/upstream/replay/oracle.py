@@ -136,13 +136,14 @@ def release_oracle(
     todo = [m for m in chosen if f"{tree.release}|{m.name}|{m.digest()}" not in cache]
     ctx.log(f"[{tree.label}] {len(mutants)} oracle mutants, {len(chosen)} sampled, {len(todo)} not cached")
     base_cases: dict[str, dict] = {}
-    base_status = None
+    base_status, base_ok = None, True
     if todo and not lint_only:
         want = {c["key"]: c for m in todo for c in m.cases}
         start = time.perf_counter()
         base = replay(ctx, tree, list(want.values()))
         base_status = f"{base['status']} ({round(time.perf_counter() - start, 1)} s): {base.get('message')}"
         base_cases = _case_index(base)
+        base_ok = base["status"] == "ok"
         ctx.log(f"[{tree.label}] control replay of {len(want)} cases: {base_status}")
     records = []
     for i, m in enumerate(chosen, 1):
@@ -182,6 +183,7 @@ def release_oracle(
     return {
         "source": tree.label,
         "control_replay": base_status,
+        "control_ok": base_ok,
         "sites": built["sites"],
         "outside_reason": built["outside_reason"],
         "unparsed": built["unparsed"],

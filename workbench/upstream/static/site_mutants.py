@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 
 from ..sources.trees import SourceTree
 from .classes import spec_input_classes
-from .lint import SPEC_DIR, backend_name
+from .lint import MODES_FILE, SPEC_DIR, backend_name
+from .modes import parse_forward_modes
 from .mutate import MutationError, remove_guard, segment, splice
 from .recall import _removal
 from .sites import enumerate_sites
@@ -108,13 +109,15 @@ def defines(text: str, path: str, cls: str, method: str) -> bool:
     )
 
 
-def batch_kinds(cname: str, has_idle: bool) -> list[tuple[str, str]]:
-    """(mode, batch kind) a spec class is replayed on, by its role."""
+def batch_kinds(cname: str, has_idle: bool, members: list[str]) -> list[tuple[str, str]]:
+    """(mode, batch kind) a spec class is replayed on, by its role; the draft-extend mode the release
+    has (`DRAFT_EXTEND`, else `DRAFT_EXTEND_V2`) among its ForwardMode `members`."""
     out = [("IDLE", "IDLE padded")] if has_idle else []
     if "Verify" in cname:
         out.append(("TARGET_VERIFY", "TARGET_VERIFY"))
     elif "Draft" in cname:
-        out.append(("DRAFT_EXTEND", "DRAFT_EXTEND"))
+        mode = next((m for m in ("DRAFT_EXTEND", "DRAFT_EXTEND_V2") if m in members), None)
+        out += [(mode, mode)] if mode else []
     return out
 
 
@@ -175,7 +178,9 @@ def _case(site_file: str, bcls: str, cname: str, cfile: str, mode: str, kind: st
     }
 
 
-def _cases(tree: SourceTree, site_file: str, sites: list[dict], cname: str, cinfo: dict, has_idle: bool) -> list[dict]:
+def _cases(
+    tree: SourceTree, site_file: str, sites: list[dict], cname: str, cinfo: dict, has_idle: bool, members: list[str]
+) -> list[dict]:
     text = tree.files[site_file]
     classes = backend_classes(text, site_file)
     own = sorted({s["function"].split(".", 1)[0] for s in sites} & set(classes))
@@ -183,7 +188,7 @@ def _cases(tree: SourceTree, site_file: str, sites: list[dict], cname: str, cinf
     return [
         _case(site_file, b, cname, cinfo["file"], mode, kind, watch)
         for b in (own or classes[:1])
-        for mode, kind in batch_kinds(cname, has_idle)
+        for mode, kind in batch_kinds(cname, has_idle, members)
     ]
 
 
@@ -236,6 +241,9 @@ def build_mutants(tree: SourceTree) -> dict:
     sites = found["sites"]
     spec = tree.under(SPEC_DIR)
     classes = spec_input_classes(spec)
+    modes_src = tree.get(MODES_FILE)
+    fm = parse_forward_modes(modes_src) if modes_src else None
+    members = fm.members if fm else []
     idle = {c: defines(spec[i["file"]], i["file"], c, "create_idle_input") for c, i in classes.items()}
     mutants: list[SiteMutant] = []
     skipped: dict[str, str] = {}
@@ -259,7 +267,7 @@ def build_mutants(tree: SourceTree) -> dict:
                 if why:
                     m.undecided = why
                 else:
-                    m.cases = _cases(tree, fname, group, cname, cinfo, idle[cname])
+                    m.cases = _cases(tree, fname, group, cname, cinfo, idle[cname], members)
                     if not m.cases:
                         m.undecided = f"{cname}: no batch the driver builds for its role (by its name)"
             mutants += made
