@@ -156,6 +156,45 @@ def test_the_run_replays_each_mutant_once_and_reuses_the_cache(monkeypatch: pyte
     assert again["kinds"] == res["kinds"]
 
 
+def _result(confirmed: int, hit: int, unparsed=(), control_ok: bool = True) -> dict:
+    recs = [
+        {"kind": "none-deref", "name": f"m{i}", "oracle": "confirmed", "reported": i < hit, "unreachable": False}
+        for i in range(confirmed)
+    ]
+    rel = {
+        "sites": dict.fromkeys(oracle.KINDS, 1),
+        "population": dict.fromkeys(oracle.KINDS, confirmed),
+        "runnable": dict.fromkeys(oracle.KINDS, confirmed),
+        "kinds": oracle.figures(recs),
+        "unparsed": list(unparsed),
+        "control_ok": control_ok,
+    }
+    return {"releases": {"0.5.14": rel}, "sampling": "all runnable mutants", "cache": {}}
+
+
+@pytest.mark.parametrize(
+    ("result", "rc"),
+    [
+        (_result(10, 9), 0),  # recall 0.9 on 10 confirmed
+        (_result(10, 8), 1),  # recall 0.8 on 10 confirmed
+        (_result(9, 0), 0),  # under 10 confirmed: no recall target
+        (_result(10, 10, unparsed=["sglang/srt/layers/attention/x.py: invalid syntax (line 3)"]), 2),
+        (_result(10, 10, control_ok=False), 2),
+    ],
+)
+def test_the_oracle_command_exit_codes(result: dict, rc: int, monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setattr(oracle, "oracle_recall", lambda ctx, versions, command, per_kind, previous: result)
+    out = tmp_path / "o.json"
+    argv = ["upstream", "--cache-dir", str(tmp_path), "recall", "--oracle", "--sglang", "0.5.14", "--json", str(out)]
+    assert workbench_main(argv) == rc
+    assert json.loads(out.read_text())["releases"]["0.5.14"]["kinds"] == result["releases"]["0.5.14"]["kinds"]
+
+
+def test_a_negative_sample_size_is_a_usage_error(tmp_path) -> None:
+    argv = ["upstream", "--cache-dir", str(tmp_path), "recall", "--oracle", "--sglang", "0.5.14", "--per-kind", "-1"]
+    assert workbench_main(argv) == 2
+
+
 requires_network = pytest.mark.skipif(
     os.environ.get("WB_NETWORK_TESTS") != "1",
     reason="network test: needs the release's environment; WB_NETWORK_TESTS=1",

@@ -109,8 +109,9 @@ def register(top: argparse._SubParsersAction) -> None:
     tg.add_argument("--timeout", type=float, default=900, help="seconds for each replay process")
     rc = sub.add_parser(
         "recall",
-        help="recall of the lint measured by mutation of real release sources (field removed, guard removed, "
-        "install moved), with negative controls",
+        help="recall of the lint measured by mutation of real release sources: the robustness mutants (field "
+        "removed, guard removed, install moved, with negative controls), or with --oracle mutants of the "
+        "independent read sites judged by real code",
     )
     rc.add_argument("--sglang", nargs="+", required=True, metavar="X", help="release(s) whose sources are mutated")
     rc.add_argument("--json", type=Path, default=None, dest="json_out", help="write the per-kind figures here")
