@@ -17,7 +17,8 @@ Sites in other files of `model_executor/` and `speculative/` (workers, `forward_
 spec inputs themselves) are counted as `outside` with the same reason as the runner files.
 
 A built mutant carries the replay cases that judge it: for every backend class of the site's file
-(a class defining `init_forward_metadata`), the spec class, on the batches of its role (by name:
+(a class defining `init_forward_metadata`; the single-step class for a `*MultiStep*` one, which the
+driver cannot build from the runner alone), the spec class, on the batches of its role (by name:
 `IDLE padded` when the class defines `create_idle_input`, `TARGET_VERIFY` for a `*Verify*` class,
 `DRAFT_EXTEND` for another `*Draft*` class), watching the site lines. The classes and where a field
 is defined come from `classes.py` (the field's definition must be found to remove it); the sites,
@@ -182,7 +183,9 @@ def _cases(
     tree: SourceTree, site_file: str, sites: list[dict], cname: str, cinfo: dict, has_idle: bool, members: list[str]
 ) -> list[dict]:
     text = tree.files[site_file]
-    classes = backend_classes(text, site_file)
+    # a multi-step draft backend takes (runner, topk, steps) and runs one single-step backend per
+    # step: the driver builds backends from the runner alone, so the single-step class stands for it
+    classes = [c for c in backend_classes(text, site_file) if "MultiStep" not in c]
     own = sorted({s["function"].split(".", 1)[0] for s in sites} & set(classes))
     watch = [f"{s['file']}:{s['line']}" for s in sites]
     return [
