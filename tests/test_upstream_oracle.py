@@ -65,6 +65,7 @@ def test_sampling_is_deterministic_per_kind_and_release() -> None:
     assert one == [m.name for m in sample(ms, "0.5.14", 1)]
     assert sorted({m.kind for m in sample(ms, "0.5.14", 1)}) == ["missing-attribute", "none-deref"]
     assert len(sample(ms, "x", None)) == sum(1 for m in ms if m.cases)
+    assert sample(ms, "x", None, real_only=True) == []  # the toy backend is traced
 
 
 def _rec(outcome: str, at: str | None = None, message: str = "", exc: str = "AttributeError", ran=()) -> dict:
@@ -183,7 +184,7 @@ def _result(confirmed: int, hit: int, unparsed=(), control_ok: bool = True) -> d
     ],
 )
 def test_the_oracle_command_exit_codes(result: dict, rc: int, monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    monkeypatch.setattr(oracle, "oracle_recall", lambda ctx, versions, command, per_kind, previous: result)
+    monkeypatch.setattr(oracle, "oracle_recall", lambda ctx, versions, command, per_kind, previous, real_only: result)
     out = tmp_path / "o.json"
     argv = ["upstream", "--cache-dir", str(tmp_path), "recall", "--oracle", "--sglang", "0.5.14", "--json", str(out)]
     assert workbench_main(argv) == rc

@@ -130,6 +130,11 @@ def register(top: argparse._SubParsersAction) -> None:
         help="--oracle: runnable mutants replayed per release and kind, sampled by hash (0: all)",
     )
     rc.add_argument("--timeout", type=float, default=600, help="--oracle: seconds for each replay process")
+    rc.add_argument(
+        "--real-backends",
+        action="store_true",
+        help="--oracle: sample only mutants whose cases run real backends (triton, torch_native), not traced ones",
+    )
     cp = sub.add_parser(
         "corpus",
         help="the lint on a corpus of real upstream crashes, case by case: found / missed / not expressible, "
@@ -500,7 +505,12 @@ def _oracle_recall(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # im
         echo(f"error: --per-kind {args.per_kind}: give 0 (all) or a positive number")
         return 2
     result = oracle_recall(
-        ctx.replace(timeout_s=args.timeout), args.sglang, "workbench " + " ".join(args.argv), per_kind, args.json_out
+        ctx.replace(timeout_s=args.timeout),
+        args.sglang,
+        "workbench " + " ".join(args.argv),
+        per_kind,
+        args.json_out,
+        real_only=args.real_backends,
     )
     result["run_s"] = round(time.perf_counter() - start, 1)
     echo("")

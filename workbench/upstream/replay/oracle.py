@@ -126,13 +126,18 @@ def _case_index(result: dict) -> dict[str, dict]:
 
 
 def release_oracle(
-    ctx: UpstreamContext, tree: SourceTree, per_kind: int | None, cache: dict[str, dict], lint_only: bool = False
+    ctx: UpstreamContext,
+    tree: SourceTree,
+    per_kind: int | None,
+    cache: dict[str, dict],
+    lint_only: bool = False,
+    real_only: bool = False,
 ) -> dict:
     """Build, sample, replay and judge the mutants of one release; `cache` maps `release|name|digest`
     to a mutant's stored outcome (reused, and filled)."""
     built = build_mutants(tree)
     mutants: list[SiteMutant] = built["mutants"]
-    chosen = sample(mutants, tree.release or tree.label, per_kind)
+    chosen = sample(mutants, tree.release or tree.label, per_kind, real_only)
     todo = [m for m in chosen if f"{tree.release}|{m.name}|{m.digest()}" not in cache]
     ctx.log(f"[{tree.label}] {len(mutants)} oracle mutants, {len(chosen)} sampled, {len(todo)} not cached")
     base_cases: dict[str, dict] = {}
@@ -189,6 +194,10 @@ def release_oracle(
         "unparsed": built["unparsed"],
         "population": {k: sum(1 for m in mutants if m.kind == k) for k in KINDS},
         "runnable": {k: sum(1 for m in mutants if m.kind == k and m.cases) for k in KINDS},
+        "runnable_real": {
+            k: sum(1 for m in mutants if m.kind == k and m.cases and not any(c["trace"] for c in m.cases))
+            for k in KINDS
+        },
         "not_run": {
             k: sorted({m.undecided for m in mutants if m.kind == k and not m.cases and m.undecided}) for k in KINDS
         },
@@ -231,6 +240,7 @@ def oracle_recall(
     command: str,
     per_kind: int | None,
     previous: Path | None = None,
+    real_only: bool = False,
 ) -> dict:
     """The oracle recall of every release; `previous` (an earlier `--json` output) seeds the cache."""
     commit = workbench_commit()
@@ -242,14 +252,17 @@ def oracle_recall(
             raise ValueError(f"{previous}: not a recall --oracle JSON output ({exc})") from exc
     releases = {}
     for v in check_versions(ctx, versions):
-        releases[v] = release_oracle(ctx, release_tree(ctx, v), per_kind, cache)
+        releases[v] = release_oracle(ctx, release_tree(ctx, v), per_kind, cache, real_only=real_only)
     return {
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "workbench_commit": commit,
         "command": command,
-        "sampling": "all runnable mutants"
-        if per_kind is None
-        else f"per release and kind, the first {per_kind} runnable mutants by sha256('release|mutant name')",
+        "sampling": (
+            "all runnable mutants"
+            if per_kind is None
+            else f"per release and kind, the first {per_kind} runnable mutants by sha256('release|mutant name')"
+        )
+        + (" whose cases all run real backends (triton, torch_native), not traced" if real_only else ""),
         "releases": releases,
         "cache": cache,
     }
