@@ -2,7 +2,9 @@
 
 The robustness mutants: their sites and expected findings come from the lint's own analysis, so
 they measure how the analyser holds up under rewrites, not what its model leaves out (that is
-`replay/oracle.py`: mutants of the independent read sites judged by real code). Three kinds of mutant, each with the finding it must produce (known by construction from the
+`replay/oracle.py`: mutants of the independent read sites judged by real code).
+
+Three kinds of mutant, each with the finding it must produce (known by construction from the
 release's own reads and installs) and a negative control that must not produce it:
 
 - field removed: for every attribute a backend reads (unguarded) off `spec_info` in a mode, and
