@@ -109,13 +109,32 @@ def register(top: argparse._SubParsersAction) -> None:
     tg.add_argument("--timeout", type=float, default=900, help="seconds for each replay process")
     rc = sub.add_parser(
         "recall",
-        help="recall of the lint measured by mutation of real release sources (field removed, guard removed, "
-        "install moved), with negative controls",
+        help="recall of the lint measured by mutation of real release sources: the robustness mutants (field "
+        "removed, guard removed, install moved, with negative controls), or with --oracle mutants of the "
+        "independent read sites judged by real code",
     )
     rc.add_argument("--sglang", nargs="+", required=True, metavar="X", help="release(s) whose sources are mutated")
     rc.add_argument("--json", type=Path, default=None, dest="json_out", help="write the per-kind figures here")
     rc.add_argument("--min-recall", type=float, default=0.95, help="exit 1 when a kind's recall is below this")
     rc.add_argument("--min-mutants", type=int, default=50, help="exit 1 when a release yields fewer mutants")
+    rc.add_argument(
+        "--oracle",
+        action="store_true",
+        help="judge mutants of the independent read sites by running real code (the replay driver) "
+        "instead of the robustness mutants",
+    )
+    rc.add_argument(
+        "--per-kind",
+        type=int,
+        default=8,
+        help="--oracle: runnable mutants replayed per release and kind, sampled by hash (0: all)",
+    )
+    rc.add_argument("--timeout", type=float, default=600, help="--oracle: seconds for each replay process")
+    rc.add_argument(
+        "--real-backends",
+        action="store_true",
+        help="--oracle: sample only mutants whose cases run real backends (triton, torch_native), not traced ones",
+    )
     cp = sub.add_parser(
         "corpus",
         help="the lint on a corpus of real upstream crashes, case by case: found / missed / not expressible, "
@@ -592,9 +611,54 @@ def _triage(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports o
     return 0
 
 
+def _oracle_recall(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.replay.oracle import format_oracle, oracle_recall
+
+    start = time.perf_counter()
+    per_kind = None if args.per_kind == 0 else args.per_kind
+    if per_kind is not None and per_kind < 0:
+        echo(f"error: --per-kind {args.per_kind}: give 0 (all) or a positive number")
+        return 2
+    result = oracle_recall(
+        ctx.replace(timeout_s=args.timeout),
+        args.sglang,
+        "workbench " + " ".join(args.argv),
+        per_kind,
+        args.json_out,
+        real_only=args.real_backends,
+    )
+    result["run_s"] = round(time.perf_counter() - start, 1)
+    echo("")
+    echo(format_oracle(result))
+    for v, r in result["releases"].items():
+        for kind, k in r["kinds"].items():
+            for name in k["missed"]:
+                echo(f"MISSED {v} {kind}: {name}")
+        if r["unparsed"]:
+            echo(f"UNPARSED {v}: {'; '.join(r['unparsed'])}")
+    _write(args.json_out, result)
+    echo(f"oracle recall over {len(result['releases'])} release(s) took {result['run_s']} s ({result['sampling']})")
+    broken = [v for v, r in result["releases"].items() if r["unparsed"] or not r["control_ok"]]
+    for v in broken:
+        echo(f"ERROR {v}: a covered file does not parse, or the control replay of the release did not run")
+    if broken:
+        return 2
+    low = [
+        f"{v} {kind}: recall {k['recall']} on {k['confirmed']} confirmed mutants"
+        for v, r in result["releases"].items()
+        for kind, k in r["kinds"].items()
+        if k["confirmed"] >= 10 and k["recall"] < 0.9
+    ]
+    for line in low:
+        echo(f"FAIL {line}")
+    return 1 if low else 0
+
+
 def _recall(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
     from workbench.upstream.static.recall import format_recall, recall
 
+    if args.oracle:
+        return _oracle_recall(args, ctx)
     start = time.perf_counter()
     result = recall(ctx, args.sglang, "workbench " + " ".join(args.argv))
     result["run_s"] = round(time.perf_counter() - start, 1)

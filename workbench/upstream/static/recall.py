@@ -1,4 +1,8 @@
-"""Recall of the lint, measured by mutation of a release's real sources.
+"""Robustness recall of the lint, measured by mutation of a release's real sources.
+
+The robustness mutants: their sites and expected findings come from the lint's own analysis, so
+they measure how the analyser holds up under rewrites, not what its model leaves out (that is
+`replay/oracle.py`: mutants of the independent read sites judged by real code).
 
 Three kinds of mutant, each with the finding it must produce (known by construction from the
 release's own reads and installs) and a negative control that must not produce it:

@@ -1,0 +1,216 @@
+"""Recall judged by real code: oracle mutants drawn from the independent read sites, the verdict of a
+mutant from its replay against the release's own, the per-kind figures and the cache of outcomes."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+
+import pytest
+from upstream_fixtures import ATTN_DIR, SPEC_DIR, toy_tree
+
+from workbench.cli import main as workbench_main
+from workbench.upstream.context import UpstreamContext, quiet
+from workbench.upstream.replay import oracle
+from workbench.upstream.static.mutate import MutationError
+from workbench.upstream.static.site_mutants import BATCH_REASON, build_mutants, sample, set_idle_none
+
+CTX = UpstreamContext(log=quiet)
+INFO, BACKEND = f"{SPEC_DIR}info.py", f"{ATTN_DIR}toy_backend.py"
+
+
+def _by_name(built: dict) -> dict:
+    return {m.name: m for m in built["mutants"]}
+
+
+def test_mutants_come_from_the_sites_with_their_cases() -> None:
+    built = build_mutants(toy_tree(with_field=True))
+    ms = _by_name(built)
+    removed = ms["toy_backend.py draft_token_num: removed from VerifyInput"]
+    assert removed.kind == "missing-attribute" and "draft_token_num" not in removed.changes[INFO]
+    assert [c["key"] for c in removed.cases] == [f"{BACKEND}:Backend|TARGET_VERIFY|VerifyInput"]
+    assert removed.cases[0]["trace"] and removed.cases[0]["answer_missing"] is False
+    guard = ms["toy_backend.py kv_indptr: guard removed, VerifyInput lacks it"]
+    assert 'getattr(spec_info, "kv_indptr"' not in guard.changes[BACKEND]
+    idle = ms["toy_backend.py kv_indptr: None from DraftExtendInput.create_idle_input"]
+    assert idle.kind == "none-deref" and "cls(kv_indptr=None)" in idle.changes[INFO]
+    assert {c["batch"] for c in idle.cases} == {"IDLE padded", "DRAFT_EXTEND_V2"}  # the toy has no DRAFT_EXTEND
+    batch = [m for m in built["mutants"] if m.kind == "batch-none-deref"]
+    assert batch and all(m.undecided == BATCH_REASON and not m.cases for m in batch)
+    # every unguarded attention spec_info site is a none-deref site; no lint call decides the population
+    assert built["sites"]["missing-attribute"] > built["sites"]["none-deref"] > 0
+    # a method is not a field: named as skipped, not dropped
+    assert any("is_draft_input" in k for k in built["skipped"])
+
+
+def test_idle_none_replaces_or_adds_the_keyword_and_refuses_an_equivalent_mutant() -> None:
+    text = toy_tree(with_field=True).files[INFO]
+    out = set_idle_none(text, INFO, "DraftExtendInput", "hidden_states", True)
+    ast.parse(out)
+    assert "return cls(hidden_states=None)" in out
+    again = out.replace("hidden_states=None", "hidden_states=h")
+    assert "hidden_states=None" in set_idle_none(again, INFO, "DraftExtendInput", "hidden_states", True)
+    with pytest.raises(MutationError, match="already gives"):
+        set_idle_none(out, INFO, "DraftExtendInput", "hidden_states", True)
+    with pytest.raises(MutationError, match="not a dataclass field"):
+        set_idle_none(text, INFO, "DraftExtendInput", "positions", False)
+    with pytest.raises(MutationError, match="defines no create_idle_input"):
+        set_idle_none(text, INFO, "VerifyInput", "draft_token_num", True)
+
+
+def test_sampling_is_deterministic_per_kind_and_release() -> None:
+    ms = build_mutants(toy_tree(with_field=True))["mutants"]
+    one = [m.name for m in sample(ms, "0.5.14", 1)]
+    assert one == [m.name for m in sample(ms, "0.5.14", 1)]
+    assert sorted({m.kind for m in sample(ms, "0.5.14", 1)}) == ["missing-attribute", "none-deref"]
+    assert len(sample(ms, "x", None)) == sum(1 for m in ms if m.cases)
+    assert sample(ms, "x", None, real_only=True) == []  # the toy backend is traced
+
+
+def _rec(outcome: str, at: str | None = None, message: str = "", exc: str = "AttributeError", ran=()) -> dict:
+    return {
+        "case": {"batch": "TARGET_VERIFY"},
+        "runs": [{"outcome": outcome, "raised_at": at, "message": message, "exception": exc, "ran": list(ran)}],
+    }
+
+
+def test_a_case_is_judged_against_the_release_as_shipped() -> None:
+    m = _by_name(build_mutants(toy_tree(with_field=True)))["toy_backend.py draft_token_num: removed from VerifyInput"]
+    site = m.sites[0]
+    here = f"{site['file']}:{site['line']}"
+    missing = "'VerifyInput' object has no attribute 'draft_token_num'"
+    assert oracle.judge_case(m, _rec("raised", here, missing), _rec("completed"))[0] == "raised here"
+    # the release raises the same: not the mutant's doing
+    assert oracle.judge_case(m, _rec("raised", here, missing), _rec("raised", here, missing))[0] == "blocked"
+    # raised in another file first
+    assert oracle.judge_case(m, _rec("raised", "sglang/x.py:3", missing), _rec("completed"))[0] == "blocked"
+    assert oracle.judge_case(m, _rec("completed", ran=[here]), _rec("completed"))[0] == "clean"
+    assert oracle.judge_case(m, {"error": "boom", "stage": "batch"}, None)[0] == "blocked"
+    lib = {"case": {"batch": "X"}, "runs": [{"outcome": "library reached", "library_call": "flashinfer.f"}]}
+    assert oracle.judge_case(m, lib, _rec("completed"))[0] == "blocked"
+    assert oracle.verdict(m, [("raised here", "a"), ("blocked", "b")])[0] == "confirmed"
+    assert oracle.verdict(m, [("clean", "a"), ("clean", "b")])[0] == "refuted"
+    assert oracle.verdict(m, [("clean", "a"), ("blocked", "b")])[0] == "undecided"
+
+
+def test_figures_recall_precision_and_unreachable() -> None:
+    def r(v: str, rep: bool, unr: bool = False) -> dict:
+        return {"kind": "missing-attribute", "name": f"{v}{rep}{unr}", "oracle": v, "reported": rep, "unreachable": unr}
+
+    recs = [r("confirmed", True), r("confirmed", False), r("confirmed", True, True), r("refuted", True)]
+    recs += [r("undecided", True), r("refuted", False, False)]
+    k = oracle.figures(recs)["missing-attribute"]
+    assert (k["run"], k["confirmed"], k["refuted"], k["undecided"], k["reported"]) == (6, 3, 2, 1, 4)
+    assert k["recall"] == round(2 / 3, 3) and k["precision"] == round(2 / 3, 3)
+    assert (k["unreachable_reported"], k["unreachable_confirmed"]) == (1, 1) and k["missed"] == ["confirmedFalseFalse"]
+    assert oracle.figures([])["none-deref"]["recall"] is None
+
+
+def test_the_lint_report_of_a_mutant_is_read_from_the_mutated_tree() -> None:
+    from workbench.upstream.static.family import analyse_family
+    from workbench.upstream.static.lint import analyse
+
+    tree = toy_tree(with_field=True)
+    m = _by_name(build_mutants(tree))["toy_backend.py draft_token_num: removed from VerifyInput"]
+    mt = tree.with_changes(m.changes)
+    lint = analyse(mt)
+    assert oracle.lint_report(m, lint, analyse_family(mt, lint))["reported"]
+    base = analyse(tree)
+    assert not oracle.lint_report(m, base, analyse_family(tree, base))["reported"]
+
+
+def test_the_run_replays_each_mutant_once_and_reuses_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`replay` is replaced by a stand-in (no release environment here): the release completes every
+    case; a mutant's run raises at its first site line when it removes `draft_token_num`."""
+    calls: list[str] = []
+
+    def stand_in_replay(ctx, target, cases):
+        calls.append(target.label)
+        out = []
+        for c in cases:
+            if "draft_token_num" in target.label:
+                here = c["watch"][0]
+                out.append(_rec("raised", here, "'VerifyInput' object has no attribute 'draft_token_num'"))
+            else:
+                out.append(_rec("completed"))
+            out[-1]["case"] = c
+        return {"status": "ok", "cases": out, "run_s": 0.0}
+
+    monkeypatch.setattr(oracle, "replay", stand_in_replay)
+    tree = toy_tree(with_field=True)
+    tree.release = "0.5.14"
+    cache: dict = {}
+    res = oracle.release_oracle(CTX, tree, None, cache)
+    json.dumps(res)
+    byname = {r["name"]: r for r in res["mutants"]}
+    hit = byname["toy_backend.py draft_token_num: removed from VerifyInput"]
+    assert hit["oracle"] == "confirmed" and hit["reported"]
+    assert all(r["oracle"] == "refuted" for n, r in byname.items() if "draft_token_num" not in n)
+    k = res["kinds"]["missing-attribute"]
+    assert k["confirmed"] == 1 and k["recall"] == 1.0 and k["refuted"] == k["run"] - 1
+    assert res["kinds"]["batch-none-deref"]["run"] == 0 and res["not_run"]["batch-none-deref"] == [BATCH_REASON]
+    n = len(calls)
+    assert n == 1 + len(res["mutants"]) and len(cache) == len(res["mutants"])
+    again = oracle.release_oracle(CTX, tree, None, cache)
+    assert len(calls) == n and all(r["cached"] for r in again["mutants"])
+    assert again["kinds"] == res["kinds"]
+
+
+def _result(confirmed: int, hit: int, unparsed=(), control_ok: bool = True) -> dict:
+    recs = [
+        {"kind": "none-deref", "name": f"m{i}", "oracle": "confirmed", "reported": i < hit, "unreachable": False}
+        for i in range(confirmed)
+    ]
+    rel = {
+        "sites": dict.fromkeys(oracle.KINDS, 1),
+        "population": dict.fromkeys(oracle.KINDS, confirmed),
+        "runnable": dict.fromkeys(oracle.KINDS, confirmed),
+        "kinds": oracle.figures(recs),
+        "unparsed": list(unparsed),
+        "control_ok": control_ok,
+    }
+    return {"releases": {"0.5.14": rel}, "sampling": "all runnable mutants", "cache": {}}
+
+
+@pytest.mark.parametrize(
+    ("result", "rc"),
+    [
+        (_result(10, 9), 0),  # recall 0.9 on 10 confirmed
+        (_result(10, 8), 1),  # recall 0.8 on 10 confirmed
+        (_result(9, 0), 0),  # under 10 confirmed: no recall target
+        (_result(10, 10, unparsed=["sglang/srt/layers/attention/x.py: invalid syntax (line 3)"]), 2),
+        (_result(10, 10, control_ok=False), 2),
+    ],
+)
+def test_the_oracle_command_exit_codes(result: dict, rc: int, monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setattr(oracle, "oracle_recall", lambda ctx, versions, command, per_kind, previous, real_only: result)
+    out = tmp_path / "o.json"
+    argv = ["upstream", "--cache-dir", str(tmp_path), "recall", "--oracle", "--sglang", "0.5.14", "--json", str(out)]
+    assert workbench_main(argv) == rc
+    assert json.loads(out.read_text())["releases"]["0.5.14"]["kinds"] == result["releases"]["0.5.14"]["kinds"]
+
+
+def test_a_negative_sample_size_is_a_usage_error(tmp_path) -> None:
+    argv = ["upstream", "--cache-dir", str(tmp_path), "recall", "--oracle", "--sglang", "0.5.14", "--per-kind", "-1"]
+    assert workbench_main(argv) == 2
+
+
+requires_network = pytest.mark.skipif(
+    os.environ.get("WB_NETWORK_TESTS") != "1",
+    reason="network test: needs the release's environment; WB_NETWORK_TESTS=1",
+)
+
+
+@pytest.mark.network
+@requires_network
+@pytest.mark.timeout(3600)
+def test_oracle_recall_on_a_real_release_subset(tmp_path) -> None:
+    out = tmp_path / "oracle.json"
+    rc = workbench_main(["upstream", "recall", "--oracle", "--sglang", "0.5.14", "--per-kind", "2", "--json", str(out)])
+    res = json.loads(out.read_text())
+    rel = res["releases"]["0.5.14"]
+    assert rc in (0, 1) and rel["control_replay"].startswith("ok")
+    assert sum(k["run"] for k in rel["kinds"].values()) == 4
+    assert all(m["oracle"] in ("confirmed", "refuted", "undecided") and m["oracle_reason"] for m in rel["mutants"])
+    assert len(res["cache"]) == 4

@@ -1,0 +1,287 @@
+"""Recall of the lint judged by real code: the oracle mutants (`static/site_mutants.py`) replayed.
+
+Per release: the mutants are built from the independent read sites; the runnable ones are sampled
+(`site_mutants.sample`); one driver process runs every sampled case on the release as shipped (the
+control), then one process per mutant runs its cases on a copy of the sources with the mutant
+applied (`front.replay` writes the edited tree to a temporary folder; the cache's tree is never
+touched). The driver imports one source tree per process, so mutants cannot share a process.
+
+A case of a mutant is judged against the same case on the release (`judge_case`):
+
+- `raised here`: the mutant raised in the site's file, at a site line or (a missing attribute) an
+  `AttributeError` naming the attribute / (a None field) a `NoneType` error, and the release did not
+  raise the same error at the same place;
+- `clean`: the mutant completed (or the idle runner path did not call the metadata) and so did the release;
+- `blocked`: anything else (a GPU library reached first, raised elsewhere first, the case could not
+  be built), with why.
+
+A mutant is `confirmed` when a case raised here, `refuted` when every case is clean, `undecided`
+otherwise (or when it has no case: the reason from `site_mutants`). The lint reports a mutant when the
+lint (`analyse`) or the family (`analyse_family`) of the mutated tree has a finding at a site line of the
+mutant's file, for its attribute and spec class (a family finding also by its dereference line).
+Recall = confirmed and reported / confirmed; precision = confirmed and reported / reported and
+decided. A reported mutant whose every matching lint finding is `unreachable` is counted apart, with
+how many of those the oracle confirmed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import time
+from pathlib import Path
+
+from workbench.run.provenance import workbench_commit
+
+from ..context import UpstreamContext
+from ..sources.releases import check_versions
+from ..sources.trees import SourceTree, release_tree
+from ..static.family import analyse_family
+from ..static.lint import analyse
+from ..static.site_mutants import KINDS, SiteMutant, build_mutants, sample
+from .front import replay
+
+
+def _outcome(run: dict) -> str:
+    return f"{run.get('outcome')} {run.get('exception') or ''}: {run.get('message') or ''} at {run.get('raised_at')}"
+
+
+def judge_case(m: SiteMutant, case: dict | None, base: dict | None) -> tuple[str, str]:
+    """(`raised here` | `clean` | `blocked`, why) for one case of mutant `m` against the release's."""
+    if case is None:
+        return "blocked", "no record of the case"
+    if case.get("error"):
+        return "blocked", f"the replay could not build the {case.get('stage')}: {case['error']}"
+    run = (case.get("runs") or [{}])[0]
+    brun = ((base or {}).get("runs") or [{}])[0] if base and not base.get("error") else None
+    files = {s["file"] for s in m.sites}
+    lines = {f"{s['file']}:{s['line']}" for s in m.sites}
+    out = run.get("outcome")
+    if out == "raised":
+        at = run.get("raised_at") or ""
+        msg = str(run.get("message"))
+        same = brun is not None and brun.get("outcome") == "raised" and brun.get("raised_at") == at
+        same = same and brun.get("message") == run.get("message")
+        cause = at in lines
+        if m.op in ("field removed", "guard removed"):
+            cause = cause or (run.get("exception") == "AttributeError" and f"'{m.attr}'" in msg)
+        else:
+            cause = cause or "NoneType" in msg
+        if at.rsplit(":", 1)[0] in files and cause and not same:
+            return "raised here", f"{case['case']['batch']}: {run.get('exception')}: {msg} at {at}"
+        why = "as the release does" if same else "first"
+        return "blocked", f"{case['case']['batch']}: raised {why}: {_outcome(run)}"
+    if out in ("completed", "not called"):
+        if brun is not None and brun.get("outcome") not in ("completed", "not called"):
+            return "blocked", f"{case['case']['batch']}: the release itself ended {_outcome(brun)}"
+        ran = [w for w in run.get("ran") or [] if w in lines]
+        text = f"{case['case']['batch']}: {out}" + (
+            f", site line ran ({', '.join(ran)})" if ran else ", site never ran"
+        )
+        return "clean", text
+    if out == "library reached":
+        return "blocked", f"{case['case']['batch']}: reached {run.get('library_call')} first"
+    return "blocked", f"{case['case']['batch']}: {_outcome(run)}"
+
+
+def verdict(m: SiteMutant, judged: list[tuple[str, str]]) -> tuple[str, str]:
+    """The mutant's oracle verdict from its cases."""
+    if not m.cases:
+        return "undecided", m.undecided or "no case"
+    text = "; ".join(t for _, t in judged)
+    outs = [o for o, _ in judged]
+    if "raised here" in outs:
+        return "confirmed", text
+    if outs and all(o == "clean" for o in outs):
+        return "refuted", text
+    return "undecided", text
+
+
+def lint_report(m: SiteMutant, lint: dict, family: dict) -> dict:
+    """Whether the lint or the family of the mutated tree reports `m`, and the lint's verdicts there."""
+    lines = {(s["file"], s["line"]) for s in m.sites}
+    hits = [
+        f
+        for f in lint["findings"]
+        if f["attr"] == m.attr and f["spec_class"] == m.spec_class and (f["read_file"], f["read_line"]) in lines
+    ]
+    fam = [
+        f
+        for f in family["findings"]
+        if f["attr"] == m.attr
+        and (m.spec_class is None or f["spec_class"] == m.spec_class)
+        and ((f["read_file"], f["read_line"]) in lines or (f["read_file"], f["deref_line"]) in lines)
+    ]
+    verdicts = sorted({str(f.get("verdict")) for f in hits})
+    return {
+        "reported": bool(hits or fam),
+        "by": sorted({"lint"} if hits else set()) + (["family"] if fam else []),
+        "lint_verdicts": verdicts,
+        "unreachable": bool(hits) and not fam and all(f.get("verdict") == "unreachable" for f in hits),
+    }
+
+
+def _case_index(result: dict) -> dict[str, dict]:
+    return {c["case"]["key"]: c for c in result.get("cases", [])}
+
+
+def release_oracle(
+    ctx: UpstreamContext,
+    tree: SourceTree,
+    per_kind: int | None,
+    cache: dict[str, dict],
+    lint_only: bool = False,
+    real_only: bool = False,
+) -> dict:
+    """Build, sample, replay and judge the mutants of one release; `cache` maps `release|name|digest`
+    to a mutant's stored outcome (reused, and filled)."""
+    built = build_mutants(tree)
+    mutants: list[SiteMutant] = built["mutants"]
+    chosen = sample(mutants, tree.release or tree.label, per_kind, real_only)
+    todo = [m for m in chosen if f"{tree.release}|{m.name}|{m.digest()}" not in cache]
+    ctx.log(f"[{tree.label}] {len(mutants)} oracle mutants, {len(chosen)} sampled, {len(todo)} not cached")
+    base_cases: dict[str, dict] = {}
+    base_status, base_ok = None, True
+    if todo and not lint_only:
+        want = {c["key"]: c for m in todo for c in m.cases}
+        start = time.perf_counter()
+        base = replay(ctx, tree, list(want.values()))
+        base_status = f"{base['status']} ({round(time.perf_counter() - start, 1)} s): {base.get('message')}"
+        base_cases = _case_index(base)
+        base_ok = base["status"] == "ok"
+        ctx.log(f"[{tree.label}] control replay of {len(want)} cases: {base_status}")
+    records = []
+    for i, m in enumerate(chosen, 1):
+        key = f"{tree.release}|{m.name}|{m.digest()}"
+        if key in cache:
+            records.append({**cache[key], "cached": True})
+            continue
+        mtree = tree.with_changes(m.changes, f"{tree.label} [{m.name}]")
+        lint = analyse(mtree)
+        rep = lint_report(m, lint, analyse_family(mtree, lint))
+        if lint_only:
+            res, judged = {"status": "not run", "run_s": 0.0}, []
+        else:
+            res = replay(ctx, mtree, m.cases)
+            got = _case_index(res)
+            judged = [judge_case(m, got.get(c["key"]), base_cases.get(c["key"])) for c in m.cases]
+            if res["status"] != "ok":
+                judged.append(("blocked", f"the replay process ended {res['status']}: {res.get('message')}"))
+        v, why = verdict(m, judged) if not lint_only else ("undecided", "lint only: not replayed")
+        rec = {
+            "kind": m.kind,
+            "op": m.op,
+            "name": m.name,
+            "attr": m.attr,
+            "spec_class": m.spec_class,
+            "sites": [f"{s['file']}:{s['line']} {s['function']}" for s in m.sites],
+            "cases": [c["key"] for c in m.cases],
+            "oracle": v,
+            "oracle_reason": why,
+            "replay_s": res.get("run_s"),
+            **rep,
+        }
+        if not lint_only:
+            cache[key] = rec
+        records.append({**rec, "cached": False})
+        ctx.log(f"[{tree.label}] {i}/{len(chosen)} {m.kind}: {m.name}: {v}, reported {rep['reported']}")
+    return {
+        "source": tree.label,
+        "control_replay": base_status,
+        "control_ok": base_ok,
+        "sites": built["sites"],
+        "outside_reason": built["outside_reason"],
+        "unparsed": built["unparsed"],
+        "population": {k: sum(1 for m in mutants if m.kind == k) for k in KINDS},
+        "runnable": {k: sum(1 for m in mutants if m.kind == k and m.cases) for k in KINDS},
+        "runnable_real": {
+            k: sum(1 for m in mutants if m.kind == k and m.cases and not any(c["trace"] for c in m.cases))
+            for k in KINDS
+        },
+        "not_run": {
+            k: sorted({m.undecided for m in mutants if m.kind == k and not m.cases and m.undecided}) for k in KINDS
+        },
+        "skipped": built["skipped"],
+        "kinds": figures(records),
+        "mutants": records,
+    }
+
+
+def figures(records: list[dict]) -> dict:
+    """Per kind: run, confirmed / refuted / undecided, reported, recall, precision, unreachable."""
+    out = {}
+    for kind in KINDS:
+        rs = [r for r in records if r["kind"] == kind]
+        conf = [r for r in rs if r["oracle"] == "confirmed"]
+        rep = [r for r in rs if r["reported"]]
+        rep_dec = [r for r in rep if r["oracle"] != "undecided"]
+        hit = [r for r in conf if r["reported"]]
+        unr = [r for r in rs if r["unreachable"]]
+        out[kind] = {
+            "run": len(rs),
+            "confirmed": len(conf),
+            "refuted": sum(1 for r in rs if r["oracle"] == "refuted"),
+            "undecided": sum(1 for r in rs if r["oracle"] == "undecided"),
+            "reported": len(rep),
+            "recall": round(len(hit) / len(conf), 3) if conf else None,
+            "precision": round(sum(1 for r in rep_dec if r["oracle"] == "confirmed") / len(rep_dec), 3)
+            if rep_dec
+            else None,
+            "unreachable_reported": len(unr),
+            "unreachable_confirmed": sum(1 for r in unr if r["oracle"] == "confirmed"),
+            "missed": [r["name"] for r in conf if not r["reported"]],
+        }
+    return out
+
+
+def oracle_recall(
+    ctx: UpstreamContext,
+    versions: list[str],
+    command: str,
+    per_kind: int | None,
+    previous: Path | None = None,
+    real_only: bool = False,
+) -> dict:
+    """The oracle recall of every release; `previous` (an earlier `--json` output) seeds the cache."""
+    commit = workbench_commit()
+    cache: dict[str, dict] = {}
+    if previous is not None and previous.is_file():
+        try:
+            cache = dict(json.loads(previous.read_text()).get("cache") or {})
+        except ValueError as exc:
+            raise ValueError(f"{previous}: not a recall --oracle JSON output ({exc})") from exc
+    releases = {}
+    for v in check_versions(ctx, versions):
+        releases[v] = release_oracle(ctx, release_tree(ctx, v), per_kind, cache, real_only=real_only)
+    return {
+        "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "workbench_commit": commit,
+        "command": command,
+        "sampling": (
+            "all runnable mutants"
+            if per_kind is None
+            else f"per release and kind, the first {per_kind} runnable mutants by sha256('release|mutant name')"
+        )
+        + (" whose cases all run real backends (triton, torch_native), not traced" if real_only else ""),
+        "releases": releases,
+        "cache": cache,
+    }
+
+
+def format_oracle(result: dict) -> str:
+    """One line per release and kind."""
+    head = (
+        f"{'release':<8} {'kind':<18} {'sites':>5} {'mutants':>7} {'runnable':>8} {'run':>4} {'conf':>4} "
+        f"{'ref':>4} {'undec':>5} {'recall':>6} {'prec':>5} {'unreach':>9}"
+    )
+    lines = [head]
+    for v, r in result["releases"].items():
+        for kind, k in r["kinds"].items():
+            rec = "-" if k["recall"] is None else f"{k['recall']:.3f}"
+            pre = "-" if k["precision"] is None else f"{k['precision']:.3f}"
+            unr = f"{k['unreachable_confirmed']}/{k['unreachable_reported']}"
+            lines.append(
+                f"{v:<8} {kind:<18} {r['sites'][kind]:>5} {r['population'][kind]:>7} {r['runnable'][kind]:>8} "
+                f"{k['run']:>4} {k['confirmed']:>4} {k['refuted']:>4} {k['undecided']:>5} {rec:>6} {pre:>5} {unr:>9}"
+            )
+    return "\n".join(lines)

@@ -1,0 +1,307 @@
+"""Oracle mutants: drawn from the independent read sites (`sites.py`), not from the lint's analysis.
+
+Every spec-input / forward-batch read site in the covered folders is put in one of four kinds:
+
+- `missing-attribute`: a `spec_info` site in `layers/attention/`; mutants: the field removed from a
+  spec input that has it (unguarded site), or the guard removed (a `getattr` default / `hasattr`
+  site) for a spec input that lacks the attribute;
+- `none-deref`: an unguarded `spec_info` site in `layers/attention/`; mutant: the field left None by
+  the class's own `create_idle_input` (its keyword set to, or given, `None`);
+- `batch-none-deref`: a `forward_batch` site in `layers/attention/`; mutant: the field None on the
+  IDLE `ForwardBatch`. Enumerated, not built: the replay driver builds its batches by hand
+  (`wb_driver/batches.py`), never through `ForwardBatch.init_new`, so no edit of `init_new` reaches it;
+- `runner-none-deref`: a site in a runner file of `model_executor/` or `speculative/` (a name
+  containing `runner`); enumerated, not built: only the real runtime runs a runner's methods.
+
+Sites in other files of `model_executor/` and `speculative/` (workers, `forward_batch_info.py`, the
+spec inputs themselves) are counted as `outside` with the same reason as the runner files.
+
+A built mutant carries the replay cases that judge it: for every backend class of the site's file
+(a class defining `init_forward_metadata`; the single-step class for a `*MultiStep*` one, which the
+driver cannot build from the runner alone), the spec class, on the batches of its role (by name:
+`IDLE padded` when the class defines `create_idle_input`, `TARGET_VERIFY` for a `*Verify*` class,
+`DRAFT_EXTEND` for another `*Draft*` class), watching the site lines. The classes and where a field
+is defined come from `classes.py` (the field's definition must be found to remove it); the sites,
+the backends and the cases do not ask the analyser.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass, field
+
+from ..sources.trees import SourceTree
+from .classes import spec_input_classes
+from .lint import MODES_FILE, SPEC_DIR, backend_name
+from .modes import parse_forward_modes
+from .mutate import MutationError, remove_guard, segment, splice
+from .recall import _removal
+from .sites import enumerate_sites
+
+ATTN = "sglang/srt/layers/attention/"
+KINDS = ("missing-attribute", "none-deref", "batch-none-deref", "runner-none-deref")
+REAL = frozenset({"triton", "torch_native"})
+GPU_STUBS = ("aiter", "flashinfer", "sgl_kernel", "torch.ops.sgl_kernel", "wave_lang")
+BATCH_REASON = (
+    "not built: the replay driver builds its ForwardBatch by hand (wb_driver/batches.py), not through "
+    "ForwardBatch.init_new, so a field left None there never reaches it; only the real runtime does"
+)
+RUNNER_REASON = "runner-only path: the replay driver runs an attention backend's init_forward_metadata, not this file"
+_FIELD_HOWS = ("field", "field with default")
+
+
+@dataclass
+class SiteMutant:
+    """One oracle mutant: its kind, operator, the sites it exposes, its edit and the cases that judge it."""
+
+    kind: str
+    op: str
+    name: str
+    attr: str
+    spec_class: str | None
+    sites: list[dict]
+    changes: dict[str, str] = field(default_factory=dict)
+    cases: list[dict] = field(default_factory=list)
+    undecided: str | None = None  # why the oracle cannot run it (no cases)
+
+    def digest(self) -> str:
+        """A hash of the edit and the cases: the cache key's second half."""
+        h = hashlib.sha256()
+        for p in sorted(self.changes):
+            h.update(p.encode() + b"\0" + self.changes[p].encode() + b"\0")
+        h.update(repr([(c["key"], c["watch"]) for c in self.cases]).encode())
+        return h.hexdigest()[:16]
+
+
+def classify_site(site: dict) -> str:
+    """The kind of a site (`KINDS`), or `outside` for a non-runner file of model_executor/ or speculative/."""
+    f = site["file"]
+    if f.startswith(ATTN):
+        return "missing-attribute" if site["receiver"] == "spec_info" else "batch-none-deref"
+    return "runner-none-deref" if "runner" in f.rsplit("/", 1)[-1] else "outside"
+
+
+def backend_classes(text: str, path: str) -> list[str]:
+    """Classes of one file that define `init_forward_metadata` (what the driver can run)."""
+    try:
+        tree = ast.parse(text, filename=path)
+    except SyntaxError:
+        return []
+    return [
+        n.name
+        for n in tree.body
+        if isinstance(n, ast.ClassDef)
+        and any(isinstance(b, ast.FunctionDef) and b.name == "init_forward_metadata" for b in n.body)
+    ]
+
+
+def defines(text: str, path: str, cls: str, method: str) -> bool:
+    """Whether class `cls` of the file defines `method` in its own body."""
+    try:
+        tree = ast.parse(text, filename=path)
+    except SyntaxError:
+        return False
+    return any(
+        isinstance(n, ast.ClassDef)
+        and n.name == cls
+        and any(isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef)) and b.name == method for b in n.body)
+        for n in tree.body
+    )
+
+
+def batch_kinds(cname: str, has_idle: bool, members: list[str]) -> list[tuple[str, str]]:
+    """(mode, batch kind) a spec class is replayed on, by its role; the draft-extend mode the release
+    has (`DRAFT_EXTEND`, else `DRAFT_EXTEND_V2`) among its ForwardMode `members`."""
+    out = [("IDLE", "IDLE padded")] if has_idle else []
+    if "Verify" in cname:
+        out.append(("TARGET_VERIFY", "TARGET_VERIFY"))
+    elif "Draft" in cname:
+        mode = next((m for m in ("DRAFT_EXTEND", "DRAFT_EXTEND_V2") if m in members), None)
+        out += [(mode, mode)] if mode else []
+    return out
+
+
+def set_idle_none(text: str, path: str, cls: str, attr: str, is_field: bool) -> str:
+    """`cls.create_idle_input` with `attr=None` in the object it returns (the keyword replaced or added)."""
+    tree = ast.parse(text, filename=path)
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+    fn = None if node is None else next((b for b in node.body if getattr(b, "name", None) == "create_idle_input"), None)
+    if fn is None:
+        raise MutationError(f"{path}: {cls} defines no create_idle_input")
+    calls = [
+        r.value
+        for r in ast.walk(fn)
+        if isinstance(r, ast.Return)
+        and isinstance(r.value, ast.Call)
+        and isinstance(r.value.func, ast.Name)
+        and r.value.func.id in ("cls", cls)
+    ]
+    if not calls:
+        raise MutationError(f"{path}: {cls}.create_idle_input returns no cls(...) call")
+    edits = []
+    for call in calls:
+        kw = next((k for k in call.keywords if k.arg == attr), None)
+        if kw is not None:
+            if isinstance(kw.value, ast.Constant) and kw.value.value is None:
+                raise MutationError(f"{cls}.create_idle_input already gives {attr}=None")
+            edits.append((kw.value, "None"))
+            continue
+        if not is_field:
+            raise MutationError(f"{cls}.{attr} is not a dataclass field the constructor takes")
+        s = segment(text, call).rstrip()
+        if not s.endswith(")"):
+            raise MutationError(f"{path}:{call.lineno}: cannot edit the call")
+        head = s[:-1].rstrip()
+        sep = "" if head.endswith("(") else (" " if head.endswith(",") else ", ")
+        edits.append((call, f"{head}{sep}{attr}=None)"))
+    return splice(text, edits)
+
+
+def _case(site_file: str, bcls: str, cname: str, cfile: str, mode: str, kind: str, watch: list[str]) -> dict:
+    backend = backend_name(site_file)
+    traced = backend not in REAL
+    return {
+        "key": f"{site_file}:{bcls}|{kind}|{cname}",
+        "backend_module": site_file[:-3].replace("/", "."),
+        "backend_class": bcls,
+        "backend": backend,
+        "mode": mode,
+        "batch": kind,
+        "spec_module": cfile[:-3].replace("/", "."),
+        "spec_class": cname,
+        "trace": traced,
+        "stub": list(GPU_STUBS) if traced else [],
+        "model": "mla" if "mla" in backend else ("mamba" if backend in ("hybrid_linear_attn", "mamba") else "mha"),
+        "watch": sorted(set(watch)),
+        "answer_missing": False,
+        "timeout_s": 60,
+    }
+
+
+def _cases(
+    tree: SourceTree, site_file: str, sites: list[dict], cname: str, cinfo: dict, has_idle: bool, members: list[str]
+) -> list[dict]:
+    text = tree.files[site_file]
+    # a multi-step draft backend takes (runner, topk, steps) and runs one single-step backend per
+    # step: the driver builds backends from the runner alone, so the single-step class stands for it
+    classes = [c for c in backend_classes(text, site_file) if "MultiStep" not in c]
+    own = sorted({s["function"].split(".", 1)[0] for s in sites} & set(classes))
+    watch = [f"{s['file']}:{s['line']}" for s in sites]
+    return [
+        _case(site_file, b, cname, cinfo["file"], mode, kind, watch)
+        for b in (own or classes[:1])
+        for mode, kind in batch_kinds(cname, has_idle, members)
+    ]
+
+
+def _for_class(
+    tree: SourceTree,
+    spec: dict[str, str],
+    fname: str,
+    attr: str,
+    guarded: bool,
+    group: list[dict],
+    cname: str,
+    cinfo: dict,
+    has_idle: bool,
+    skipped: dict[str, str],
+) -> list[SiteMutant]:
+    """The mutants of one (file, attribute, guarded) site group for one spec class."""
+    short = fname.rsplit("/", 1)[-1]
+    has = attr in cinfo["attrs"]
+    out: list[SiteMutant] = []
+    if guarded and not has:
+        name = f"{short} {attr}: guard removed, {cname} lacks it"
+        try:
+            text = tree.files[fname]
+            for s in group:
+                text = remove_guard(text, fname, s["line"], attr)
+            out.append(SiteMutant("missing-attribute", "guard removed", name, attr, cname, group, {fname: text}))
+        except MutationError as exc:
+            skipped[name] = str(exc)
+    elif not guarded and has:
+        name = f"{short} {attr}: removed from {cname}"
+        try:
+            changes = _removal(tree, cname, attr, {})
+            out.append(SiteMutant("missing-attribute", "field removed", name, attr, cname, group, changes))
+        except MutationError as exc:
+            skipped[name] = str(exc)
+        if has_idle:
+            name = f"{short} {attr}: None from {cname}.create_idle_input"
+            path = cinfo["file"]
+            try:
+                edited = set_idle_none(spec[path], path, cname, attr, cinfo["attrs"][attr].get("how") in _FIELD_HOWS)
+                out.append(SiteMutant("none-deref", "idle None", name, attr, cname, group, {path: edited}))
+            except MutationError as exc:
+                skipped[name] = str(exc)
+    return out
+
+
+def build_mutants(tree: SourceTree) -> dict:
+    """Every oracle mutant of one tree: {sites, mutants, skipped (name: why), unparsed}."""
+    found = enumerate_sites(tree)
+    sites = found["sites"]
+    spec = tree.under(SPEC_DIR)
+    classes = spec_input_classes(spec)
+    modes_src = tree.get(MODES_FILE)
+    fm = parse_forward_modes(modes_src) if modes_src else None
+    members = fm.members if fm else []
+    idle = {c: defines(spec[i["file"]], i["file"], c, "create_idle_input") for c, i in classes.items()}
+    mutants: list[SiteMutant] = []
+    skipped: dict[str, str] = {}
+    by_kind: dict[str, list[dict]] = {}
+    for s in sites:
+        by_kind.setdefault(classify_site(s), []).append(s)
+    attn_spec = by_kind.get("missing-attribute", [])
+    groups: dict[tuple[str, str, bool], list[dict]] = {}
+    for s in attn_spec:
+        groups.setdefault((s["file"], s["attr"], bool(s["guard"])), []).append(s)
+    for (fname, attr, guarded), group in sorted(groups.items()):
+        if not backend_classes(tree.files[fname], fname):
+            why = "no class of this file defines init_forward_metadata: the driver has no entry to run"
+        else:
+            why = None
+        for cname, cinfo in sorted(classes.items()):
+            if cinfo["dynamic"]:
+                continue
+            made = _for_class(tree, spec, fname, attr, guarded, group, cname, cinfo, idle[cname], skipped)
+            for m in made:
+                if why:
+                    m.undecided = why
+                else:
+                    m.cases = _cases(tree, fname, group, cname, cinfo, idle[cname], members)
+                    if not m.cases:
+                        m.undecided = f"{cname}: no batch the driver builds for its role (by its name)"
+            mutants += made
+    for kind, reason in (("batch-none-deref", BATCH_REASON), ("runner-none-deref", RUNNER_REASON)):
+        pairs: dict[tuple[str, str], list[dict]] = {}
+        for s in by_kind.get(kind, []):
+            if s["guard"] is None:
+                pairs.setdefault((s["file"], s["attr"]), []).append(s)
+        for (fname, attr), group in sorted(pairs.items()):
+            name = f"{fname.rsplit('/', 1)[-1]} {attr}: None on the IDLE batch"
+            mutants.append(SiteMutant(kind, "idle None", name, attr, None, group, undecided=reason))
+    return {
+        "sites": {
+            **{k: len(by_kind.get(k, [])) for k in (*KINDS, "outside")},
+            "none-deref": sum(1 for s in attn_spec if s["guard"] is None),
+        },
+        "outside_reason": RUNNER_REASON,
+        "mutants": mutants,
+        "skipped": skipped,
+        "unparsed": found["unparsed"],
+    }
+
+
+def sample(mutants: list[SiteMutant], release: str, per_kind: int | None, real_only: bool = False) -> list[SiteMutant]:
+    """The runnable mutants to run: per kind, the first `per_kind` by sha256(release|name) (all when None);
+    `real_only`: only mutants whose every case runs a backend on real objects (`REAL`), not traced."""
+    out = []
+    for kind in KINDS:
+        pool = [m for m in mutants if m.kind == kind and m.cases]
+        if real_only:
+            pool = [m for m in pool if not any(c["trace"] for c in m.cases)]
+        pool.sort(key=lambda m: hashlib.sha256(f"{release}|{m.name}".encode()).hexdigest())
+        out += pool if per_kind is None else pool[:per_kind]
+    return out
