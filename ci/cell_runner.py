@@ -104,6 +104,7 @@ def _start(job: Job, matrix: Matrix, root: Path, out: Path, threads: dict[str, s
     }
     jupyter: dict[str, str] = {}
     if job.cell.kernel:  # a release's kernel, registered in this run's own Jupyter data folder
+        # only a cell on a release's kernel needs the upstream code (and its cache)
         from workbench.upstream.context import UpstreamContext
         from workbench.upstream.runtime.kernel import register
 

@@ -280,7 +280,7 @@ def _lint_toy(r: Run) -> None:
     cache = write_fake_cache(r.tmp, {})
     tree = toy_tree(with_field=False).write(r.tmp / "regressed")
     triage = r.tmp / "triage.json"
-    triage.write_text(json.dumps({"schema": "upstream-triage/2", "produced_by": {}, "entries": {}}))
+    triage.write_text(json.dumps({"schema": "upstream-triage/3", "produced_by": {}, "entries": {}}))
     args = [str(r.ws / ".venv/bin/workbench"), "upstream", "--cache-dir", str(cache), "lint", "--sglang-src", str(tree)]
     args += ["--fail-on", "new", "--triage", str(triage), "--sarif", "guard.sarif"]
     res = r.call(args, ".venv: workbench upstream lint", expect_rc=1)

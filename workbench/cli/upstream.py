@@ -328,23 +328,14 @@ def _add_explore(sub) -> None:
 def _explore(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
     """Exit 0: every cell ran to an outcome ok, crashed or limit; 1: a cell failed (outputs differ from HF,
     a timeout, an error after the requests); 2: bad input (unknown release, backend, algorithm or dp)."""
-    from tqdm import tqdm
-
     from workbench.upstream.runtime.explore import explore, validate
-    from workbench.views.explore import explore_html, explore_table
+    from workbench.views.explore import cell_progress, explore_html, explore_table
 
     validate(ctx, args.sglang, args.algorithms, args.backends, args.dps)  # bad input: exit 2 before the bar
-    bar = tqdm(desc=f"explore sglang {args.sglang}", unit="cell", file=sys.stderr)
-
-    def progress(cell) -> None:
-        bar.update(1)
-        bar.set_postfix_str(f"{cell.key}: {cell.outcome}")
-
-    quiet = ctx.replace(log=lambda line: tqdm.write(str(line), file=sys.stderr))
     command = "workbench " + " ".join(getattr(args, "argv", None) or sys.argv[1:])
-    try:
+    with cell_progress(f"explore sglang {args.sglang}") as (progress, on_cells, log):
         result = explore(
-            quiet,
+            ctx.replace(log=log),
             args.sglang,
             args.algorithms,
             args.backends,
@@ -353,10 +344,8 @@ def _explore(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports 
             timeout_s=args.timeout,
             progress=progress,
             command=command,
-            on_cells=lambda n: (setattr(bar, "total", n), bar.refresh()),
+            on_cells=on_cells,
         )
-    finally:
-        bar.close()
     echo(repr(explore_table(result)))
     echo(f"{result['counts']} in {result['wall_s']} s")
     _write(args.json_out, result)

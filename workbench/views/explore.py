@@ -3,7 +3,12 @@ stand-alone HTML page of it (``explore_html``), with the provenance above the ta
 
 from __future__ import annotations
 
+import contextlib
 import html
+import sys
+from collections.abc import Callable, Iterator
+
+from tqdm import tqdm
 
 from workbench.views.tables import Table
 
@@ -54,3 +59,27 @@ def explore_html(result: dict) -> str:
         f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head><body>"
         f"<h1>{title}</h1><ul>{facts}</ul>{explore_table(result)._repr_html_()}</body></html>\n"
     )
+
+
+@contextlib.contextmanager
+def cell_progress(desc: str) -> Iterator[tuple[Callable, Callable, Callable]]:
+    """A tqdm bar over an exploration's cells on stderr; yields ``(progress(cell), on_cells(n), log(line))``:
+    one tick per finished cell (its key and outcome shown), the cell count once known, and a log line
+    printed above the bar."""
+    bar = tqdm(desc=desc, unit="cell", file=sys.stderr)
+
+    def progress(cell) -> None:
+        bar.update(1)
+        bar.set_postfix_str(f"{cell.key}: {cell.outcome}")
+
+    def on_cells(n: int) -> None:
+        bar.total = n
+        bar.refresh()
+
+    def log(line) -> None:
+        tqdm.write(str(line), file=sys.stderr)
+
+    try:
+        yield progress, on_cells, log
+    finally:
+        bar.close()

@@ -136,6 +136,7 @@ def family_end_to_end(ctx: UpstreamContext, tree: SourceTree, findings: list[dic
     (`--disable-overlap-schedule`). `end_to_end`: `confirmed end to end` when a run raised at the
     finding's dereference line (a `NoneType` error for a None value), else `not reached` / `raised
     elsewhere` / `undecided`, with each run's command. Runs are shared between findings."""
+    # the real-runtime lane loads only when end-to-end runs are asked for
     from ..runtime.e2e import DEPLOYMENT, PHASE_OF, V1_WORKER, _command
     from ..runtime.run import BACKENDS, run_runtime
 

@@ -33,6 +33,7 @@ from workbench.upstream.context import UpstreamContext
 from workbench.upstream.sources.envs import ensure_env, ensure_sources
 from workbench.upstream.sources.releases import check_version, known_releases
 
+from .record import compare_reference
 from .run import BACKENDS, DP_SIZES, IDLE_MODES, RuntimeConfigError, _reference, load_prompts, run_runtime
 
 LANE_ALGORITHMS = ("EAGLE3",)  # the lane's draft model is an EAGLE3 head (assets/runtime_models/draft)
@@ -259,18 +260,13 @@ def classify(rec: dict, known: list[dict]) -> dict:
     return {"outcome": "failed", "reason": f"{status} at {err.get('stage')}: {err.get('message')}"}
 
 
+CRASH_SUMMARY = ("rank", "phase", "forward_mode", "batch_size", "exception_type", "message")
+
+
 def _crash_summary(crash: dict) -> dict:
+    """The run record's crash (``record.py`` builds it) cut to what a cell shows, with where it raised."""
     at = crash.get("raised_at") or {}
-    return {
-        "rank": crash.get("rank"),
-        "phase": crash.get("phase"),
-        "forward_mode": crash.get("forward_mode"),
-        "batch_size": crash.get("batch_size"),
-        "exception_type": crash.get("exception_type"),
-        "message": crash.get("message"),
-        "file": at.get("file"),
-        "line": at.get("line"),
-    }
+    return {**{k: crash.get(k) for k in CRASH_SUMMARY}, "file": at.get("file"), "line": at.get("line")}
 
 
 def _shares_setup_error(cell: Cell, done: dict) -> Cell | None:
@@ -344,8 +340,6 @@ def explore(
                 _run_cell(ctx, version, cell, max_new_tokens, timeout_s, known)
                 if cell.record and cell.record["status"] == "ok":
                     reference = reference or _hf_reference(ctx, version, max_new_tokens, timeout_s)
-                    from .record import compare_reference
-
                     compare_reference(cell.record, reference)
                     _apply(cell, classify(cell.record, known), version, max_new_tokens)
         done[cell.key] = cell

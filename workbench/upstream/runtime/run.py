@@ -152,9 +152,9 @@ def _rank_configs(cfg: dict, run_dir: Path, prompts: list[list[int]], src_root: 
         "max_new_tokens": cfg["max_new_tokens"],
         "vocab_size": 257,
         "fixes": cfg["fixes"],
-        "extra_shims": cfg["extra_shims"],
+        "extra_shims": cfg.get("extra_shims", []),
         "traceback_modules": traceback_modules(),
-        "bundle_dir": cfg["bundle_dir"],
+        "bundle_dir": cfg.get("bundle_dir"),
         "server_args": args,
     }
     reqs = [{"rid": f"p{i}", "input_ids": ids} for i, ids in enumerate(prompts)]

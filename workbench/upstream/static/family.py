@@ -296,7 +296,7 @@ def _idle_schedule_empty(tree: SourceTree) -> dict[str, int]:
 
 
 class DerefScanner(FileScanner):
-    """A `FileScanner` that also records dereferences of `spec_info.<a>` / `forward_batch.<a>` values."""
+    """A `FileScanner` that also records dereferences of `spec_info.X` / `forward_batch.X` values."""
 
     def __init__(self, fname: str, source: str, modes: ForwardModes | None):
         super().__init__(fname, source, modes)
