@@ -68,9 +68,12 @@ def survey_release(analysis: dict, tree: SourceTree, field: str = FIELD) -> dict
         )
     workers: dict[str, dict] = {}
     for inst in analysis["installs"]:
-        built = inst["built_at"].rsplit(":", 1)[0]
-        if inst["class"] == REGRESSED_CLASS and built.startswith(SPEC_DIR):
-            w = workers.setdefault(built[len(SPEC_DIR) :], {"draft_extend_spec_info": [], "installs": []})
+        # the worker is the file that installs the spec input on the batch; the class may be built
+        # elsewhere (0.5.12's V1 worker installs `EagleDraftExtendInput.create_idle_input(...)`, built in
+        # eagle_info.py)
+        where = inst.get("install_file") or inst["built_at"].rsplit(":", 1)[0]
+        if inst["class"] == REGRESSED_CLASS and where.startswith(SPEC_DIR):
+            w = workers.setdefault(where[len(SPEC_DIR) :], {"draft_extend_spec_info": [], "installs": []})
             w["installs"].append(inst)
             w["draft_extend_spec_info"] = [REGRESSED_CLASS]
     out = {"spec_inputs": classes, "backends": dict(sorted(backends.items())), "workers": workers}
