@@ -9,6 +9,7 @@ value and the limit, so a corrupt bundle is refused instead of "reproducing" a c
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,30 @@ MAX_REPLAY_BYTES = 2 << 30  # request table + KV buffers + omitted spec tensors 
 
 def _fail(f: Path, what: str) -> BundleError:
     return BundleError(f"crash bundle {f}: {what}")
+
+
+def read_meta(f: Path, fmt: str, version: int, required: tuple[str, ...]) -> dict:
+    """A bundle's ``bundle.json`` at ``f``: size-checked before it is read, UTF-8 JSON, of format ``fmt``
+    at a version ``1..version`` (a newer one is refused: upgrade the workbench), with every ``required`` key.
+    Shared by the engine's crash bundles and the real runtime's rank bundles."""
+    if not f.is_file():
+        raise _fail(f, "missing (a bundle directory holds bundle.json and tensors.safetensors)")
+    check_int(f, "size in bytes", f.stat().st_size, 1, MAX_JSON_BYTES)
+    try:
+        meta = json.loads(f.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _fail(f, f"not valid UTF-8 JSON ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != fmt:
+        raise _fail(f, f"format {meta.get('format') if isinstance(meta, dict) else None!r} is not {fmt!r}")
+    v = meta.get("format_version")
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise _fail(f, f"format_version {v!r} is not a positive integer")
+    if v > version:
+        raise _fail(f, f"format_version {v} is newer than this workbench reads ({version}); upgrade the workbench")
+    missing = [k for k in required if k not in meta]
+    if missing:
+        raise _fail(f, f"missing keys {missing}")
+    return meta
 
 
 def check_int(f: Path, name: str, value: Any, lo: int, hi: int, why: str = "") -> int:

@@ -12,7 +12,6 @@ Imports torch and safetensors only (it is imported in a release's kernel too).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,27 +112,7 @@ class RankBundle:
 
 
 def _read_meta(d: Path) -> dict:
-    f = d / JSON_NAME
-    if not f.is_file():
-        raise _fail(f, "missing (a bundle directory holds bundle.json and tensors.safetensors)")
-    check_int(f, "size in bytes", f.stat().st_size, 1, bounds.MAX_JSON_BYTES)
-    try:
-        meta = json.loads(f.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise _fail(f, f"not valid UTF-8 JSON ({e})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise _fail(f, f"format {meta.get('format') if isinstance(meta, dict) else None!r} is not {FORMAT!r}")
-    v = meta.get("format_version")
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise _fail(f, f"format_version {v!r} is not a positive integer")
-    if v > FORMAT_VERSION:
-        raise _fail(
-            f, f"format_version {v} is newer than this workbench reads ({FORMAT_VERSION}); upgrade the workbench"
-        )
-    missing = [k for k in REQUIRED_KEYS if k not in meta]
-    if missing:
-        raise _fail(f, f"missing keys {missing}")
-    return meta
+    return bounds.read_meta(d / JSON_NAME, FORMAT, FORMAT_VERSION, REQUIRED_KEYS)
 
 
 def _mapping(f: Path, name: str, value: Any) -> dict:
