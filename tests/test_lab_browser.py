@@ -216,6 +216,38 @@ def _debugger_recipe(page, frame_text: str) -> tuple[str, str]:
     return stopped, f"{path}:{line}"
 
 
+def start_lab(tmp_path: Path, env: dict) -> tuple[subprocess.Popen, str, str, Path]:
+    """JupyterLab with make lab's flags on a free loopback port, a fresh token, its settings and workspaces
+    under ``tmp_path``, output to ``tmp_path/lab.log``; returns (server, base URL, token, log)."""
+    port, token = free_port(), secrets.token_hex(16)
+    log = tmp_path / "lab.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                "--ip=127.0.0.1",
+                f"--port={port}",
+                f"--IdentityProvider.token={token}",
+                "--LabApp.expose_app_in_browser=True",
+                *make_lab_flags(),
+                "--ServerApp.port_retries=0",
+                "--LabApp.news_url=None",
+                f"--LabApp.user_settings_dir={tmp_path / 'jupyter' / 'settings'}",
+                f"--LabApp.workspaces_dir={tmp_path / 'jupyter' / 'workspaces'}",
+                *(["--allow-root"] if os.geteuid() == 0 else []),
+            ],  # CI runs as root
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=ROOT,
+        )
+    return server, f"http://127.0.0.1:{port}", token, log
+
+
 def find_browser() -> tuple[str | None, str]:
     """The browser's executable (WB_CHROMIUM when set, else the first of BROWSERS present), or why none."""
     named = os.environ.get(BROWSER_ENV)
@@ -268,33 +300,7 @@ def test_notebooks_01_and_05_run_in_jupyterlab_in_chromium(tmp_path):
     scratch = tmp_path / "tmp"  # the server's and kernels' temp dir: the debugger's cell files
     scratch.mkdir()  # (ipykernel_<pid>/, never removed by ipykernel) stay out of the system's /tmp
     env = {**_lab_env(tmp_path / "jupyter"), "WB_BUNDLE_DIR": str(tmp_path / "bundles"), "TMPDIR": str(scratch)}
-    port, token = free_port(), secrets.token_hex(16)
-    log = tmp_path / "lab.log"
-    with open(log, "w") as out:
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "jupyterlab",
-                "--no-browser",
-                "--ip=127.0.0.1",
-                f"--port={port}",
-                f"--IdentityProvider.token={token}",
-                "--LabApp.expose_app_in_browser=True",
-                *make_lab_flags(),
-                "--ServerApp.port_retries=0",
-                "--LabApp.news_url=None",
-                f"--LabApp.user_settings_dir={tmp_path / 'jupyter' / 'settings'}",
-                f"--LabApp.workspaces_dir={tmp_path / 'jupyter' / 'workspaces'}",
-                *(["--allow-root"] if os.geteuid() == 0 else []),
-            ],  # CI runs as root
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=ROOT,
-        )
-    base = f"http://127.0.0.1:{port}"
+    server, base, token, log = start_lab(tmp_path, env)
     try:
         _wait_http(f"{base}/api/status?token={token}", server, log)
         with urllib.request.urlopen(f"{base}/?token={token}", timeout=10) as landing:

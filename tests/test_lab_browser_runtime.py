@@ -14,18 +14,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
-from test_lab_browser import REQUIRE_ENV, SHOTS, STATE_JS, _lab_env, _stop, _wait_http, find_browser, make_lab_flags
+from test_lab_browser import REQUIRE_ENV, SHOTS, STATE_JS, _lab_env, _stop, _wait_http, find_browser, start_lab
 
-from workbench.run.dp.launch import free_port
 from workbench.upstream.context import UpstreamContext
 
 pytestmark = pytest.mark.network
@@ -157,33 +153,7 @@ def test_notebook_07_stops_in_sglangs_init_forward_metadata_in_jupyterlab(tmp_pa
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env["TMPDIR"] = str(scratch)
-    port, token = free_port(), secrets.token_hex(16)
-    log = tmp_path / "lab.log"
-    with open(log, "w") as out:
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "jupyterlab",
-                "--no-browser",
-                "--ip=127.0.0.1",
-                f"--port={port}",
-                f"--IdentityProvider.token={token}",
-                "--LabApp.expose_app_in_browser=True",
-                *make_lab_flags(),
-                "--ServerApp.port_retries=0",
-                "--LabApp.news_url=None",
-                f"--LabApp.user_settings_dir={tmp_path / 'jupyter' / 'settings'}",
-                f"--LabApp.workspaces_dir={tmp_path / 'jupyter' / 'workspaces'}",
-                *(["--allow-root"] if os.geteuid() == 0 else []),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=ROOT,
-        )
-    base = f"http://127.0.0.1:{port}"
+    server, base, token, log = start_lab(tmp_path, env)
     try:
         _wait_http(f"{base}/api/status?token={token}", server, log)
         with sync_playwright() as pw:
