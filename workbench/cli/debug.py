@@ -13,10 +13,6 @@ import sys
 import traceback
 from pathlib import Path
 
-from workbench.debug.bundle import BundleError
-from workbench.debug.load import load_bundle
-from workbench.debug.replay import replay_crash
-
 
 def _same_frame(exc: BaseException, recorded: dict) -> bool:
     fr = traceback.extract_tb(exc.__traceback__)[-1]
@@ -45,7 +41,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     ap.set_defaults(func=cmd_debug)
 
 
-def cmd_debug(args: argparse.Namespace) -> int:
+def cmd_debug(args: argparse.Namespace) -> int:  # imports on use (workbench.cli docstring)
+    from workbench.debug.bundle import BundleError
+    from workbench.debug.load import load_bundle
+    from workbench.debug.replay import replay_crash
+
     try:
         b = load_bundle(args.bundle)
     except BundleError as e:

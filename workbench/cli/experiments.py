@@ -80,8 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # imports on use (workbe
     """Add ``bench``, ``compare``, ``sweep`` and ``contracts``."""
     from workbench.backends import backend_names
     from workbench.experiments.sweep import SETTINGS
-    from workbench.run.config import add_run_args
-    from workbench.speculative.revisions import REVISIONS
+    from workbench.run.config import REVISION_NAMES, add_run_args
 
     raw = argparse.RawDescriptionHelpFormatter
     b = sub.add_parser(
@@ -148,6 +147,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # imports on use (workbe
         formatter_class=raw,
     )
     ct.add_argument("--backends", nargs="+", default=None, choices=backend_names(), metavar="BACKEND")
-    ct.add_argument("--revisions", nargs="+", default=None, choices=list(REVISIONS), metavar="REVISION")
+    ct.add_argument("--revisions", nargs="+", default=None, choices=REVISION_NAMES, metavar="REVISION")
     ct.add_argument("--json", default=None, metavar="OUT", help="write every cell here")
     ct.set_defaults(func=cmd_contracts)

@@ -14,14 +14,10 @@ import time
 import traceback
 from pathlib import Path
 
-from workbench.debug.bundle import BundleError
-from workbench.upstream.bisect import BisectError
 from workbench.upstream.context import UpstreamContext, default_cache_dir, echo
 from workbench.upstream.gate import GateError
-from workbench.upstream.runtime.run import RuntimeConfigError
 from workbench.upstream.sources.releases import ReleaseError, check_versions
 from workbench.upstream.sources.trees import SourceError
-from workbench.upstream.static.corpus import CorpusError
 
 
 def register(top: argparse._SubParsersAction) -> None:
@@ -236,10 +232,15 @@ def register(top: argparse._SubParsersAction) -> None:
         p.description = p.description or helps.get(name)
 
 
-def _add_run(sub) -> None:  # imports on use (module docstring)
-    from workbench.upstream.runtime.fixes import FIXES
-    from workbench.upstream.runtime.run import BACKENDS, DP_SIZES, IDLE_MODES
+# The real-runtime lane's choices, written here because workbench.upstream.runtime loads torch;
+# tests/test_cli.py checks them against workbench.upstream.runtime.run and .fixes.
+BACKENDS = ("triton", "torch_native")
+DP_SIZES = (1, 2, 3)
+IDLE_MODES = ("start", "mid")
+FIXES = ("verify-input", "pr-28221", "triton-idle-fallback")
 
+
+def _add_run(sub) -> None:
     rn = sub.add_parser(
         "run",
         help="the released sglang runtime on CPU (real Scheduler + EAGLE worker, DP attention over gloo, "
@@ -847,10 +848,21 @@ def _main(args: argparse.Namespace) -> int:
         if args.bundle is not None:
             return _replay_bundle(args, ctx)
         return _replay(args, ctx)
-    except (ReleaseError, SourceError, BisectError, BundleError, GateError, RuntimeConfigError, CorpusError) as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 2
-    except Exception as exc:  # noqa: BLE001 - any other failure: could not run (exit 2), never exit 1 or a pass
+    except Exception as exc:  # noqa: BLE001 - any failure: bad input or could not run (exit 2), never 1 or a pass
+        if isinstance(exc, _input_errors()):
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 2
         traceback.print_exc(file=sys.stderr)
         print(f"error: could not run: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 2
+
+
+def _input_errors() -> tuple[type[Exception], ...]:
+    """The errors that name a bad value (printed without a traceback); imported when one is raised, since
+    their modules load torch."""
+    from workbench.debug.bundle import BundleError
+    from workbench.upstream.bisect import BisectError
+    from workbench.upstream.runtime.run import RuntimeConfigError
+    from workbench.upstream.static.corpus import CorpusError
+
+    return ReleaseError, SourceError, BisectError, BundleError, GateError, RuntimeConfigError, CorpusError

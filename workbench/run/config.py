@@ -12,16 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import kernels
 from workbench.backends import backend_names
-from workbench.models.loader import load_prompts
 from workbench.run.dp.policy import POLICIES as DP_POLICIES
-from workbench.speculative.revisions import REVISIONS
-from workbench.speculative.verify_idle import IDLE_VERIFY_RUNS, VERIFY_IDLE_INPUTS
 
 MODES = ("eagle", "greedy")
 DTYPES = ("float32", "bfloat16")
 DEVICES = ("cpu", "cuda")
+# The names of two registries whose modules import torch, written here so that this module (the command
+# line's flags) loads without it; tests/test_config.py checks them against the registries' keys.
+REVISION_NAMES = ("pre-24860", "pr-24860", "pr-28221")  # workbench.speculative.revisions.REVISIONS
+VERIFY_IDLE_INPUTS = ("eagle-verify", "eagle-verify-fixed")  # workbench.speculative.verify_idle
+IDLE_VERIFY_RUNS = ("graph", "eager")  # workbench.speculative.verify_idle
 
 
 class ConfigError(ValueError):
@@ -46,7 +47,7 @@ class RunConfig:
         default="triton", metadata=_arg("attention backend", aliases=("--attention-backend",), choices=backend_names)
     )
     revision: str = field(
-        default="pr-28221", metadata=_arg("code state of the draft-extend spec_info", choices=lambda: list(REVISIONS))
+        default="pr-28221", metadata=_arg("code state of the draft-extend spec_info", choices=lambda: REVISION_NAMES)
     )
     dp: int = field(default=1, metadata=_arg("DP attention ranks (processes)", aliases=("--dp-size",)))
     steps: int = field(default=5, metadata=_arg("EAGLE draft steps per round", aliases=("--speculative-num-steps",)))
@@ -77,7 +78,7 @@ class RunConfig:
         metadata=_arg(
             "spec_info of an idle rank's verify pass: upstream's EagleVerifyInput idle input, or "
             "eagle-verify-fixed (kv_indptr = None, the proposed fix)",
-            choices=lambda: list(VERIFY_IDLE_INPUTS),
+            choices=lambda: VERIFY_IDLE_INPUTS,
         ),
     )
     idle_verify: str = field(
@@ -181,6 +182,8 @@ class RunConfig:
 def check_kernels(cfg: RunConfig) -> None:
     """After ``kernels.setup``: the triton backend's kernels must run where the tensors are.
     Compiled Triton (set up for cuda earlier in this process) refuses CPU tensors."""
+    import kernels
+
     if cfg.backend == "triton" and cfg.device == "cpu" and not kernels.interpreted():
         raise ConfigError(
             "invalid device 'cpu' for backend triton in this process: its Triton kernels were set up compiled "
@@ -237,5 +240,7 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> dict:
     if getattr(args, "prompts_file", None) is not None:
         given["prompts"] = json.loads(args.prompts_file.read_text())
     if getattr(args, "num_prompts", None) is not None:
+        from workbench.models.loader import load_prompts
+
         given["prompts"] = (given.get("prompts") or load_prompts())[: args.num_prompts]
     return {**given, **overrides}
