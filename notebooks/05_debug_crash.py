@@ -46,7 +46,7 @@ max_new_tokens: int = 8  # tokens generated per prompt (at least 1)
 model_dir = None  # type: str|None  folder with target/ and draft/; None: the shipped models
 timeout_s: float = 300.0  # whole-run limit in seconds; past it the run ends as timeout
 record_path: str = "runs/notebooks/05_debug_crash.json"  # where the notebook record (JSON) is written
-expect: str = "any"  # crash: the run must crash (the replay's verdict is role replay); ok; any: no check
+expect: str = "any"  # crashed: the run must crash (the replay's verdict is role replay); ok; any: no check
 
 # %%
 params = dict(

@@ -64,8 +64,8 @@ COMMANDS = documented_commands()
 # and each sub-command's --help is shown).
 CRASH_RUN = "workbench run --backend triton --revision {} --dp 2 --dp-policy pack --num-prompts 1 --max-new-tokens 8"
 RUN = {
-    CRASH_RUN.format("pr-24860") + " --expect crash": 0,  # the crash, as expected
-    CRASH_RUN.format("pr-28221") + " --expect crash": 1,  # the fix: no crash
+    CRASH_RUN.format("pr-24860") + " --expect crashed": 0,  # the crash, as expected
+    CRASH_RUN.format("pr-28221") + " --expect crashed": 1,  # the fix: no crash
     "workbench contracts --backends triton fa3 --json OUT": 0,
     "workbench upstream fidelity": 0,
 }

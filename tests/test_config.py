@@ -79,7 +79,7 @@ def test_notebook_run_config_takes_the_run_fields_and_validates():
         draft_tokens=4,
         prompts=["a"],
         num_prompts=1,
-        expect="crash",
+        expect="crashed",
         record_path="x.json",
         compare_backends=["fa3"],
     )

@@ -1,6 +1,6 @@
 """``workbench run``: one EAGLE3 (or greedy) run, its one-line summary and, with ``--json``, its record.
 
-``--expect crash|ok`` makes the exit status say whether the run ended that way (0 yes, 1 no), for
+``--expect crashed|ok`` (the record's status words) makes the exit status say whether the run ended that way (0 yes, 1 no), for
 scripts and ``git bisect run``; the default ``any`` exits 0 for a finished run (ok or crashed) and 1
 for a timeout or an error of the workbench itself.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-EXPECT = {"crash": ("crashed",), "ok": ("ok",), "any": ("ok", "crashed")}
+EXPECT = {"crashed": ("crashed",), "ok": ("ok",), "any": ("ok", "crashed")}
 
 
 def cmd_run(args: argparse.Namespace) -> int:  # imports on use (workbench.cli docstring)
@@ -45,6 +45,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # imports on use (workbe
         "--expect",
         choices=list(EXPECT),
         default="any",
-        help="exit 0 when the run ended so (crash: crashed; ok: ok; any: either), 1 otherwise (default: any)",
+        help="exit 0 when the run's status is this (any: ok or crashed), 1 otherwise (default: any)",
     )
     p.set_defaults(func=cmd_run)
