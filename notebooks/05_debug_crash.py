@@ -135,7 +135,7 @@ view.frame_locals(replayed) if replayed else None
 # kernel stops on that line before the read: *Variables* shows `spec_info` (the class without
 # `kv_indptr`), `forward_batch` and `table`; continue and the read raises. `make lab` serves the
 # repository root, so the backend's file also opens from the file browser (`workbench/backends/`).
-# The same from a shell: `workbench debug BUNDLE --pdb` (add `--fix` for step 5).
+# The same from a shell: `workbench debug BUNDLE --pdb` (add `--fix pr-28221` for step 5).
 
 # %% [markdown]
 # ## 5 · The fix on the same bundle

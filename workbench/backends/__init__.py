@@ -4,7 +4,10 @@ names (``backend_names``) load without torch, for the command line's parser."""
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workbench.backends.base import AttentionBackend, BackendContext
 
 _REGISTRY: dict[str, tuple[str, str]] = {
     "torch_native": ("workbench.backends.torch_native", "TorchNativeBackend"),

@@ -1,13 +1,14 @@
 """``workbench run``: one EAGLE3 (or greedy) run, its one-line summary and, with ``--json``, its record.
 
-``--expect crashed|ok`` (the record's status words) makes the exit status say whether the run ended that way (0 yes, 1 no), for
-scripts and ``git bisect run``; the default ``any`` exits 0 for a finished run (ok or crashed) and 1
-for a timeout or an error of the workbench itself.
+``--expect crashed|ok`` (the record's status words) makes the exit status say whether the run ended that
+way (0 yes, 1 no), for scripts and ``git bisect run``; the default ``any`` exits 0 for a finished run (ok or
+crashed) and 1 for a timeout or an error of the workbench itself.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 EXPECT = {"crashed": ("crashed",), "ok": ("ok",), "any": ("ok", "crashed")}
 
@@ -39,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # imports on use (workbe
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_run_args(p)
-    p.add_argument("--json", default=None, metavar="OUT", help="write the run record here")
+    p.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the run record here")
     p.add_argument("--show-traceback", action="store_true", help="print the crashing rank's traceback")
     p.add_argument(
         "--expect",

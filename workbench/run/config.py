@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,14 +209,18 @@ def _flag(f: dataclasses.Field) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
 
-def add_run_args(parser: argparse.ArgumentParser, exclude: Sequence[str] = ()) -> None:
+def add_run_args(
+    parser: argparse.ArgumentParser, exclude: Sequence[str] = (), defaults: Mapping[str, object] | None = None
+) -> None:
     """One flag per RunConfig field (with its aliases and choices), plus ``--prompts-file`` and
-    ``--num-prompts``. Defaults are None so that ``config_from_args`` passes only what was given."""
+    ``--num-prompts``. Defaults are None so that ``config_from_args`` passes only what was given; the help
+    shows RunConfig's default, or ``defaults[field]`` for a command that fills the field otherwise."""
     for f in dataclasses.fields(RunConfig):
         meta = f.metadata
         if not meta.get("cli") or f.name in exclude:
             continue
-        shown = "" if f.default is None else f" (default: {f.default})"
+        default = (defaults or {}).get(f.name, f.default)
+        shown = "" if default is None else f" (default: {default})"
         kw: dict[str, Any] = {"dest": f.name, "default": None, "help": meta["help"] + shown}
         if f.type in ("bool", bool):
             kw["action"] = "store_const"
