@@ -15,9 +15,6 @@ import traceback
 from pathlib import Path
 
 from workbench.upstream.context import UpstreamContext, default_cache_dir, echo
-from workbench.upstream.gate import GateError
-from workbench.upstream.sources.releases import ReleaseError, check_versions
-from workbench.upstream.sources.trees import SourceError
 
 
 def register(top: argparse._SubParsersAction) -> None:
@@ -498,6 +495,7 @@ def _survey(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports o
 
 def _replay(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
     from workbench.upstream.replay.records import seed_record
+    from workbench.upstream.sources.releases import check_versions
 
     versions = check_versions(ctx, args.sglang)
     records = []
@@ -587,7 +585,7 @@ def _triage(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports o
     import datetime as _dt
 
     from workbench.run.provenance import workbench_commit
-    from workbench.upstream.gate import TRIAGE_FILE, load_triage, migrate_triage, propose_triage
+    from workbench.upstream.gate import TRIAGE_FILE, GateError, load_triage, migrate_triage, propose_triage
 
     out = args.propose or args.out
     if out is None:
@@ -722,6 +720,7 @@ def _corpus(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports o
 
 
 def _sites(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.sources.releases import check_versions
     from workbench.upstream.sources.trees import release_tree
     from workbench.upstream.static.lint import analyse
     from workbench.upstream.static.sites import enumerate_sites, lint_coverage, summary
@@ -747,6 +746,7 @@ def _sites(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on
 
 
 def _family(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.sources.releases import check_versions
     from workbench.upstream.sources.trees import release_tree
     from workbench.upstream.static.family import analyse_family, count_by_kind, format_family
 
@@ -812,7 +812,9 @@ def _bundle_conclusive(r: dict) -> bool:
 
 
 def _nightly(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.gate import GateError
     from workbench.upstream.lane import EXIT, LANE_HTML, history_line, read_history, run_lane
+    from workbench.upstream.sources.releases import check_versions
     from workbench.views.upstream import lane_html
 
     version = check_versions(ctx, [args.sglang])[0] if args.sglang else None
@@ -892,7 +894,10 @@ def _input_errors() -> tuple[type[Exception], ...]:
     their modules load torch."""
     from workbench.debug.bundle import BundleError
     from workbench.upstream.bisect import BisectError
+    from workbench.upstream.gate import GateError
     from workbench.upstream.runtime.run import RuntimeConfigError
+    from workbench.upstream.sources.releases import ReleaseError
+    from workbench.upstream.sources.trees import SourceError
     from workbench.upstream.static.corpus import CorpusError
 
     return ReleaseError, SourceError, BisectError, BundleError, GateError, RuntimeConfigError, CorpusError
