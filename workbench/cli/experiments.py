@@ -82,7 +82,7 @@ COMPARE_BACKENDS = ["torch_native", "flashinfer", "fa3"]
 TRITON_NOTE = "triton runs in Triton's interpreter on a CPU (hours): name it to run it"
 
 
-def comparison_defaults() -> dict[str, str]:
+def comparison_defaults() -> dict[str, str]:  # imports on use (workbench.cli docstring)
     """The run settings ``bench`` and ``compare`` take from the comparison unless given, as their help shows them."""
     from workbench.experiments.definition import COMPARISON, SPEC_KEYS
     from workbench.run.config import RunConfig

@@ -12,6 +12,8 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from workbench.cli import build_parser
+
 
 @dataclass(frozen=True)
 class Option:
@@ -105,8 +107,6 @@ def conflicts(found: list[Option]) -> dict[str, set[str]]:
 
 def main() -> int:
     """Print every option, then the flags taken in more than one form; exit 0."""
-    from workbench.cli import build_parser
-
     found = options(build_parser())
     for o in found:
         print(o.line())

@@ -889,9 +889,8 @@ def _main(args: argparse.Namespace) -> int:
         return 2
 
 
-def _input_errors() -> tuple[type[Exception], ...]:
-    """The errors that name a bad value (printed without a traceback); imported when one is raised, since
-    their modules load torch."""
+def _input_errors() -> tuple[type[Exception], ...]:  # imports on use: their modules load torch
+    """The errors that name a bad value (printed without a traceback), imported when one is raised."""
     from workbench.debug.bundle import BundleError
     from workbench.upstream.bisect import BisectError
     from workbench.upstream.gate import GateError

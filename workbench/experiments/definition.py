@@ -57,7 +57,7 @@ class Comparison:
 COMPARISON = Comparison()
 
 
-def describe(config: dict, backends: list[str], repeats: int) -> str:
+def describe(config: dict, backends: list[str], repeats: int) -> str:  # imports torch on use: the CLI reads COMPARISON
     """One line: what a comparison of ``config`` (after ``apply``) over ``backends`` ran."""
     import torch
 

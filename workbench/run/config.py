@@ -182,7 +182,7 @@ class RunConfig:
 def check_kernels(cfg: RunConfig) -> None:
     """After ``kernels.setup``: the triton backend's kernels must run where the tensors are.
     Compiled Triton (set up for cuda earlier in this process) refuses CPU tensors."""
-    import kernels
+    import kernels  # torch: this module gives the command line its flags without it
 
     if cfg.backend == "triton" and cfg.device == "cpu" and not kernels.interpreted():
         raise ConfigError(
@@ -244,7 +244,7 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> dict:
     if getattr(args, "prompts_file", None) is not None:
         given["prompts"] = json.loads(args.prompts_file.read_text())
     if getattr(args, "num_prompts", None) is not None:
-        from workbench.models.loader import load_prompts
+        from workbench.models.loader import load_prompts  # torch, only when prompts are chosen
 
         given["prompts"] = (given.get("prompts") or load_prompts())[: args.num_prompts]
     return {**given, **overrides}
