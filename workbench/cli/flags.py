@@ -1,8 +1,8 @@
 """Every option of every ``workbench`` command, from the parser itself: ``python -m workbench.cli.flags``
 prints one line per option (command, flags, what it takes, default, help), then each flag that commands take
 with other values, and each given in two forms (a switch here, a value there), so that a flag that means two
-things shows up. tests/test_cli.py walks the
-same tree (an option without help fails it)."""
+things shows up. tests/test_cli.py walks the same tree: an option without help, or a flag in two forms,
+fails it."""
 
 from __future__ import annotations
 
