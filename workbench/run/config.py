@@ -44,7 +44,12 @@ def _arg(
 @dataclass
 class RunConfig:
     backend: str = field(
-        default="triton", metadata=_arg("attention backend", aliases=("--attention-backend",), choices=backend_names)
+        default="triton",
+        metadata=_arg(
+            "attention backend (triton: its Triton kernels run in Triton's interpreter on a CPU)",
+            aliases=("--attention-backend",),
+            choices=backend_names,
+        ),
     )
     revision: str = field(
         default="pr-28221", metadata=_arg("code state of the draft-extend spec_info", choices=lambda: REVISION_NAMES)
