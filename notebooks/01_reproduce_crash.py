@@ -63,7 +63,7 @@ verify_idle_input: str = "eagle-verify"  # idle verify input: eagle-verify, or e
 idle_verify: str = "graph"  # graph, or eager: the idle rank's verify batch runs init_forward_metadata on its spec_info
 compare_backends: list[str] = ["flashinfer", "fa3", "torch_native"]  # also run (EAGLE3): which crash; [] for none
 record_path: str = "runs/notebooks/01_reproduce_crash.json"  # where the notebook record (JSON) is written
-expect: str = "any"  # crash, ok or any: the last cell fails unless the run ended so
+expect: str = "any"  # crashed, ok or any: the last cell fails unless the run ended so
 
 # %%
 params = dict(
@@ -129,7 +129,7 @@ plots.show(
 # %% [markdown]
 # ## Record and expectation
 # The notebook record (parameters and every run record) goes to `record_path`; the nightly reads it.
-# `expect` is `"crash"`, `"ok"` or `"any"`; only the first two fail the notebook.
+# `expect` is `"crashed"`, `"ok"` or `"any"`; only the first two fail the notebook.
 
 # %%
 print("record written to", notebook.save_record(record_path, "01_reproduce_crash", params, runs, primary="run"))

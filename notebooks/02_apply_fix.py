@@ -60,7 +60,7 @@ max_new_tokens: int = 16  # tokens generated per prompt (at least 1)
 model_dir = None  # type: str|None  folder with target/ and draft/; None: the shipped models
 timeout_s: float = 300.0  # whole-run limit in seconds; past it the run ends as timeout
 record_path: str = "runs/notebooks/02_apply_fix.json"  # where the notebook record (JSON) is written
-expect: str = "any"  # ok: the fixed run ends ok with the reference's outputs; crash: it crashes; any: no check
+expect: str = "any"  # ok: the fixed run ends ok with the reference's outputs; crashed: it crashes; any: no check
 
 # %%
 params = dict(
@@ -147,7 +147,7 @@ tables.summary_table(runs)
 # %% [markdown]
 # ## Record and expectation
 # `expect="ok"` requires the fixed run to finish and match the reference's outputs;
-# `"crash"` requires it to crash; `"any"` only shows the data.
+# `"crashed"` requires it to crash; `"any"` only shows the data.
 
 # %%
 print("record written to", notebook.save_record(record_path, "02_apply_fix", params, runs, primary="fixed"))

@@ -46,7 +46,7 @@ max_new_tokens: int = 8  # tokens generated per prompt (at least 1)
 model_dir = None  # type: str|None  folder with target/ and draft/; None: the shipped models
 timeout_s: float = 300.0  # whole-run limit in seconds; past it the run ends as timeout
 record_path: str = "runs/notebooks/05_debug_crash.json"  # where the notebook record (JSON) is written
-expect: str = "any"  # crash: the run must crash (the replay's verdict is role replay); ok; any: no check
+expect: str = "any"  # crashed: the run must crash (the replay's verdict is role replay); ok; any: no check
 
 # %%
 params = dict(
@@ -135,7 +135,7 @@ view.frame_locals(replayed) if replayed else None
 # kernel stops on that line before the read: *Variables* shows `spec_info` (the class without
 # `kv_indptr`), `forward_batch` and `table`; continue and the read raises. `make lab` serves the
 # repository root, so the backend's file also opens from the file browser (`workbench/backends/`).
-# The same from a shell: `workbench debug BUNDLE --pdb` (add `--fix` for step 5).
+# The same from a shell: `workbench debug BUNDLE --pdb` (add `--fix pr-28221` for step 5).
 
 # %% [markdown]
 # ## 5 · The fix on the same bundle

@@ -56,6 +56,17 @@ def test_choices_come_from_the_registries_and_the_policy_list_exists_once(capsys
         _parse(["--dp", "2"], exclude=("dp",))  # torchrun's entry: the world size is torchrun's
 
 
+def test_the_names_written_for_the_parser_are_the_registries_keys():
+    """run.config lists the revision and idle-verify names itself (it loads without torch); they must be
+    exactly the registries' keys, in order."""
+    from workbench.run import config
+    from workbench.speculative import revisions, verify_idle
+
+    assert config.REVISION_NAMES == tuple(revisions.REVISIONS)
+    assert config.VERIFY_IDLE_INPUTS == tuple(verify_idle.VERIFY_IDLE_INPUTS)
+    assert config.IDLE_VERIFY_RUNS == tuple(verify_idle.IDLE_VERIFY_RUNS)
+
+
 def test_notebook_run_config_takes_the_run_fields_and_validates():
     from workbench.notebook import run_config
 
@@ -68,7 +79,7 @@ def test_notebook_run_config_takes_the_run_fields_and_validates():
         draft_tokens=4,
         prompts=["a"],
         num_prompts=1,
-        expect="crash",
+        expect="crashed",
         record_path="x.json",
         compare_backends=["fa3"],
     )

@@ -136,7 +136,7 @@ def test_cli_replays_and_writes_json(crashes, tmp_path, capsys):
     bundle = crashes[("triton", 3)].crash["bundle"]
     assert workbench_main(["debug", bundle]) == 0
     assert "same exception and innermost frame as recorded" in capsys.readouterr().out
-    assert workbench_main(["debug", bundle, "--fix", "--json", str(tmp_path / "o.json")]) == 0
+    assert workbench_main(["debug", bundle, "--fix", "pr-28221", "--json", str(tmp_path / "o.json")]) == 0
     out = json.loads((tmp_path / "o.json").read_text())
     assert out["result"]["matches_reference"] is True and out["result"]["metadata"]["kv_indptr"] == [0, 1]
 

@@ -64,7 +64,7 @@ def test_wrong_expectation_exits_nonzero_naming_cell_and_reason(tmp_path, capsys
     err = capsys.readouterr().err
     assert "UNEXPECTED claims-a-crash" in err
     assert "expected crashed [exception_type='AttributeError', rank=1], got status 'ok'" in err
-    assert "ExpectationError" in err  # the notebook's own gate failed too (expect='crash')
+    assert "ExpectationError" in err  # the notebook's own gate failed too (expect='crashed')
     assert _cells(out)["claims-a-crash"]["verdict"] == "unexpected"
     assert "claims-a-crash" in (out / "report.html").read_text()
 

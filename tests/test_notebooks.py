@@ -160,7 +160,7 @@ def test_01_shows_the_crash_as_data(tmp_path):
         dp=2,
         dp_policy="pack",
         compare_backends=["fa3"],
-        expect="crash",
+        expect="crashed",
     )
     run = record["runs"][record["primary"]]
     assert record["status"] == run["status"] == "crashed"
@@ -276,11 +276,11 @@ def test_require_rejects_a_bad_expect():
 
     rec = {"status": "ok", "config": {"backend": "fa3", "revision": "pr-28221", "dp": 1}, "outputs_sha256": "a"}
     assert "met" in require("ok", rec)
-    with pytest.raises(ExpectationError, match="expect='crash'"):
-        require("crash", rec)
+    with pytest.raises(ExpectationError, match="expect='crashed'"):
+        require("crashed", rec)
     with pytest.raises(ExpectationError, match="outputs differ"):
         require("ok", rec, same_outputs_as={**rec, "outputs_sha256": "b"})
-    with pytest.raises(ValueError, match="valid: crash, ok, any"):
+    with pytest.raises(ValueError, match="valid: crashed, ok, any"):
         require("pass", rec)
 
 

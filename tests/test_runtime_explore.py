@@ -278,7 +278,7 @@ def test_bad_release_and_cli_exit_code(offline: list, capsys: pytest.CaptureFixt
 
     with pytest.raises(ReleaseError, match="'9.9.9'"):
         ex.explore(UpstreamContext(), "9.9.9")
-    assert main(["upstream", "explore", "--sglang", "0.5.23", "--backend", "bogus"]) == 2
+    assert main(["upstream", "explore", "--sglang", "0.5.23", "--backends", "bogus"]) == 2
     assert "bad backend ['bogus']" in capsys.readouterr().err
     assert offline == []
 

@@ -152,7 +152,7 @@ def test_survey_offline_table_and_plot(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert (
         workbench_main(
-            ["upstream", "--cache-dir", str(cache), "survey", "--versions", "0.5.13", "0.5.14", "--out", str(out)]
+            ["upstream", "--cache-dir", str(cache), "survey", "--sglang", "0.5.13", "0.5.14", "--out", str(out)]
         )
         == 0
     )

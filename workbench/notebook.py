@@ -24,7 +24,7 @@ from workbench.run.record import RecordLike, as_record
 from workbench.views.display import run_all, show_runs_as_html
 
 SCHEMA = "workbench.notebook-record/1"
-EXPECT_CHOICES = ("crash", "ok", "any")
+EXPECT_CHOICES = ("crashed", "ok", "any")  # the run record's status words, and any
 show_runs_as_html()
 
 
@@ -105,15 +105,14 @@ def load_record(path: str | Path) -> dict:
 def require(expect: str, *runs: RecordLike, same_outputs_as: RecordLike | None = None) -> str:
     """The notebook's gate: raise ExpectationError unless every run matches ``expect``.
 
-    ``ok``: status ok (and, given ``same_outputs_as``, the same outputs_sha256); ``crash``: status
+    ``ok``: status ok (and, given ``same_outputs_as``, the same outputs_sha256); ``crashed``: status
     crashed; ``any``: no check. Returns a one-line verdict."""
     if expect not in EXPECT_CHOICES:
         raise ValueError(f"invalid expect {expect!r}; valid: {', '.join(EXPECT_CHOICES)}")
     if expect == "any":
         return "expect='any': results shown, not checked"
-    want = "ok" if expect == "ok" else "crashed"
     for run in map(as_record, runs):
-        if run["status"] != want:
+        if run["status"] != expect:
             crash = run.get("crash") or {}
             got = run["status"] + (f" ({crash.get('exception_type')}: {crash.get('message')})" if crash else "")
             raise ExpectationError(

@@ -1,11 +1,13 @@
-"""Attention backends by name. Imports are lazy so an optional dependency never breaks import."""
+"""Attention backends by name. Imports are lazy so an optional dependency never breaks import, and the
+names (``backend_names``) load without torch, for the command line's parser."""
 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING, Any
 
-from workbench.backends.base import AttentionBackend, BackendContext
-from workbench.backends.multi_step import MultiStepDraftBackend
+if TYPE_CHECKING:
+    from workbench.backends.base import AttentionBackend, BackendContext
 
 _REGISTRY: dict[str, tuple[str, str]] = {
     "torch_native": ("workbench.backends.torch_native", "TorchNativeBackend"),
@@ -28,6 +30,20 @@ def get_backend_class(name: str) -> type:
 
 def create_backend(name: str, ctx: BackendContext) -> AttentionBackend:
     return get_backend_class(name)(ctx)
+
+
+_BASE = {
+    "AttentionBackend": "workbench.backends.base",
+    "BackendContext": "workbench.backends.base",
+    "MultiStepDraftBackend": "workbench.backends.multi_step",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The base classes, loaded on first use (they import torch)."""
+    if name in _BASE:
+        return getattr(importlib.import_module(_BASE[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""``workbench debug BUNDLE [--fix] [--json OUT] [--pdb]``: replay a crash bundle in this process.
+"""``workbench debug BUNDLE [--fix pr-28221] [--json OUT] [--pdb]``: replay a crash bundle in this process.
 
 Exit 0 when the replay behaves as recorded (without the fix: the recorded exception, same type,
 message and innermost file:line; with the fix: metadata equal to the independent reference),
@@ -13,10 +13,6 @@ import sys
 import traceback
 from pathlib import Path
 
-from workbench.debug.bundle import BundleError
-from workbench.debug.load import load_bundle
-from workbench.debug.replay import replay_crash
-
 
 def _same_frame(exc: BaseException, recorded: dict) -> bool:
     fr = traceback.extract_tb(exc.__traceback__)[-1]
@@ -26,6 +22,9 @@ def _same_frame(exc: BaseException, recorded: dict) -> bool:
         recorded["file"],
         recorded["line"],
     )
+
+
+FIXES = ("pr-28221",)  # the fixes an in-process replay can apply
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,22 +38,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     ap.add_argument(
         "bundle", type=Path, metavar="BUNDLE", help="a crash-bundle-rank<R> directory (crash.bundle of a run record)"
     )
-    ap.add_argument("--fix", action="store_true", help="apply PR #28221's fix for the replay (seq_lens fallback)")
+    ap.add_argument(
+        "--fix",
+        choices=FIXES,
+        default=None,
+        help="apply this fix for the replay (pr-28221: PR #28221's kv_indptr = None, so the seq_lens fallback); "
+        "as 'upstream run --fix' names the fixes it applies",
+    )
     ap.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the replay outcome here")
     ap.add_argument("--pdb", action="store_true", help="open pdb in the failing frame (post-mortem)")
     ap.set_defaults(func=cmd_debug)
 
 
-def cmd_debug(args: argparse.Namespace) -> int:
+def cmd_debug(args: argparse.Namespace) -> int:  # imports on use (workbench.cli docstring)
+    from workbench.debug.bundle import BundleError
+    from workbench.debug.load import load_bundle
+    from workbench.debug.replay import replay_crash
+
     try:
         b = load_bundle(args.bundle)
     except BundleError as e:
         print(f"workbench debug: error: {e}", file=sys.stderr)
         return 2
     print(b.summary())
-    outcome: dict = {"bundle": str(b.path), "fix": args.fix, "recorded": b.meta["exception"]}
+    outcome: dict = {"bundle": str(b.path), "fix": args.fix is not None, "recorded": b.meta["exception"]}
     try:
-        res = replay_crash(b, fix=args.fix)
+        res = replay_crash(b, fix=args.fix is not None)
     except Exception as e:
         fr = traceback.extract_tb(e.__traceback__)[-1]
         same = _same_frame(e, b.meta["exception"])

@@ -1,15 +1,16 @@
 """``workbench run``: one EAGLE3 (or greedy) run, its one-line summary and, with ``--json``, its record.
 
-``--expect crash|ok`` makes the exit status say whether the run ended that way (0 yes, 1 no), for
-scripts and ``git bisect run``; the default ``any`` exits 0 for a finished run (ok or crashed) and 1
-for a timeout or an error of the workbench itself.
+``--expect crashed|ok`` (the record's status words) makes the exit status say whether the run ended that
+way (0 yes, 1 no), for scripts and ``git bisect run``; the default ``any`` exits 0 for a finished run (ok or
+crashed) and 1 for a timeout or an error of the workbench itself.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-EXPECT = {"crash": ("crashed",), "ok": ("ok",), "any": ("ok", "crashed")}
+EXPECT = {"crashed": ("crashed",), "ok": ("ok",), "any": ("ok", "crashed")}
 
 
 def cmd_run(args: argparse.Namespace) -> int:  # imports on use (workbench.cli docstring)
@@ -39,12 +40,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # imports on use (workbe
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_run_args(p)
-    p.add_argument("--json", default=None, metavar="OUT", help="write the run record here")
+    p.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the run record here")
     p.add_argument("--show-traceback", action="store_true", help="print the crashing rank's traceback")
     p.add_argument(
         "--expect",
         choices=list(EXPECT),
         default="any",
-        help="exit 0 when the run ended so (crash: crashed; ok: ok; any: either), 1 otherwise (default: any)",
+        help="exit 0 when the run's status is this (any: ok or crashed), 1 otherwise (default: any)",
     )
     p.set_defaults(func=cmd_run)

@@ -14,14 +14,7 @@ import time
 import traceback
 from pathlib import Path
 
-from workbench.debug.bundle import BundleError
-from workbench.upstream.bisect import BisectError
 from workbench.upstream.context import UpstreamContext, default_cache_dir, echo
-from workbench.upstream.gate import GateError
-from workbench.upstream.runtime.run import RuntimeConfigError
-from workbench.upstream.sources.releases import ReleaseError, check_versions
-from workbench.upstream.sources.trees import SourceError
-from workbench.upstream.static.corpus import CorpusError
 
 
 def register(top: argparse._SubParsersAction) -> None:
@@ -48,7 +41,14 @@ def register(top: argparse._SubParsersAction) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     sv = sub.add_parser("survey", help="static survey of release wheels (ast only, no import)")
     sv.add_argument(
-        "--versions", nargs="+", metavar="X", help="releases to survey (default 0.5.11-0.5.14 and the newest)"
+        "--sglang",
+        "--versions",
+        nargs="+",
+        default=None,
+        dest="sglang",
+        metavar="X",
+        help="release(s) to survey (default 0.5.11-0.5.14 and the newest; --versions is the old spelling, which "
+        "the shipped upstream_survey.json's command uses)",
     )
     sv.add_argument("--out", type=Path, default=None, help="write upstream_survey.json, .png and .svg here")
     sv.add_argument("--details", action="store_true", help="also print line-level findings")
@@ -164,18 +164,23 @@ def register(top: argparse._SubParsersAction) -> None:
     )
     fm.add_argument("--json", type=Path, default=None, dest="json_out", help="write the findings here")
     bs = sub.add_parser("bisect", help="first bad commit of an sglang git checkout (replay or lint)")
-    bs.add_argument("--sglang-src", type=Path, required=True, metavar="REPO")
-    bs.add_argument("--good", required=True, metavar="REV")
-    bs.add_argument("--bad", required=True, metavar="REV")
+    bs.add_argument("--sglang-src", type=Path, required=True, metavar="REPO", help="an sglang git checkout")
+    bs.add_argument("--good", required=True, metavar="REV", help="a commit without the crash (or the finding)")
+    bs.add_argument("--bad", required=True, metavar="REV", help="a later commit with it")
     bs.add_argument(
         "--finding",
         default=None,
         metavar="B|MODE|CLASS|ATTR",
         help="bisect on a lint finding (e.g. 'triton|IDLE|EagleDraftExtendInput|kv_indptr') instead of the replay",
     )
-    bs.add_argument("--env-release", metavar="X", default=None)
-    bs.add_argument("--json", type=Path, default=None, dest="json_out")
-    bs.add_argument("--timeout", type=float, default=900)
+    bs.add_argument(
+        "--env-release",
+        metavar="X",
+        default=None,
+        help="release whose environment replays each commit (default: nearest to its version)",
+    )
+    bs.add_argument("--json", type=Path, default=None, dest="json_out", help="write the bisection here")
+    bs.add_argument("--timeout", type=float, default=900, help="seconds for each replay process")
     nl = sub.add_parser(
         "nightly",
         help="the network lane: lint + replays on the newest release, its confirmed findings the real "
@@ -196,7 +201,7 @@ def register(top: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="a crash-bundle-rank<R>/ folder: replay its batch and compare with the fallback",
     )
-    rp.add_argument("--backend", default="triton", choices=["triton"])
+    rp.add_argument("--backend", default="triton", choices=["triton"], help="attention backend (the replay's one)")
     rp.add_argument(
         "--json",
         type=Path,
@@ -225,21 +230,30 @@ def register(top: argparse._SubParsersAction) -> None:
     kn.add_argument("--remove", action="store_true", help="remove the kernelspec this command registered")
     _add_explore(sub)
     fd = sub.add_parser(
-        "fidelity", help="our contracts vs the releases' (shipped snapshot, or fresh --survey/--replay JSON)"
+        "fidelity", help="our contracts vs the releases' (shipped snapshot, or fresh --survey-json/--replay-json)"
     )
-    fd.add_argument("--survey", type=Path, default=None, help="upstream_survey.json from `survey --out`")
-    fd.add_argument("--replay", type=Path, default=None, help="replay records JSON (a list) from `replay --json`")
-    fd.add_argument("--json", type=Path, default=None, dest="json_out")
+    fd.add_argument(
+        "--survey-json", type=Path, default=None, metavar="JSON", help="upstream_survey.json from `survey --out`"
+    )
+    fd.add_argument(
+        "--replay-json", type=Path, default=None, metavar="JSON", help="replay records (a list) from `replay --json`"
+    )
+    fd.add_argument("--json", type=Path, default=None, dest="json_out", help="write the checks here")
     helps = {a.dest: a.help for a in sub._choices_actions}
     for name, p in sub.choices.items():  # also after the sub-command (SUPPRESS: a value given before it stays)
         p.add_argument("--cache-dir", type=Path, default=argparse.SUPPRESS, help=cache_help)
         p.description = p.description or helps.get(name)
 
 
-def _add_run(sub) -> None:  # imports on use (module docstring)
-    from workbench.upstream.runtime.fixes import FIXES
-    from workbench.upstream.runtime.run import BACKENDS, DP_SIZES, IDLE_MODES
+# The real-runtime lane's choices, written here because workbench.upstream.runtime loads torch;
+# tests/test_cli.py checks them against workbench.upstream.runtime.run and .fixes.
+BACKENDS = ("triton", "torch_native")
+DP_SIZES = (1, 2, 3)
+IDLE_MODES = ("start", "mid")
+FIXES = ("verify-input", "pr-28221", "triton-idle-fallback")
 
+
+def _add_run(sub) -> None:
     rn = sub.add_parser(
         "run",
         help="the released sglang runtime on CPU (real Scheduler + EAGLE worker, DP attention over gloo, "
@@ -255,16 +269,27 @@ def _add_run(sub) -> None:  # imports on use (module docstring)
     rn.add_argument(
         "--dp", type=int, default=2, choices=DP_SIZES, help="DP attention ranks (2, 3: ranks >= 1 idle, see --idle)"
     )
-    rn.add_argument("--backend", default="triton", choices=BACKENDS)
+    rn.add_argument("--backend", default="triton", choices=BACKENDS, help="the target's attention backend")
     rn.add_argument(
         "--idle",
         default="start",
         choices=IDLE_MODES,
         help="start: ranks >= 1 get no request; mid: every rank gets the prompts, the last 2 new tokens only",
     )
-    rn.add_argument("--steps", "--speculative-num-steps", type=int, default=3, dest="steps")
-    rn.add_argument("--topk", "--speculative-eagle-topk", type=int, default=1, dest="topk")
-    rn.add_argument("--draft-tokens", "--speculative-num-draft-tokens", type=int, default=4, dest="draft_tokens")
+    rn.add_argument(
+        "--steps", "--speculative-num-steps", type=int, default=3, dest="steps", help="EAGLE draft steps per round"
+    )
+    rn.add_argument(
+        "--topk", "--speculative-eagle-topk", type=int, default=1, dest="topk", help="branches kept per draft step"
+    )
+    rn.add_argument(
+        "--draft-tokens",
+        "--speculative-num-draft-tokens",
+        type=int,
+        default=4,
+        dest="draft_tokens",
+        help="tree tokens the target verifies per request, root included",
+    )
     rn.add_argument(
         "--fix",
         action="append",
@@ -283,8 +308,8 @@ def _add_run(sub) -> None:  # imports on use (module docstring)
         help="for testing the shim guard only: a .py file whose install() each rank calls after the lane's "
         "shims and fixes (repeatable); the guard holds its changes like any other's",
     )
-    rn.add_argument("--num-prompts", type=int, default=1)
-    rn.add_argument("--max-new-tokens", type=int, default=16)
+    rn.add_argument("--num-prompts", type=int, default=1, help="use the first N shipped prompts")
+    rn.add_argument("--max-new-tokens", type=int, default=16, help="tokens to generate per prompt")
     rn.add_argument("--no-reference", action="store_true", help="skip the HF transformers greedy reference")
     rn.add_argument(
         "--disable-overlap-schedule",
@@ -293,9 +318,10 @@ def _add_run(sub) -> None:  # imports on use (module docstring)
     )
     rn.add_argument(
         "--expect",
-        choices=("ok", "crashed"),
-        default=None,
-        help="exit 1 unless the run ends so (and, for ok, equals the reference)",
+        choices=("crashed", "ok", "any"),
+        default="any",
+        help="exit 1 unless the run's status is this (ok: and its outputs equal the reference; any: ok or "
+        "crashed) (default: any)",
     )
     rn.add_argument("--timeout", type=float, default=300, help="seconds for the rank processes")
     rn.add_argument("--json", type=Path, default=None, dest="json_out", help="write the run record here")
@@ -316,9 +342,11 @@ def _add_explore(sub) -> None:
         "mid-run) and overlap setting: each cell ok, crashed or limit (with the reason)",
     )
     ex.add_argument("--sglang", required=True, metavar="X", help="release (its cached replay environment)")
-    ex.add_argument("--algorithm", action="append", default=None, dest="algorithms", help="only these (repeatable)")
-    ex.add_argument("--backend", action="append", default=None, dest="backends", help="only these (repeatable)")
-    ex.add_argument("--dp", action="append", type=int, default=None, dest="dps", help="only these (repeatable)")
+    ex.add_argument(
+        "--algorithms", nargs="+", default=None, metavar="ALGORITHM", help="only these speculative algorithms"
+    )
+    ex.add_argument("--backends", nargs="+", default=None, metavar="BACKEND", help="only these attention backends")
+    ex.add_argument("--dps", nargs="+", type=int, default=None, metavar="DP", help="only these DP sizes")
     ex.add_argument("--max-new-tokens", type=int, default=8, help="tokens each prompt generates (default 8)")
     ex.add_argument("--timeout", type=float, default=240, help="seconds for one cell's rank processes")
     ex.add_argument("--json", type=Path, default=None, dest="json_out", help="write the exploration here")
@@ -398,7 +426,7 @@ def _run(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on u
     if rec["status"] == "ok" and (rec.get("reference") or {}).get("equal") is False:
         echo("the outputs differ from HF transformers' greedy tokens")
         return 1
-    if args.expect:
+    if args.expect != "any":
         met = rec["status"] == args.expect and (
             args.expect != "ok" or not rec["reference"] or rec["reference"]["equal"]
         )
@@ -430,10 +458,10 @@ def _fidelity(args: argparse.Namespace) -> int:  # imports on use (module docstr
     from workbench.upstream.fidelity import fidelity, format_fidelity, load_snapshot, snapshot_from
 
     snap = load_snapshot()
-    if args.survey or args.replay:
+    if args.survey_json or args.replay_json:
         fresh = snapshot_from(
-            json.loads(args.survey.read_text()) if args.survey else {"releases": {}},
-            json.loads(args.replay.read_text()) if args.replay else [],
+            json.loads(args.survey_json.read_text()) if args.survey_json else {"releases": {}},
+            json.loads(args.replay_json.read_text()) if args.replay_json else [],
         )
         snap = {"survey": fresh["survey"] or snap["survey"], "replay": fresh["replay"] or snap["replay"]}
     result = fidelity(snap)
@@ -449,7 +477,7 @@ def _survey(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports o
     from workbench.views.plots.survey import plot_survey
 
     start = time.perf_counter()
-    result = survey(ctx, args.versions)
+    result = survey(ctx, args.sglang)
     echo("")
     echo(format_table(result))
     if args.details:
@@ -467,6 +495,7 @@ def _survey(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports o
 
 def _replay(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
     from workbench.upstream.replay.records import seed_record
+    from workbench.upstream.sources.releases import check_versions
 
     versions = check_versions(ctx, args.sglang)
     records = []
@@ -556,7 +585,7 @@ def _triage(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports o
     import datetime as _dt
 
     from workbench.run.provenance import workbench_commit
-    from workbench.upstream.gate import TRIAGE_FILE, load_triage, migrate_triage, propose_triage
+    from workbench.upstream.gate import TRIAGE_FILE, GateError, load_triage, migrate_triage, propose_triage
 
     out = args.propose or args.out
     if out is None:
@@ -691,6 +720,7 @@ def _corpus(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports o
 
 
 def _sites(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.sources.releases import check_versions
     from workbench.upstream.sources.trees import release_tree
     from workbench.upstream.static.lint import analyse
     from workbench.upstream.static.sites import enumerate_sites, lint_coverage, summary
@@ -716,6 +746,7 @@ def _sites(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on
 
 
 def _family(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.sources.releases import check_versions
     from workbench.upstream.sources.trees import release_tree
     from workbench.upstream.static.family import analyse_family, count_by_kind, format_family
 
@@ -781,7 +812,9 @@ def _bundle_conclusive(r: dict) -> bool:
 
 
 def _nightly(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
+    from workbench.upstream.gate import GateError
     from workbench.upstream.lane import EXIT, LANE_HTML, history_line, read_history, run_lane
+    from workbench.upstream.sources.releases import check_versions
     from workbench.views.upstream import lane_html
 
     version = check_versions(ctx, [args.sglang])[0] if args.sglang else None
@@ -847,10 +880,23 @@ def _main(args: argparse.Namespace) -> int:
         if args.bundle is not None:
             return _replay_bundle(args, ctx)
         return _replay(args, ctx)
-    except (ReleaseError, SourceError, BisectError, BundleError, GateError, RuntimeConfigError, CorpusError) as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 2
-    except Exception as exc:  # noqa: BLE001 - any other failure: could not run (exit 2), never exit 1 or a pass
+    except Exception as exc:  # noqa: BLE001 - any failure: bad input or could not run (exit 2), never 1 or a pass
+        if isinstance(exc, _input_errors()):
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 2
         traceback.print_exc(file=sys.stderr)
         print(f"error: could not run: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 2
+
+
+def _input_errors() -> tuple[type[Exception], ...]:  # imports on use: their modules load torch
+    """The errors that name a bad value (printed without a traceback), imported when one is raised."""
+    from workbench.debug.bundle import BundleError
+    from workbench.upstream.bisect import BisectError
+    from workbench.upstream.gate import GateError
+    from workbench.upstream.runtime.run import RuntimeConfigError
+    from workbench.upstream.sources.releases import ReleaseError
+    from workbench.upstream.sources.trees import SourceError
+    from workbench.upstream.static.corpus import CorpusError
+
+    return ReleaseError, SourceError, BisectError, BundleError, GateError, RuntimeConfigError, CorpusError

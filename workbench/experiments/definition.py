@@ -15,10 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-import torch
-
 from workbench.experiments.intervals import min_repeats
-from workbench.models.loader import load_prompts
 
 SPEC_KEYS = ("steps", "topk", "draft_tokens")
 
@@ -48,6 +45,8 @@ class Comparison:
             if out.get(key) is None:
                 out[key] = getattr(self, key)
         if out.get("prompts") is None and self.num_prompts is not None:
+            from workbench.models.loader import load_prompts  # torch: imported when a run is set up
+
             out["prompts"] = load_prompts()[: self.num_prompts]
         return out
 
@@ -58,8 +57,12 @@ class Comparison:
 COMPARISON = Comparison()
 
 
-def describe(config: dict, backends: list[str], repeats: int) -> str:
+def describe(config: dict, backends: list[str], repeats: int) -> str:  # imports torch on use: the CLI reads COMPARISON
     """One line: what a comparison of ``config`` (after ``apply``) over ``backends`` ran."""
+    import torch
+
+    from workbench.models.loader import load_prompts
+
     prompts = config.get("prompts")
     n = len(prompts) if prompts is not None else len(load_prompts())
     spec = tuple(config.get(k) for k in SPEC_KEYS)

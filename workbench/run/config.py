@@ -7,21 +7,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import kernels
 from workbench.backends import backend_names
-from workbench.models.loader import load_prompts
 from workbench.run.dp.policy import POLICIES as DP_POLICIES
-from workbench.speculative.revisions import REVISIONS
-from workbench.speculative.verify_idle import IDLE_VERIFY_RUNS, VERIFY_IDLE_INPUTS
 
 MODES = ("eagle", "greedy")
 DTYPES = ("float32", "bfloat16")
 DEVICES = ("cpu", "cuda")
+# The names of two registries whose modules import torch, written here so that this module (the command
+# line's flags) loads without it; tests/test_config.py checks them against the registries' keys.
+REVISION_NAMES = ("pre-24860", "pr-24860", "pr-28221")  # workbench.speculative.revisions.REVISIONS
+VERIFY_IDLE_INPUTS = ("eagle-verify", "eagle-verify-fixed")  # workbench.speculative.verify_idle
+IDLE_VERIFY_RUNS = ("graph", "eager")  # workbench.speculative.verify_idle
 
 
 class ConfigError(ValueError):
@@ -43,10 +44,15 @@ def _arg(
 @dataclass
 class RunConfig:
     backend: str = field(
-        default="triton", metadata=_arg("attention backend", aliases=("--attention-backend",), choices=backend_names)
+        default="triton",
+        metadata=_arg(
+            "attention backend (triton: its Triton kernels run in Triton's interpreter on a CPU)",
+            aliases=("--attention-backend",),
+            choices=backend_names,
+        ),
     )
     revision: str = field(
-        default="pr-28221", metadata=_arg("code state of the draft-extend spec_info", choices=lambda: list(REVISIONS))
+        default="pr-28221", metadata=_arg("code state of the draft-extend spec_info", choices=lambda: REVISION_NAMES)
     )
     dp: int = field(default=1, metadata=_arg("DP attention ranks (processes)", aliases=("--dp-size",)))
     steps: int = field(default=5, metadata=_arg("EAGLE draft steps per round", aliases=("--speculative-num-steps",)))
@@ -77,7 +83,7 @@ class RunConfig:
         metadata=_arg(
             "spec_info of an idle rank's verify pass: upstream's EagleVerifyInput idle input, or "
             "eagle-verify-fixed (kv_indptr = None, the proposed fix)",
-            choices=lambda: list(VERIFY_IDLE_INPUTS),
+            choices=lambda: VERIFY_IDLE_INPUTS,
         ),
     )
     idle_verify: str = field(
@@ -181,6 +187,8 @@ class RunConfig:
 def check_kernels(cfg: RunConfig) -> None:
     """After ``kernels.setup``: the triton backend's kernels must run where the tensors are.
     Compiled Triton (set up for cuda earlier in this process) refuses CPU tensors."""
+    import kernels  # torch: this module gives the command line its flags without it
+
     if cfg.backend == "triton" and cfg.device == "cpu" and not kernels.interpreted():
         raise ConfigError(
             "invalid device 'cpu' for backend triton in this process: its Triton kernels were set up compiled "
@@ -206,14 +214,18 @@ def _flag(f: dataclasses.Field) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
 
-def add_run_args(parser: argparse.ArgumentParser, exclude: Sequence[str] = ()) -> None:
+def add_run_args(
+    parser: argparse.ArgumentParser, exclude: Sequence[str] = (), defaults: Mapping[str, object] | None = None
+) -> None:
     """One flag per RunConfig field (with its aliases and choices), plus ``--prompts-file`` and
-    ``--num-prompts``. Defaults are None so that ``config_from_args`` passes only what was given."""
+    ``--num-prompts``. Defaults are None so that ``config_from_args`` passes only what was given; the help
+    shows RunConfig's default, or ``defaults[field]`` for a command that fills the field otherwise."""
     for f in dataclasses.fields(RunConfig):
         meta = f.metadata
         if not meta.get("cli") or f.name in exclude:
             continue
-        shown = "" if f.default is None else f" (default: {f.default})"
+        default = (defaults or {}).get(f.name, f.default)
+        shown = "" if default is None else f" (default: {default})"
         kw: dict[str, Any] = {"dest": f.name, "default": None, "help": meta["help"] + shown}
         if f.type in ("bool", bool):
             kw["action"] = "store_const"
@@ -237,5 +249,7 @@ def config_from_args(args: argparse.Namespace, **overrides: Any) -> dict:
     if getattr(args, "prompts_file", None) is not None:
         given["prompts"] = json.loads(args.prompts_file.read_text())
     if getattr(args, "num_prompts", None) is not None:
+        from workbench.models.loader import load_prompts  # torch, only when prompts are chosen
+
         given["prompts"] = (given.get("prompts") or load_prompts())[: args.num_prompts]
     return {**given, **overrides}
