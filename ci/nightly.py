@@ -18,7 +18,6 @@ import importlib.metadata
 import json
 import platform
 import shutil
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -32,6 +31,7 @@ from ci.lane import lane_problems, latest_lane
 from ci.matrix import MatrixError, load_matrix, parse_shard
 from ci.publish import export_html
 from ci.report import write_report
+from workbench.run.provenance import workbench_commit
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = "results.json"
@@ -55,22 +55,13 @@ def _now() -> str:
 
 
 def _environment() -> dict:
-    try:
-        rev = (
-            subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
-            ).stdout.strip()
-            or None
-        )
-    except (OSError, subprocess.SubprocessError):
-        rev = None
     return {
         "python": platform.python_version(),
         "torch": importlib.metadata.version("torch"),
         "host": platform.node(),
         "cpu": platform.machine(),
         "cores": usable_cores(),
-        "git": rev,
+        "git": workbench_commit(),
     }
 
 

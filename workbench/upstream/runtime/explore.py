@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from workbench.run.provenance import workbench_commit
 from workbench.upstream.context import UpstreamContext
 from workbench.upstream.sources.envs import ensure_env, ensure_sources
 from workbench.upstream.sources.releases import check_version, known_releases
@@ -402,20 +402,10 @@ def _hf_reference(ctx: UpstreamContext, version: str, max_new_tokens: int, timeo
 
 def provenance(command: str | None) -> dict:
     """When, where and with which commit the exploration ran."""
-    root = Path(__file__).resolve().parents[3]
-    try:
-        commit = (
-            subprocess.run(
-                ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
-            ).stdout.strip()
-            or None
-        )
-    except (OSError, subprocess.SubprocessError):
-        commit = None
     return {
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "command": command or " ".join(sys.argv),
-        "commit": commit,
+        "commit": workbench_commit(),
         "cpus": os.cpu_count(),
         "load_at_start": round(os.getloadavg()[0], 2),
     }
