@@ -29,11 +29,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from workbench.run.provenance import workbench_commit
+from workbench.run.serialise import from_dict, to_dict
 from workbench.upstream.context import UpstreamContext
 from workbench.upstream.sources.envs import ensure_env, ensure_sources
 from workbench.upstream.sources.releases import check_version, known_releases
 
-from .record import compare_reference
+from .record import RuntimeRecord, compare_reference
 from .run import BACKENDS, DP_SIZES, IDLE_MODES, RuntimeConfigError, _reference, load_prompts, run_runtime
 
 LANE_ALGORITHMS = ("EAGLE3",)  # the lane's draft model is an EAGLE3 head (assets/runtime_models/draft)
@@ -340,7 +341,9 @@ def explore(
                 _run_cell(ctx, version, cell, max_new_tokens, timeout_s, known)
                 if cell.record and cell.record["status"] == "ok":
                     reference = reference or _hf_reference(ctx, version, max_new_tokens, timeout_s)
-                    compare_reference(cell.record, reference)
+                    rec = from_dict(RuntimeRecord, cell.record)
+                    compare_reference(rec, reference)
+                    cell.record = to_dict(rec)
                     _apply(cell, classify(cell.record, known), version, max_new_tokens)
         done[cell.key] = cell
         if progress:
