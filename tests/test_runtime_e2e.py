@@ -230,4 +230,4 @@ def test_the_gate_counts_end_to_end_as_confirmed(tmp_path: Path) -> None:
     path = tmp_path / "t.json"
     e2e_entry = {**entry, "verdict": "confirmed end to end"}
     path.write_text(json.dumps({"schema": "upstream-triage/3", "entries": dict.fromkeys(keys, e2e_entry)}))
-    assert load_triage(path)[keys[0]]["verdict"] == "confirmed end to end"
+    assert load_triage(path)[keys[0]].verdict == "confirmed end to end"
