@@ -7,15 +7,17 @@ The real runs: tests/test_guard_e2e_network.py."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from upstream_fixtures import toy_tree, write_fake_cache
 
 from workbench.cli import main as workbench_main
+from workbench.run.serialise import to_dict
 from workbench.upstream import guard
 from workbench.upstream.context import UpstreamContext, quiet
-from workbench.upstream.gate import judge, load_triage, triage_keys
+from workbench.upstream.gate import TriageEntry, judge, load_triage, triage_keys
 from workbench.upstream.runtime import e2e
 from workbench.upstream.static.lint import analyse, finding_key
 
@@ -211,23 +213,18 @@ def test_a_run_that_cannot_decide_fails_closed(tmp_path: Path, monkeypatch: pyte
 
 def test_the_gate_counts_end_to_end_as_confirmed(tmp_path: Path) -> None:
     f = {**VERIFY, "verdict": "confirmed end to end"}
-    entry = {
-        "verdict": "confirmed",
-        "status": "live-filed",
-        "reason": "r",
-        "decided_by": "test",
-        "link": "https://example.org/i/1",
-        "fixed_in": None,
-    }
+    entry = TriageEntry(
+        verdict="confirmed", status="live-filed", reason="r", decided_by="test", link="https://example.org/i/1"
+    )
     keys = triage_keys(f)
     assert len(judge([f], dict.fromkeys(keys, entry), "confirmed", "0.5.14")) == 1
     assert judge([f], dict.fromkeys(keys, entry), "new", "0.5.14") == []  # known, live, linked
-    accepted = {**entry, "status": "accepted", "link": None}
+    accepted = replace(entry, status="accepted", link=None)
     assert judge([f], dict.fromkeys(keys, accepted), "new", "0.5.14")[0]["gate"].startswith("confirmed on")
     assert (
-        "now confirms" in judge([f], dict.fromkeys(keys, {**entry, "verdict": "refuted"}), "new", "0.5.14")[0]["gate"]
+        "now confirms" in judge([f], dict.fromkeys(keys, replace(entry, verdict="refuted")), "new", "0.5.14")[0]["gate"]
     )
     path = tmp_path / "t.json"
-    e2e_entry = {**entry, "verdict": "confirmed end to end"}
+    e2e_entry = to_dict(replace(entry, verdict="confirmed end to end"))
     path.write_text(json.dumps({"schema": "upstream-triage/3", "entries": dict.fromkeys(keys, e2e_entry)}))
     assert load_triage(path)[keys[0]].verdict == "confirmed end to end"
