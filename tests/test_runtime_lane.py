@@ -580,3 +580,20 @@ def test_cli_exit_codes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
         assert workbench_main(["upstream", *argv]) == code, (status, expect)
         assert json.loads((tmp_path / "r.json").read_text())["status"] == records[status]["status"]
     assert workbench_main(["upstream", "run", "--sglang", "0.5.14", "--dp", "4"]) == 2  # refused by argparse
+
+
+def test_the_shipped_runs_end_as_the_notebook_expects_and_a_changed_one_is_named() -> None:
+    """``measurements.problems`` over the shipped runs (what notebook 06 checks) finds nothing; a run that
+    ended otherwise, or whose outputs differ from DP 1, is named."""
+    from workbench.upstream.runtime import measurements
+
+    runs = measurements.load_runs("0.5.14", "triton")["runs"]
+    assert measurements.problems(runs, "triton") == []
+    crashed = next(role for role, r in runs.items() if r["status"] == "crashed")
+    frames = measurements.sglang_frames(runs[crashed])
+    assert frames and all(f.startswith("sglang/") for f in frames)
+    ok = next(role for role, r in runs.items() if r["status"] == "ok" and role != "dp1")
+    changed = {**runs, crashed: {**runs[crashed], "status": "ok"}, ok: {**runs[ok], "outputs": [[0]]}}
+    found = measurements.problems(changed, "triton")
+    assert f"{crashed}: expected crashed, got ok" in found[0]
+    assert f"{ok}: outputs differ from the DP 1 run (dp1)" in found
