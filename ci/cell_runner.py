@@ -1,5 +1,6 @@
 """Run matrix cells as papermill child processes, at most ``jobs`` at once, with a progress line per
-cell; collect each cell's execution outcome and notebook record and judge it (``ci.expect``)."""
+cell; collect how each cell's execution ended and its notebook record, and judge it (``ci.expect``)
+into a ``ci.results.CellResult``."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from ci.execute import execution_result
+from ci.execute import Execution, execution_result
 from ci.expect import check_cell, describe
 from ci.kernelspec import kernel_name
 from ci.matrix import Cell, Matrix, MatrixError, notebook_expect
+from ci.results import CellResult
 from workbench.notebook import load_record  # the notebook face loads the engine; a shard merge has no torch
 from workbench.run.dp import LOG_DIR_ENV
+from workbench.run.serialise import RecordError, from_dict
 
 POLL_S = 0.2
 HEARTBEAT_S = 60.0
@@ -160,7 +163,7 @@ def kill_tree(pid: int) -> None:
     psutil.wait_procs(procs, timeout=5)
 
 
-def _finish(job: Job, out: Path, wall_limit_hit: bool) -> dict:
+def _finish(job: Job, out: Path, wall_limit_hit: bool) -> CellResult:
     job.log.close()
     shutil.rmtree(out / job.paths["tmp"], ignore_errors=True)
     wall = time.perf_counter() - job.started
@@ -170,48 +173,48 @@ def _finish(job: Job, out: Path, wall_limit_hit: bool) -> dict:
             "timeout", ename="NotebookTimeout", evalue=f"notebook ran past the hard limit; killed after {wall:.0f} s"
         )
     elif result_file.is_file():
-        execution = json.loads(result_file.read_text())
+        try:
+            execution = from_dict(Execution, json.loads(result_file.read_text()))
+        except (ValueError, RecordError) as e:  # the child's channel: a result it did not write whole
+            execution = execution_result("error", ename=type(e).__name__, evalue=f"{job.paths['result']}: {e}")
     else:
         execution = execution_result(
             "error",
             ename="RunnerChildDied",
             evalue=f"papermill process exited with code {job.proc.returncode} without a result; see {job.paths['log']}",
         )
-    execution["wall_s"] = wall
+    execution.wall_s = wall
     record_file = out / job.paths["record"]
     nb_record = None
     if record_file.is_file():
         try:
             nb_record = load_record(record_file)
         except ValueError as e:
-            execution.setdefault("record_error", str(e))
-    reasons = check_cell(job.cell.expect, execution, nb_record)
-    return {
-        **job.cell.to_dict(),
-        "parameters": job.parameters,
-        "execution": execution,
-        "notebook_record": nb_record,
-        "paths": job.paths,
-        "reasons": reasons,
-        "verdict": "unexpected" if reasons else "expected",
-    }
-
-
-def _progress(done: int, total: int, res: dict, running: int, queued: int, stream: TextIO) -> None:
-    primary = (res["notebook_record"] or {}).get("primary")
-    got = (
-        describe(((res["notebook_record"] or {}).get("runs") or {}).get(primary))
-        if res["notebook_record"]
-        else res["execution"]["outcome"]
+            execution.record_error = execution.record_error or str(e)
+    res = CellResult(
+        name=job.cell.name,
+        notebook=job.cell.notebook,
+        parameters=job.parameters,
+        expect=job.cell.expect,
+        defaults=job.cell.defaults,
+        execution=execution,
+        notebook_record=nb_record,
+        paths=dict(job.paths),
     )
-    mark = "ok  " if res["verdict"] == "expected" else "FAIL"
+    res.judge(check_cell(job.cell.expect, execution, nb_record))
+    return res
+
+
+def _progress(done: int, total: int, res: CellResult, running: int, queued: int, stream: TextIO) -> None:
+    got = describe(res.primary()) if res.notebook_record else res.execution.status
+    mark = "ok  " if res.verdict == "expected" else "FAIL"
     print(
-        f"[{done:>{len(str(total))}}/{total}] {mark} {res['execution']['wall_s']:6.1f}s  {res['name']}  -> "
+        f"[{done:>{len(str(total))}}/{total}] {mark} {res.execution.wall_s:6.1f}s  {res.name}  -> "
         f"{got[:90]}   (running {running}, queued {queued})",
         file=stream,
         flush=True,
     )
-    for r in res["reasons"]:
+    for r in res.reasons:
         print(f"        why: {r}", file=stream, flush=True)
 
 
@@ -236,10 +239,10 @@ def run_cells(
     out: Path,
     jobs: int,
     stream: TextIO = sys.stdout,
-) -> list[dict]:
+) -> list[CellResult]:
     """Run every job (``prepare_all``), at most ``jobs`` at once; results in the jobs' order."""
     order = [j.cell.name for j in queue]
-    results: dict[str, dict] = {}
+    results: dict[str, CellResult] = {}
     queue = list(queue)
     queue.sort(key=lambda j: -j.cell.weight)
     threads = thread_env(jobs)

@@ -1,10 +1,11 @@
 """One notebook through papermill, in its own process: ``python -m ci.execute JOB.json``.
 
 The job names the input and output notebooks, the parameters, the working directory, the kernel
-(``kernel_name``; ``eagle-workbench`` from the runner) and the timeouts; the outcome goes to the
-job's ``result`` path as JSON: ``completed``, ``failed`` (a cell raised), ``timeout`` (a cell ran
-past ``cell_timeout_s``), ``killed`` (the kernel died) or ``error`` (papermill itself failed, e.g.
-the kernel never started).
+(``kernel_name``; ``eagle-workbench`` from the runner) and the timeouts; how it ended goes to the
+job's ``result`` path as an ``Execution`` in JSON (``workbench.run.serialise``), its ``status`` in the
+workbench's one vocabulary (``workbench.run.record.STATUSES``): ``ok``, ``crashed`` (a cell raised),
+``timeout`` (a cell ran past ``cell_timeout_s``), ``killed`` (the kernel died) or ``error``
+(papermill itself failed, e.g. the kernel never started).
 """
 
 from __future__ import annotations
@@ -13,27 +14,50 @@ import json
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
-OUTCOMES = ("completed", "failed", "timeout", "killed", "error")  # an execution's ``outcome``
-EXECUTION_ERROR_FIELDS = ("cell", "ename", "evalue", "traceback")
+from workbench.run.record import STATUSES
+from workbench.run.serialise import to_dict
+
+
+@dataclass
+class ExecutionError:
+    """What stopped the notebook: the failing cell's index (if known) and the exception."""
+
+    cell: int | None
+    ename: str | None
+    evalue: str | None
+    traceback: str | None = None
+
+
+@dataclass
+class Execution:
+    """How one notebook's execution ended; ``error`` is None when ``status`` is ok."""
+
+    status: str
+    error: ExecutionError | None = None
+    wall_s: float = 0.0
+    record_error: str | None = None  # why the notebook's record could not be read (the runner sets it)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"invalid status {self.status!r}; valid: {', '.join(STATUSES)}")
 
 
 def execution_result(
-    outcome: str,
+    status: str,
     *,
     cell: int | None = None,
     ename: str | None = None,
     evalue: str | None = None,
     traceback: str | None = None,
     wall_s: float = 0.0,
-) -> dict:
-    """The one constructor of an execution outcome: {"outcome", "error", "wall_s"}; ``error`` is None
-    when completed, else {cell, ename, evalue, traceback} (cell: index of the failing cell, if known)."""
-    if outcome not in OUTCOMES:
-        raise ValueError(f"invalid outcome {outcome!r}; valid: {', '.join(OUTCOMES)}")
-    error = None if outcome == "completed" else {"cell": cell, "ename": ename, "evalue": evalue, "traceback": traceback}
-    return {"outcome": outcome, "error": error, "wall_s": wall_s}
+) -> Execution:
+    """The one constructor of an execution's ending: ``error`` is None when ok, else the failing cell
+    (its index, if known) and the exception."""
+    error = None if status == "ok" else ExecutionError(cell, ename, evalue, traceback)
+    return Execution(status, error, wall_s)
 
 
 def _failed_cell(output: Path) -> int | None:
@@ -49,7 +73,7 @@ def _failed_cell(output: Path) -> int | None:
     return None
 
 
-def execute(job: dict) -> dict:
+def execute(job: dict) -> Execution:
     """Run the job's notebook; never raises."""
     import papermill
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -58,7 +82,7 @@ def execute(job: dict) -> dict:
     t0 = time.perf_counter()
     out = Path(job["output"])
     out.parent.mkdir(parents=True, exist_ok=True)
-    result = execution_result("completed")
+    result = execution_result("ok")
     try:
         papermill.execute_notebook(
             job["input"],
@@ -73,7 +97,7 @@ def execute(job: dict) -> dict:
             report_mode=False,
         )
     except PapermillExecutionError as e:
-        result = execution_result("failed", cell=e.cell_index, ename=e.ename, evalue=e.evalue)
+        result = execution_result("crashed", cell=e.cell_index, ename=e.ename, evalue=e.evalue)
     except CellTimeoutError as e:
         result = execution_result(
             "timeout",
@@ -93,17 +117,17 @@ def execute(job: dict) -> dict:
             evalue=str(e)[:2000],
             traceback=traceback.format_exc(),
         )
-    result["wall_s"] = time.perf_counter() - t0
+    result.wall_s = time.perf_counter() - t0
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Execute the job file named by the first argument; exit 0 when the notebook completed."""
+    """Execute the job file named by the first argument; exit 0 when the notebook ran to its end (ok)."""
     args = sys.argv[1:] if argv is None else argv
     job = json.loads(Path(args[0]).read_text())
     result = execute(job)
-    Path(job["result"]).write_text(json.dumps(result, indent=1))
-    return 0 if result["outcome"] == "completed" else 1
+    Path(job["result"]).write_text(json.dumps(to_dict(result), indent=1))
+    return 0 if result.status == "ok" else 1
 
 
 if __name__ == "__main__":

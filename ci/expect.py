@@ -6,10 +6,15 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ci.history import params_of
 from ci.matrix import EXPECT_FIELDS, PRIMARY
 from workbench.run.record import CRASH_FIELDS as RECORD_CRASH_FIELDS
+
+if TYPE_CHECKING:
+    from ci.execute import Execution
+    from ci.results import CellResult
 
 # compared with the record's crash as is; raised_at (a dict in the record) by its "file:line"
 CRASH_FIELDS = tuple(f for f in EXPECT_FIELDS if f in RECORD_CRASH_FIELDS and f != "raised_at")
@@ -60,17 +65,18 @@ def _roles(role: str, nb_record: dict) -> list[str]:
     return [nb_record["primary"] if role == PRIMARY else role]
 
 
-def check_cell(expect: dict[str, dict], execution: dict, nb_record: dict | None) -> list[str]:
-    """Reasons the cell is unexpected: the notebook did not complete, no record, or a run ended otherwise."""
+def check_cell(expect: dict[str, dict], execution: Execution, nb_record: dict | None) -> list[str]:
+    """Reasons the cell is unexpected: the notebook did not end ok, no record, or a run ended otherwise."""
     reasons = []
-    if execution["outcome"] != "completed":
-        err = execution.get("error") or {}
-        where = f" in cell {err['cell']}" if err.get("cell") is not None else ""
-        reasons.append(f"notebook {execution['outcome']}{where}: {err.get('ename')}: {str(err.get('evalue'))[:400]}")
+    if execution.status != "ok":
+        err = execution.error
+        where = f" in cell {err.cell}" if err and err.cell is not None else ""
+        ename, evalue = (err.ename, err.evalue) if err else (None, None)
+        reasons.append(f"notebook {execution.status}{where}: {ename}: {str(evalue)[:400]}")
     if nb_record is None:
         reasons.append(
-            f"notebook record unreadable: {execution['record_error']}"
-            if execution.get("record_error")
+            f"notebook record unreadable: {execution.record_error}"
+            if execution.record_error
             else "no notebook record at record_path (the notebook stopped before writing it)"
         )
         return reasons
@@ -88,12 +94,12 @@ def check_cell(expect: dict[str, dict], execution: dict, nb_record: dict | None)
     return reasons
 
 
-def ok_runs(cells: Iterable[dict]) -> Iterable[tuple[str, str, dict]]:
+def ok_runs(cells: Iterable[CellResult]) -> Iterable[tuple[str, str, dict]]:
     """(cell name, role, record) of every ok run in the cells' notebook records."""
     for c in cells:
-        for role, rec in ((c.get("notebook_record") or {}).get("runs") or {}).items():
+        for role, rec in c.runs().items():
             if rec.get("status") == "ok" and rec.get("outputs_sha256"):
-                yield c["name"], role, rec
+                yield c.name, role, rec
 
 
 def _key(cfg: dict, spec: bool) -> str:
@@ -123,7 +129,7 @@ def _odd_ones(groups: dict[str, list[tuple[str, str, str]]], what: str) -> dict[
     return reasons
 
 
-def check_parity(cells: list[dict]) -> dict[str, list[str]]:
+def check_parity(cells: list[CellResult]) -> dict[str, list[str]]:
     """Ok runs with the same mode, spec settings, prompts, length, seed and models must agree on
     outputs_sha256, whatever their backend, revision or dp size."""
     groups: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
@@ -132,7 +138,7 @@ def check_parity(cells: list[dict]) -> dict[str, list[str]]:
     return _odd_ones(groups, "output parity")
 
 
-def check_lossless(cells: list[dict]) -> dict[str, list[str]]:
+def check_lossless(cells: list[CellResult]) -> dict[str, list[str]]:
     """Ok EAGLE3 runs must produce the greedy runs' outputs for the same prompts, length, seed and models;
     an ok EAGLE3 run without such a greedy run is a failure too (never skipped)."""
     greedy: dict[str, Counter] = defaultdict(Counter)
@@ -161,7 +167,7 @@ def check_lossless(cells: list[dict]) -> dict[str, list[str]]:
 
 
 def check_accept_length(
-    cells: list[dict], previous: dict[tuple[str, str, str], tuple[float, str]], tolerance: float
+    cells: list[CellResult], previous: dict[tuple[str, str, str], tuple[float, str]], tolerance: float
 ) -> dict[str, list[str]]:
     """Mean accept length of each ok EAGLE3 run may fall at most ``tolerance`` below the last
     night that ran the same cell and role with the same parameters and models (``ci.history.params_of``);
@@ -180,7 +186,7 @@ def check_accept_length(
     return reasons
 
 
-def parity_groups(cells: list[dict]) -> list[dict]:
+def parity_groups(cells: list[CellResult]) -> list[dict]:
     """For the report: ok runs grouped by the parity key, one row per distinct outputs_sha256."""
     groups: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for _, _, rec in ok_runs(cells):

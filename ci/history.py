@@ -18,6 +18,10 @@ import statistics
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ci.results import CellResult
 
 BUSY_TIMEOUT_S = 120.0
 SCHEMA = """
@@ -76,19 +80,19 @@ def params_of(rec: dict) -> tuple[str, dict]:
     return hashlib.sha256(text.encode()).hexdigest()[:12], params
 
 
-def run_rows(cells: Iterable[dict]) -> list[dict]:
+def run_rows(cells: Iterable[CellResult]) -> list[dict]:
     """One history row per run in the cells' notebook records."""
     rows = []
     for c in cells:
-        for role, rec in ((c.get("notebook_record") or {}).get("runs") or {}).items():
+        for role, rec in c.runs().items():
             cfg, m = rec.get("config", {}), rec.get("metrics") or {}
             lat = {k: 1000 * statistics.median(v) for k, v in (m.get("latency_s") or {}).items() if v}
             phash, params = params_of(rec)
             rows.append(
                 {
-                    "cell": c["name"],
+                    "cell": c.name,
                     "role": role,
-                    "notebook": c.get("notebook"),
+                    "notebook": c.notebook,
                     "backend": cfg.get("backend"),
                     "kernel": cfg.get("kernel"),
                     "kernel_stand_in": cfg.get("kernel_stand_in"),
@@ -104,7 +108,7 @@ def run_rows(cells: Iterable[dict]) -> list[dict]:
                     "wall_s": m.get("wall_s"),
                     "latency_median_ms": json.dumps(lat),
                     "outputs_sha256": rec.get("outputs_sha256"),
-                    "cell_verdict": c.get("verdict"),
+                    "cell_verdict": c.verdict,
                     "params_hash": phash,
                     "params": json.dumps(params, sort_keys=True, default=str),
                 }
@@ -179,10 +183,10 @@ class History:
         ).fetchall()
         return {(r["cell"], r["role"], r["params_hash"]): (r["accept_length_mean"], r["label"]) for r in rows}
 
-    def append_night(self, label: str, finished_at: str, verdict: str, cells: list[dict], meta: dict) -> int:
+    def append_night(self, label: str, finished_at: str, verdict: str, cells: list[CellResult], meta: dict) -> int:
         """Store a night and all its runs in one transaction; returns the night id."""
         rows = run_rows(cells)
-        unexpected = sum(1 for c in cells if c.get("verdict") != "expected")
+        unexpected = sum(1 for c in cells if c.verdict != "expected")
         self.db.execute("BEGIN IMMEDIATE")
         try:
             cur = self.db.execute(

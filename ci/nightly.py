@@ -4,7 +4,7 @@ Runs every matrix cell's notebook through papermill (``min(cores, cells)`` at on
 against its expectation, checks output parity and accept length against the history, writes
 executed notebooks (``.ipynb`` and HTML), ``summary.json``, ``report.html``, ``junit.xml`` and
 ``summary.md`` into ``--out``, appends the night to the
-history database and exits 1 on any unexpected outcome (2 on a usage or matrix error).
+history database and exits 1 on any unexpected cell (2 on a usage or matrix error).
 
 ``--shard i/N`` runs one shard and writes only its partial ``results.json``; ``--merge DIR...``
 merges shard folders into one report, history entry and exit status. ``--lane DIR`` /
@@ -18,7 +18,6 @@ import importlib.metadata
 import json
 import platform
 import shutil
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -32,9 +31,13 @@ from ci.lane import lane_problems, latest_lane
 from ci.matrix import MatrixError, load_matrix, parse_shard
 from ci.publish import export_html
 from ci.report import write_report
+from ci.results import CellResult
+from workbench.run.provenance import workbench_commit
+from workbench.run.serialise import from_dict, to_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = "results.json"
+SCHEMA = "ci.nightly-results/2"  # /2: cells as ci.results.CellResult, an execution's ending in `status`
 OWNED = (
     "notebooks",
     "records",
@@ -55,22 +58,13 @@ def _now() -> str:
 
 
 def _environment() -> dict:
-    try:
-        rev = (
-            subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
-            ).stdout.strip()
-            or None
-        )
-    except (OSError, subprocess.SubprocessError):
-        rev = None
     return {
         "python": platform.python_version(),
         "torch": importlib.metadata.version("torch"),
         "host": platform.node(),
         "cpu": platform.machine(),
         "cores": usable_cores(),
-        "git": rev,
+        "git": workbench_commit(),
     }
 
 
@@ -105,7 +99,7 @@ def _run(args: argparse.Namespace) -> int:
     results = run_cells(queue, matrix, ROOT, out.resolve(), jobs)
     export_html(out, results)
     doc = {
-        "schema": "ci.nightly-results/1",
+        "schema": SCHEMA,
         "matrix": matrix.path,
         "shard": shard,
         "started_at": started,
@@ -116,13 +110,13 @@ def _run(args: argparse.Namespace) -> int:
             "threads_each": thread_env(jobs)["OMP_NUM_THREADS"],
         },
         "settings": {"accept_length_drop": matrix.accept_length_drop, "checks": matrix.checks},
-        "cells": results,
+        "cells": [to_dict(r) for r in results],
     }
     (out / RESULTS).write_text(json.dumps(doc, indent=1, default=str))
     if shard:
-        bad = [r for r in results if r["verdict"] != "expected"]
+        bad = [r for r in results if r.verdict != "expected"]
         for r in bad:
-            print(f"UNEXPECTED {r['name']}: {'; '.join(r['reasons'])}", file=sys.stderr)
+            print(f"UNEXPECTED {r.name}: {'; '.join(r.reasons)}", file=sys.stderr)
         print(
             f"shard {shard}: {len(results) - len(bad)}/{len(results)} cells as expected; partial results in "
             f"{(out / RESULTS).resolve()}"
@@ -143,7 +137,10 @@ def _merge(args: argparse.Namespace) -> int:
         if not f.is_file():
             missing.append(str(d))
             continue
-        docs.append(json.loads(f.read_text()))
+        doc = json.loads(f.read_text())
+        if doc.get("schema") != SCHEMA:
+            raise MatrixError(f"--merge: {f} has schema {doc.get('schema')!r}; valid: {SCHEMA!r} (rerun that shard)")
+        docs.append(doc)
         if d.resolve() != out.resolve():
             for name in COPIED:
                 if (d / name).is_dir():
@@ -184,7 +181,7 @@ def finalize(
 
     ``lane``: the guard lane's folder (default ``out/lane``) and history (ci/lane.py)."""
     lane_result = latest_lane(out, lane[0], lane[1], datetime.now(UTC))
-    cells = [c for d in docs for c in d["cells"]]
+    cells = [from_dict(CellResult, c, f"cell {i}") for d in docs for i, c in enumerate(d["cells"])]
     settings = docs[0]["settings"]
     night = night or _now()
     with History(history_path) as hist:
@@ -204,12 +201,11 @@ def finalize(
             for cell, reasons in found.items():
                 extra_reasons.setdefault(cell, []).extend(reasons)
         for c in cells:
-            c["reasons"] = c["reasons"] + extra_reasons.get(c["name"], [])
-            c["verdict"] = "unexpected" if c["reasons"] else "expected"
+            c.judge(extra_reasons.get(c.name))
         problems = [f"shard {s} reported no results" for s in _missing_shards(docs)]
         problems += [f"no {RESULTS} in {d}" for d in missing_dirs or []]
         problems += lane_problems(lane_result)
-        bad = [c for c in cells if c["verdict"] != "expected"]
+        bad = [c for c in cells if c.verdict != "expected"]
         verdict = "fail" if bad or problems else "pass"
         env = docs[0].get("environment", {})
         hist.append_night(
@@ -228,13 +224,13 @@ def finalize(
         "history": str(Path(history_path).resolve()),
         "history_note": history_note,
         "lane": lane_result,
-        "unexpected": [{"cell": c["name"], "reasons": c["reasons"]} for c in bad]
+        "unexpected": [{"cell": c.name, "reasons": c.reasons} for c in bad]
         + [{"cell": "(merge)", "reasons": [p]} for p in problems],
     }
     report = write_report(out, summary, cells, trend)
     for c in bad:
-        for r in c["reasons"]:
-            print(f"UNEXPECTED {c['name']}: {r}", file=sys.stderr)
+        for r in c.reasons:
+            print(f"UNEXPECTED {c.name}: {r}", file=sys.stderr)
     for p in problems:
         print(f"UNEXPECTED (merge): {p}", file=sys.stderr)
     print(f"{len(cells) - len(bad)}/{len(cells)} cells as expected; verdict {verdict}; {history_note}")

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
+from typing import TYPE_CHECKING
 from xml.etree import ElementTree as ET
 
 from ci.expect import describe, describe_expect
 from ci.lane import lane_line
 
+if TYPE_CHECKING:
+    from ci.results import CellResult
 
-def export_html(out: Path, cells: list[dict]) -> None:
+
+def export_html(out: Path, cells: list[CellResult]) -> None:
     """Write ``notebooks/<slug>.html`` beside every executed ``.ipynb`` and add it to the cell's paths.
 
     A notebook that cannot be converted gets a page saying why (the ``.ipynb`` stays linked)."""
@@ -21,13 +25,13 @@ def export_html(out: Path, cells: list[dict]) -> None:
 
     exporter = HTMLExporter(template_name="lab")
     for c in cells:
-        nb_rel = (c.get("paths") or {}).get("notebook")
+        nb_rel = c.paths.get("notebook")
         if not nb_rel or not (out / nb_rel).is_file():
             continue
         page_rel = str(Path(nb_rel).with_suffix(".html"))
         try:
             body, _ = exporter.from_notebook_node(
-                nbformat.read(out / nb_rel, as_version=4), resources={"metadata": {"name": c["name"]}}
+                nbformat.read(out / nb_rel, as_version=4), resources={"metadata": {"name": c.name}}
             )
         except Exception as e:  # a truncated notebook from a killed kernel: say so, keep the .ipynb
             body = (
@@ -35,7 +39,7 @@ def export_html(out: Path, cells: list[dict]) -> None:
                 f"{html.escape(type(e).__name__)}: {html.escape(str(e))}</p>"
             )
         (out / page_rel).write_text(body, encoding="utf-8")
-        c["paths"] = {**c["paths"], "html": page_rel}
+        c.paths = {**c.paths, "html": page_rel}
 
 
 def shipped_note(nb_record: dict | None) -> str | None:
@@ -65,18 +69,17 @@ def shipped_note(nb_record: dict | None) -> str | None:
     return f"{source}, not measured tonight" + (": " + "; ".join(versions) if versions else "")
 
 
-def _got(c: dict) -> str:
-    runs = (c.get("notebook_record") or {}).get("runs") or {}
-    got = "; ".join(f"{role}: {describe(rec)}" for role, rec in runs.items()) or c["execution"]["outcome"]
-    note = shipped_note(c.get("notebook_record"))
+def _got(c: CellResult) -> str:
+    got = "; ".join(f"{role}: {describe(rec)}" for role, rec in c.runs().items()) or c.execution.status
+    note = shipped_note(c.notebook_record)
     return f"{got} [{note}]" if note else got
 
 
-def write_junit(out: Path, summary: dict, cells: list[dict]) -> Path:
+def write_junit(out: Path, summary: dict, cells: list[CellResult]) -> Path:
     """``junit.xml``: a test case per cell (an unexpected cell is a failure with its reasons), and one
     failing ``(merge)`` case per merge problem (a shard without results)."""
     problems = summary.get("problems") or []
-    bad = sum(1 for c in cells if c["verdict"] != "expected") + len(problems)
+    bad = sum(1 for c in cells if c.verdict != "expected") + len(problems)
     suite = ET.Element(
         "testsuite",
         name=f"nightly {summary['matrix']}",
@@ -90,14 +93,14 @@ def write_junit(out: Path, summary: dict, cells: list[dict]) -> Path:
         case = ET.SubElement(
             suite,
             "testcase",
-            classname=str(c["notebook"]).replace("/", ".").removesuffix(".ipynb"),
-            name=c["name"],
-            time=f"{c['execution'].get('wall_s', 0.0):.1f}",
+            classname=str(c.notebook).replace("/", ".").removesuffix(".ipynb"),
+            name=c.name,
+            time=f"{c.execution.wall_s:.1f}",
         )
-        if c["verdict"] != "expected":
-            ET.SubElement(case, "failure", message="; ".join(c["reasons"])[:1000]).text = "\n".join(c["reasons"])
+        if c.verdict != "expected":
+            ET.SubElement(case, "failure", message="; ".join(c.reasons)[:1000]).text = "\n".join(c.reasons)
         ET.SubElement(case, "system-out").text = (
-            "expected: " + "; ".join(f"{r}: {describe_expect(w)}" for r, w in c["expect"].items()) + "\ngot: " + _got(c)
+            "expected: " + "; ".join(f"{r}: {describe_expect(w)}" for r, w in c.expect.items()) + "\ngot: " + _got(c)
         )
     for p in problems:
         case = ET.SubElement(suite, "testcase", classname="ci.nightly", name="(merge)")
@@ -111,7 +114,7 @@ def _md(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def write_markdown(out: Path, summary: dict, cells: list[dict]) -> Path:
+def write_markdown(out: Path, summary: dict, cells: list[CellResult]) -> Path:
     """``summary.md``: the verdict, the unexpected cells with their reasons, then every cell in a table."""
     bad = summary["unexpected"]
     head = (
@@ -129,12 +132,9 @@ def write_markdown(out: Path, summary: dict, cells: list[dict]) -> Path:
         lines.append("")
     lines += ["### Cells\n", "| cell | verdict | expected | got | wall s |", "|---|---|---|---|---|"]
     for c in cells:
-        expect = "; ".join(f"{r}: {describe_expect(w)}" for r, w in c["expect"].items())
-        mark = "ok" if c["verdict"] == "expected" else "**UNEXPECTED**"
-        lines.append(
-            f"| {_md(c['name'])} | {mark} | {_md(expect)} | {_md(_got(c)[:300])} | "
-            f"{c['execution'].get('wall_s', 0.0):.1f} |"
-        )
+        expect = "; ".join(f"{r}: {describe_expect(w)}" for r, w in c.expect.items())
+        mark = "ok" if c.verdict == "expected" else "**UNEXPECTED**"
+        lines.append(f"| {_md(c.name)} | {mark} | {_md(expect)} | {_md(_got(c)[:300])} | {c.execution.wall_s:.1f} |")
     path = out / "summary.md"
     path.write_text("\n".join(lines) + "\n")
     return path

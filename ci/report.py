@@ -13,7 +13,9 @@ from pathlib import Path
 from ci.expect import describe, describe_expect, parity_groups
 from ci.lane import lane_section
 from ci.publish import shipped_note, write_junit, write_markdown
+from ci.results import CellResult
 from workbench.run.labels import record_label
+from workbench.run.serialise import to_dict
 from workbench.views import plots
 from workbench.views.comparison import comparison_section, headlines
 
@@ -24,30 +26,25 @@ img{max-width:100%;border:1px solid #eee;margin:6px 0}code{font-size:11px}
 .why{color:#b71c1c}.shipped{color:#6d4c00;font-size:11px}"""
 
 
-def _records(cells: list[dict]) -> list[dict]:
+def _records(cells: list[CellResult]) -> list[dict]:
     """The engine's run records (the plots' input); upstream replays and check records are
     reported in the results table only."""
-    return [
-        rec
-        for c in cells
-        for rec in ((c.get("notebook_record") or {}).get("runs") or {}).values()
-        if "revision" in (rec.get("config") or {})
-    ]
+    return [rec for c in cells for rec in c.runs().values() if "revision" in (rec.get("config") or {})]
 
 
-def _as_expected(c: dict, role: str) -> bool:
+def _as_expected(c: CellResult, role: str) -> bool:
     """A run of an unexpected cell is unexpected when a reason names it, or when no reason names any run."""
-    if c["verdict"] == "expected":
+    if c.verdict == "expected":
         return True
-    named = [r for r in c["reasons"] if re.search(r"run '[^']+'", r)]
-    return not (any(f"run {role!r}" in r for r in named) or len(named) < len(c["reasons"]))
+    named = [r for r in c.reasons if re.search(r"run '[^']+'", r)]
+    return not (any(f"run {role!r}" in r for r in named) or len(named) < len(c.reasons))
 
 
-def _marked_records(cells: list[dict]) -> tuple[list[dict], list[bool]]:
+def _marked_records(cells: list[CellResult]) -> tuple[list[dict], list[bool]]:
     pairs = [
         (rec, _as_expected(c, role))
         for c in cells
-        for role, rec in ((c.get("notebook_record") or {}).get("runs") or {}).items()
+        for role, rec in c.runs().items()
         if "revision" in (rec.get("config") or {})
     ]
     return [r for r, _ in pairs], [m for _, m in pairs]
@@ -56,7 +53,7 @@ def _marked_records(cells: list[dict]) -> tuple[list[dict], list[bool]]:
 MATRIX_TITLE = "Crash matrix (revision × backend, per DP size)"
 
 
-def make_plots(cells: list[dict], trend_rows: list[dict], folder: Path) -> dict[str, Path]:
+def make_plots(cells: list[CellResult], trend_rows: list[dict], folder: Path) -> dict[str, Path]:
     """The report's figures as PNG + SVG under ``folder``; title -> PNG path (the crash matrix first)."""
     recs = _records(cells)
     marked, marks = _marked_records(cells)
@@ -78,26 +75,25 @@ def make_plots(cells: list[dict], trend_rows: list[dict], folder: Path) -> dict[
     return out
 
 
-def cell_summary(c: dict) -> dict:
+def cell_summary(c: CellResult) -> dict:
     """The compact per-cell entry of summary.json."""
-    nb_record = c.get("notebook_record") or {}
-    primary = (nb_record.get("runs") or {}).get(nb_record.get("primary"))
+    primary = c.primary()
     m = (primary or {}).get("metrics") or {}
     return {
-        "cell": c["name"],
-        "notebook": c["notebook"],
-        "parameters": {k: v for k, v in c["parameters"].items() if k not in ("record_path",)},
-        "expect": c["expect"],
-        "execution": c["execution"]["outcome"],
-        "wall_s": round(c["execution"]["wall_s"], 2),
+        "cell": c.name,
+        "notebook": c.notebook,
+        "parameters": {k: v for k, v in c.parameters.items() if k not in ("record_path",)},
+        "expect": c.expect,
+        "execution": c.execution.status,
+        "wall_s": round(c.execution.wall_s, 2),
         "primary": describe(primary) if primary else None,
-        "runs": {r: describe(rec) for r, rec in (nb_record.get("runs") or {}).items()},
+        "runs": {r: describe(rec) for r, rec in c.runs().items()},
         "accept_length_mean": m.get("accept_length_mean"),
         "tokens_per_s": m.get("tokens_per_s"),
         "outputs_sha256": (primary or {}).get("outputs_sha256"),
-        "verdict": c["verdict"],
-        "reasons": c["reasons"],
-        "paths": c.get("paths", {}),
+        "verdict": c.verdict,
+        "reasons": c.reasons,
+        "paths": c.paths,
     }
 
 
@@ -109,14 +105,14 @@ def _params_text(params: dict) -> str:
 LINKS = (("html", "notebook"), ("notebook", ".ipynb"), ("record", "record"), ("log", "log"), ("rank_logs", "rank logs"))
 
 
-def _row(c: dict, out: Path) -> str:
+def _row(c: CellResult, out: Path) -> str:
     s = cell_summary(c)
     links = " ".join(
         f"<a href='{html.escape(s['paths'][k])}'>{label}</a>"
         for k, label in LINKS
         if k in s["paths"] and (out / s["paths"][k]).exists()
     )
-    note = shipped_note(c.get("notebook_record"))
+    note = shipped_note(c.notebook_record)
     shipped = f"<div class='shipped'>{html.escape(note)}</div>" if note else ""
     expect = "<br>".join(f"{html.escape(r)}: {html.escape(describe_expect(w))}" for r, w in s["expect"].items())
     got = "<br>".join(f"{html.escape(r)}: {html.escape(d)}" for r, d in s["runs"].items()) or html.escape(
@@ -124,8 +120,7 @@ def _row(c: dict, out: Path) -> str:
     )
     why = "".join(f"<div class='why'>{html.escape(r)}</div>" for r in s["reasons"])
     al = "" if s["accept_length_mean"] is None else f"{s['accept_length_mean']:.3f}"
-    nb_record = c.get("notebook_record") or {}
-    primary = (nb_record.get("runs") or {}).get(nb_record.get("primary")) or {}
+    primary = c.primary() or {}
     ok = primary.get("status") == "ok"  # a crashed run's tokens/s (0) and accept length measure nothing
     tps = "" if s["tokens_per_s"] is None or not ok else f"{s['tokens_per_s']:.1f}"
     al = al if ok else ""
@@ -138,7 +133,7 @@ def _row(c: dict, out: Path) -> str:
     )
 
 
-def _parity_table(cells: list[dict]) -> str:
+def _parity_table(cells: list[CellResult]) -> str:
     rows = parity_groups(cells)
     if not rows:
         return "<p>No ok runs.</p>"
@@ -180,14 +175,14 @@ def _banner(summary: dict) -> str:
     )
 
 
-def write_report(out: Path, summary: dict, cells: list[dict], trend_rows: list[dict]) -> Path:
+def write_report(out: Path, summary: dict, cells: list[CellResult], trend_rows: list[dict]) -> Path:
     """Write summary.json, plots/, report.html, junit.xml and summary.md into ``out``; returns the report path."""
     figures = make_plots(cells, trend_rows, out / "plots")
     summary = {
         **summary,
         "cells": [cell_summary(c) for c in cells],
         "plots": {t: str(p.relative_to(out)) for t, p in figures.items()},
-        "comparisons": headlines(cells),
+        "comparisons": headlines([to_dict(c) for c in cells]),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     write_junit(out, summary, cells)
@@ -220,7 +215,7 @@ def write_report(out: Path, summary: dict, cells: list[dict], trend_rows: list[d
         f"{found}{matrix}"
         f"{meta}{lane_section(summary['lane'])}<h2>Results</h2>{table}"
         f"<h2>Output parity</h2>{_parity_table(cells)}<h2>Plots</h2>{imgs}"
-        f"{comparison_section(cells, out / 'plots' / 'comparison')}</body></html>"
+        f"{comparison_section([to_dict(c) for c in cells], out / 'plots' / 'comparison')}</body></html>"
     )
     path = out / "report.html"
     path.write_text(page)

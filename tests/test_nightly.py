@@ -17,8 +17,10 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from ci import nightly
+from ci.execute import execution_result
 from ci.expect import check_lossless
 from ci.history import History
+from ci.results import CellResult
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -161,7 +163,7 @@ def test_report_opens_with_verdict_and_matrix_links_pages_and_writes_junit_and_m
     assert md.startswith("## Nightly FAILED: 0/1") and "**UNEXPECTED**" in md and "none before this night" in md
 
 
-def _run_cell(name: str, mode: str, sha: str) -> dict:
+def _run_cell(name: str, mode: str, sha: str) -> CellResult:
     cfg = {
         "mode": mode,
         "prompts": ["p"],
@@ -172,7 +174,8 @@ def _run_cell(name: str, mode: str, sha: str) -> dict:
         "topk": 2,
         "draft_tokens": 4,
     }
-    return {"name": name, "notebook_record": {"runs": {"run": {"status": "ok", "outputs_sha256": sha, "config": cfg}}}}
+    runs = {"run": {"status": "ok", "outputs_sha256": sha, "config": cfg}}
+    return CellResult(name, "nb", {}, {}, {}, execution_result("ok"), {"runs": runs})
 
 
 def test_lossless_compares_every_eagle_run_with_greedy_and_never_skips():
@@ -211,11 +214,13 @@ def test_accept_length_drop_against_previous_night(tmp_path, capsys):
 
 APPEND = """
 import json, sys, time
+from ci.execute import execution_result
 from ci.history import History
+from ci.results import CellResult
+from ci.results import CellResult
 path, tag, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
 run = json.loads(sys.argv[4])
-cells = [{"name": f"cell{i}", "notebook": "nb", "verdict": "expected", "notebook_record": {"runs": {"run": run}}}
-         for i in range(40)]
+cells = [CellResult(f"cell{i}", "nb", {}, {}, {}, execution_result("ok"), {"runs": {"run": run}}) for i in range(40)]
 while time.time() < start:
     pass
 for night in range(15):

@@ -1,19 +1,21 @@
-"""One crash record and one execution outcome: every producer goes through its constructor, and
+"""One crash record and one execution ending: every producer goes through its constructor, and
 the nightly's expectation fields are fields of that record."""
 
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
-from ci.execute import OUTCOMES, execution_result
+from ci.execute import Execution, execution_result
 from ci.expect import CRASH_FIELDS as CHECKED_FIELDS
 from ci.expect import check_cell, check_run
 from ci.matrix import EXPECT_FIELDS
 from workbench.run.record import CRASH_FIELDS, STATUSES, crash_from_exception, crash_record
+from workbench.run.serialise import RecordError, from_dict, to_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGE = "'EagleDraftExtendInput' object has no attribute 'kv_indptr'"
@@ -32,7 +34,7 @@ def _dict_key_sets(tree: ast.AST):
     "keys,owner,dirs",
     [
         ({"exception_type", "message"}, "workbench/run/record.py", ("workbench", "ci", "kernels", "benchmarks")),
-        ({"outcome", "error"}, "ci/execute.py", ("ci",)),
+        ({"status", "error", "wall_s"}, "ci/execute.py", ("ci",)),
     ],
 )
 def test_no_module_builds_the_record_by_hand(keys, owner, dirs):
@@ -126,15 +128,19 @@ def test_crash_from_exception_says_where_it_was_raised():
         crash_record(rank=0, phase=None, forward_mode=None, batch_size=None, exception_type="", message="")
 
 
-def test_every_execution_outcome_is_judged_by_the_nightly():
-    with pytest.raises(ValueError, match="invalid outcome 'crashed'; valid: completed, failed"):
-        execution_result("crashed")
+def test_every_execution_status_is_judged_by_the_nightly():
+    """An execution ends in the run record's words (``STATUSES``); every one but ok is a reason."""
+    with pytest.raises(ValueError, match="invalid status 'completed'; valid: ok, crashed, timeout, killed, error"):
+        execution_result("completed")
     bundle = {"primary": "run", "runs": {"run": {"status": "ok", "crash": None}}}
-    assert check_cell({"primary": {"status": "ok"}}, execution_result("completed"), bundle) == []
-    for outcome in OUTCOMES[1:]:
-        ex = execution_result(outcome, cell=3, ename="E", evalue="why")
-        assert set(ex["error"]) == {"cell", "ename", "evalue", "traceback"}
-        assert check_cell({"primary": {"status": "ok"}}, ex, bundle) == [f"notebook {outcome} in cell 3: E: why"]
+    assert check_cell({"primary": {"status": "ok"}}, execution_result("ok"), bundle) == []
+    assert STATUSES[0] == "ok"
+    for status in STATUSES[1:]:
+        ex = execution_result(status, cell=3, ename="E", evalue="why")
+        assert from_dict(Execution, json.loads(json.dumps(to_dict(ex)))) == ex  # the child's result channel
+        assert check_cell({"primary": {"status": "ok"}}, ex, bundle) == [f"notebook {status} in cell 3: E: why"]
+    with pytest.raises(RecordError, match=r"Execution: unknown key\(s\) \['outcome'\]"):
+        from_dict(Execution, {"outcome": "completed", "status": "ok"})
 
 
 def test_the_record_renders_only_through_the_view_a_face_sets(monkeypatch):

@@ -230,9 +230,9 @@ def test_a_tampered_tensor_or_a_slot_outside_the_pool_is_refused(bundle: Path, t
 
 def test_the_record_names_the_ranks_bundle() -> None:
     res = {"rank": 1, "exception": "AttributeError", "message": "m", "traceback": "t", "frames": []}
-    assert record_mod._crash({**res, "bundle": "/out/crash-bundle-rank1"})["bundle"] == "/out/crash-bundle-rank1"
+    assert record_mod._crash({**res, "bundle": "/out/crash-bundle-rank1"}).bundle == "/out/crash-bundle-rank1"
     crash = record_mod._crash({**res, "bundle_error": "OSError: disk full"})
-    assert crash["bundle"] is None and crash["bundle_error"] == "OSError: disk full"
+    assert crash.bundle is None and crash.bundle_error == "OSError: disk full"
 
 
 def test_kernel_remove_refuses_a_kernelspec_it_did_not_write(tmp_path: Path, monkeypatch) -> None:

@@ -7,16 +7,18 @@ The real runs: tests/test_guard_e2e_network.py."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from upstream_fixtures import toy_tree, write_fake_cache
 
 from workbench.cli import main as workbench_main
+from workbench.run.serialise import to_dict
 from workbench.upstream import guard
 from workbench.upstream.context import UpstreamContext, quiet
-from workbench.upstream.gate import judge, load_triage, triage_keys
-from workbench.upstream.runtime import e2e
+from workbench.upstream.gate import TriageEntry, judge, load_triage, triage_keys
+from workbench.upstream.runtime import e2e, record
 from workbench.upstream.static.lint import analyse, finding_key
 
 READ_FILE, READ_LINE = "sglang/srt/layers/attention/triton_backend.py", 593
@@ -41,26 +43,43 @@ assert finding_key(VERIFY) == VERIFY["key"] and finding_key(EXTEND) == EXTEND["k
 
 
 def _rec(fixes: list[str], status: str = "crashed", cls: str | None = None, line: int = READ_LINE) -> dict:
-    crash = None
-    if status == "crashed":
-        crash = {
-            "rank": 1,
-            "phase": {"EagleVerifyInput": "verify"}.get(cls, "draft-extend"),
-            "forward_mode": "IDLE",
-            "batch_size": 1,
-            "exception_type": "AttributeError",
-            "message": f"'{cls}' object has no attribute 'kv_indptr'",
-            "spec_info": cls,
-            "raised_at": {"file": READ_FILE, "line": line},
-        }
-    return {
-        "status": status,
-        "crash": crash,
-        "error": {"stage": "install:torch", "message": "no wheel"} if status == "error" else None,
-        "limits": [],
-        "timings": {"ranks_s": 30.0},
-        "config": {"backend": "triton", "fixes": list(fixes)},
+    """A stand-in run record (the JSON form ``run_runtime`` returns) of a dp 2 triton run with ``fixes``."""
+    cfg = {
+        "sglang": "0.5.14",
+        "sglang_src": None,
+        "dp": 2,
+        "backend": "triton",
+        "fixes": list(fixes),
+        "steps": 3,
+        "topk": 1,
+        "draft_tokens": 4,
+        "max_new_tokens": 8,
+        "draft_backend": "triton",
+        "revision": "sglang 0.5.14",
+        "apply_fix_in_place": False,
+        "mode": "real-runtime",
+        "model_dir": "models",
+        "seed": 0,
+        "prompts": ["Hi"],
+        "disable_overlap_schedule": False,
+        "timeout_s": 300.0,
     }
+    rec = record.new(cfg)
+    rec.status, rec.timings = status, {"ranks_s": 30.0}
+    if status == "crashed":
+        rec.crash = record.RuntimeCrash(
+            rank=1,
+            phase={"EagleVerifyInput": "verify"}.get(cls, "draft-extend"),
+            forward_mode="IDLE",
+            batch_size=1,
+            exception_type="AttributeError",
+            message=f"'{cls}' object has no attribute 'kv_indptr'",
+            spec_info=cls,
+            raised_at={"file": READ_FILE, "line": line},
+        )
+    if status == "error":
+        rec.error = record.RunError(stage="install:torch", message="no wheel")
+    return to_dict(rec)
 
 
 def _between(calls: list):
@@ -211,23 +230,18 @@ def test_a_run_that_cannot_decide_fails_closed(tmp_path: Path, monkeypatch: pyte
 
 def test_the_gate_counts_end_to_end_as_confirmed(tmp_path: Path) -> None:
     f = {**VERIFY, "verdict": "confirmed end to end"}
-    entry = {
-        "verdict": "confirmed",
-        "status": "live-filed",
-        "reason": "r",
-        "decided_by": "test",
-        "link": "https://example.org/i/1",
-        "fixed_in": None,
-    }
+    entry = TriageEntry(
+        verdict="confirmed", status="live-filed", reason="r", decided_by="test", link="https://example.org/i/1"
+    )
     keys = triage_keys(f)
     assert len(judge([f], dict.fromkeys(keys, entry), "confirmed", "0.5.14")) == 1
     assert judge([f], dict.fromkeys(keys, entry), "new", "0.5.14") == []  # known, live, linked
-    accepted = {**entry, "status": "accepted", "link": None}
+    accepted = replace(entry, status="accepted", link=None)
     assert judge([f], dict.fromkeys(keys, accepted), "new", "0.5.14")[0]["gate"].startswith("confirmed on")
     assert (
-        "now confirms" in judge([f], dict.fromkeys(keys, {**entry, "verdict": "refuted"}), "new", "0.5.14")[0]["gate"]
+        "now confirms" in judge([f], dict.fromkeys(keys, replace(entry, verdict="refuted")), "new", "0.5.14")[0]["gate"]
     )
     path = tmp_path / "t.json"
-    e2e_entry = {**entry, "verdict": "confirmed end to end"}
+    e2e_entry = to_dict(replace(entry, verdict="confirmed end to end"))
     path.write_text(json.dumps({"schema": "upstream-triage/3", "entries": dict.fromkeys(keys, e2e_entry)}))
-    assert load_triage(path)[keys[0]]["verdict"] == "confirmed end to end"
+    assert load_triage(path)[keys[0]].verdict == "confirmed end to end"

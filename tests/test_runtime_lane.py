@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.run.serialise import RecordError, from_dict, to_dict
 from workbench.upstream.runtime import launch, record, shim_guard, shims
 from workbench.upstream.runtime.fixes import FIXES
 from workbench.upstream.runtime.run import RuntimeConfigError, validate
@@ -344,6 +345,67 @@ def _frames(*names: str) -> list[dict]:
     ]
 
 
+def _shipped_records() -> dict[str, dict]:
+    explore = json.loads((RUNTIME.parents[1] / "assets" / "runtime_explore.json").read_text())
+    cells = {f"explore/{c['key']}": c["record"] for c in explore["cells"] if c.get("record")}
+    return {**SHIPPED, **cells}
+
+
+def _kept(old: object, new: object) -> bool:
+    """``new`` holds every key and value of ``old`` (it may add fields the record class defaults)."""
+    if isinstance(old, dict):
+        return isinstance(new, dict) and all(k in new and _kept(v, new[k]) for k, v in old.items())
+    if isinstance(old, list):
+        return isinstance(new, list) and len(old) == len(new) and all(map(_kept, old, new))
+    return old == new
+
+
+def test_every_shipped_runtime_record_reads_strictly_and_keeps_its_fields() -> None:
+    """Every shipped real-runtime record (the suite's runs and the exploration's cells) fits
+    ``RuntimeRecord`` with no unknown key or wrong type, and writing it back loses nothing."""
+    recs = _shipped_records()
+    assert len(recs) > len(SHIPPED)  # the exploration's cells were read too
+    for key, rec in recs.items():
+        assert _kept(rec, to_dict(from_dict(record.RuntimeRecord, rec))), key
+
+
+def test_a_record_with_an_unknown_or_mistyped_field_is_refused() -> None:
+    rec = to_dict(_new("triton", 2, 60))
+    assert from_dict(record.RuntimeRecord, rec) == _new("triton", 2, 60)
+    with pytest.raises(RecordError, match=r"RuntimeRecord: unknown key\(s\) \['outcome'\]"):
+        from_dict(record.RuntimeRecord, {**rec, "outcome": "ok"})
+    with pytest.raises(RecordError, match=r"RuntimeRecord.config.dp: expected int, got '2'"):
+        from_dict(record.RuntimeRecord, {**rec, "config": {**rec["config"], "dp": "2"}})
+
+
+def _new(backend: str, dp: int, timeout_s: float) -> record.RuntimeRecord:
+    """An empty record of a real-runtime run's whole configuration (``run_runtime``'s defaults)."""
+    cfg = {
+        "sglang": "0.5.14",
+        "sglang_src": None,
+        "dp": dp,
+        "backend": backend,
+        "fixes": [],
+        "steps": 3,
+        "topk": 1,
+        "draft_tokens": 4,
+        "max_new_tokens": 8,
+        "draft_backend": "triton",
+        "revision": "sglang 0.5.14",
+        "apply_fix_in_place": False,
+        "mode": "real-runtime",
+        "model_dir": "models",
+        "seed": 0,
+        "prompts": ["Hi"],
+        "disable_overlap_schedule": False,
+        "timeout_s": timeout_s,
+        "extra_shims": [],
+        "bundle_dir": "bundles",
+        "idle": "start",
+    }
+    return record.new(cfg)
+
+
 def test_record_from_rank_reports() -> None:
     crashed = {
         "status": "crashed",
@@ -368,22 +430,19 @@ def test_record_from_rank_reports() -> None:
         "message": "Connection closed by peer",
         "frames": _frames("speculative/eagle_worker_v2.py:verify"),
     }
-    rec = record.new({"backend": "triton", "dp": 2, "timeout_s": 60})
+    rec = _new("triton", 2, 60)
     record.fill(
         rec, launch.RankRun(results={0: peer, 1: crashed}, ended_by="crashed", exit_codes={0: -15, 1: 3}), [[1]]
     )
-    c = rec["crash"]
-    assert rec["status"] == "crashed" and (c["rank"], c["phase"], c["forward_mode"], c["batch_size"]) == (
+    c = rec.crash
+    assert rec.status == "crashed" and (c.rank, c.phase, c.forward_mode, c.batch_size) == (
         1,
         "verify",
         "IDLE",
         1,
     )
-    assert (
-        c["raised_at"]["file"] == "sglang/srt/layers/attention/triton_backend.py"
-        and c["spec_info"] == "EagleVerifyInput"
-    )
-    assert [f["rank"] for f in rec["rank_failures"]] == [0] and rec["shims"] == [{"name": "x"}]
+    assert c.raised_at["file"] == "sglang/srt/layers/attention/triton_backend.py" and c.spec_info == "EagleVerifyInput"
+    assert [f.rank for f in rec.rank_failures] == [0] and rec.shims == [{"name": "x"}]
     done = {
         "status": "done",
         "rank": 0,
@@ -393,17 +452,17 @@ def test_record_from_rank_reports() -> None:
         "shims": [{"name": "x"}],
         "shim_guard": {"violations": [], "after_run": {"violations": []}},
     }
-    ok = record.new({"backend": "torch_native", "dp": 1, "timeout_s": 60})
+    ok = _new("torch_native", 1, 60)
     record.fill(ok, launch.RankRun(results={0: done}, ended_by="done"), [[1], [2]])
-    assert ok["status"] == "ok" and ok["outputs"] == [[72, 105], [33]] and ok["outputs_text"] == ["Hi", "!"]
-    assert ok["metrics"]["accept_length_mean"] == 2.5 and ok["outputs_sha256"]
+    assert ok.status == "ok" and ok.outputs == [[72, 105], [33]] and ok.outputs_text == ["Hi", "!"]
+    assert ok.metrics["accept_length_mean"] == 2.5 and ok.outputs_sha256
     record.compare_reference(
         ok, {"outputs": [[72, 104], [33]], "transformers": "5", "architecture": "Qwen3ForCausalLM"}
     )
-    assert ok["reference"]["equal"] is False and ok["reference"]["first_difference"] == {"prompt": 0, "position": 1}
-    late = record.new({"backend": "triton", "dp": 2, "timeout_s": 5})
+    assert ok.reference.equal is False and ok.reference.first_difference == {"prompt": 0, "position": 1}
+    late = _new("triton", 2, 5)
     record.fill(late, launch.RankRun(ended_by="timeout"), [[1]])
-    assert late["status"] == "timeout" and "5 s" in late["error"]["message"]
+    assert late.status == "timeout" and "5 s" in late.error.message
     assert record.phase_of(_frames("speculative/eagle_worker_v2.py:_draft_extend_for_decode"), "IDLE") == "draft-extend"
     prefill = _frames("speculative/eagle_worker_v2.py:forward_batch_generation", "managers/tp_worker.py:forward")
     prefill[0]["code"] = "batch_output = self.target_worker.forward_batch_generation(batch)"
@@ -419,18 +478,16 @@ def test_a_guard_violation_or_an_unheld_rank_ends_the_run_with_status_error() ->
     done = {"status": "done", "rank": 0, "outputs": {"p0": [1]}, "spec": {}, "timings": {}, "shim_guard": held}
     idle = {"status": "done", "rank": 1, "outputs": {}, "spec": {}, "timings": {}}
     for rank1, status in ((held, "ok"), (hidden, "error"), (None, "error")):
-        rec = record.new({"backend": "triton", "dp": 2, "timeout_s": 60})
+        rec = _new("triton", 2, 60)
         results = {0: done, 1: {**idle, "shim_guard": rank1} if rank1 else idle}
         record.fill(rec, launch.RankRun(results=results, ended_by="done"), [[1]])
-        assert rec["status"] == status, rank1
+        assert rec.status == status, rank1
         if rank1 is hidden:
-            v = rec["error"]["violations"][0]
+            v = rec.error.violations[0]
             assert (v["rank"], v["when"], v["name"]) == (1, "after the run", "EagleDraftExtendInput.kv_indptr")
-            assert (
-                "EagleDraftExtendInput.kv_indptr" in rec["error"]["message"] and rec["error"]["stage"] == "shim-guard"
-            )
+            assert "EagleDraftExtendInput.kv_indptr" in rec.error.message and rec.error.stage == "shim-guard"
         elif rank1 is None:
-            assert "not held after the run on rank(s) [1]" in rec["error"]["message"]
+            assert "not held after the run on rank(s) [1]" in rec.error.message
     crashed = {
         "status": "crashed",
         "rank": 1,
@@ -441,9 +498,9 @@ def test_a_guard_violation_or_an_unheld_rank_ends_the_run_with_status_error() ->
         "batch": {},
         "shim_guard": hidden,
     }
-    rec = record.new({"backend": "triton", "dp": 2, "timeout_s": 60})
+    rec = _new("triton", 2, 60)
     record.fill(rec, launch.RankRun(results={1: crashed}, ended_by="crashed"), [[1]])
-    assert rec["status"] == "error" and rec["crash"] is None and rec["error"]["crash"]["message"] == "m"
+    assert rec.status == "error" and rec.crash is None and rec.error.crash.message == "m"
 
 
 FAKE_RANK = """#!{python}
@@ -523,3 +580,20 @@ def test_cli_exit_codes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
         assert workbench_main(["upstream", *argv]) == code, (status, expect)
         assert json.loads((tmp_path / "r.json").read_text())["status"] == records[status]["status"]
     assert workbench_main(["upstream", "run", "--sglang", "0.5.14", "--dp", "4"]) == 2  # refused by argparse
+
+
+def test_the_shipped_runs_end_as_the_notebook_expects_and_a_changed_one_is_named() -> None:
+    """``measurements.problems`` over the shipped runs (what notebook 06 checks) finds nothing; a run that
+    ended otherwise, or whose outputs differ from DP 1, is named."""
+    from workbench.upstream.runtime import measurements
+
+    runs = measurements.load_runs("0.5.14", "triton")["runs"]
+    assert measurements.problems(runs, "triton") == []
+    crashed = next(role for role, r in runs.items() if r["status"] == "crashed")
+    frames = measurements.sglang_frames(runs[crashed])
+    assert frames and all(f.startswith("sglang/") for f in frames)
+    ok = next(role for role, r in runs.items() if r["status"] == "ok" and role != "dp1")
+    changed = {**runs, crashed: {**runs[crashed], "status": "ok"}, ok: {**runs[ok], "outputs": [[0]]}}
+    found = measurements.problems(changed, "triton")
+    assert f"{crashed}: expected crashed, got ok" in found[0]
+    assert f"{ok}: outputs differ from the DP 1 run (dp1)" in found

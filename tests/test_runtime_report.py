@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.upstream.runtime import report
+from workbench.upstream.runtime import record, report
 
 SPEC = """from typing import Optional
 import torch
@@ -103,3 +103,45 @@ def test_what_the_report_does_not_show_is_named() -> None:
     assert "not ok and equal" in report.confirmed({**res, "fixed_equals_dp1": False})[0]
     ok = {"runs": {"as released": {"crash": None, "status": "ok"}, "fixed": fixed}, "fixed_equals_dp1": True}
     assert "did not crash in the idle verify pass" in report.confirmed(ok)[0]
+
+
+def test_a_run_is_summed_up_from_its_record() -> None:
+    """``_summary`` reads a real-runtime record's fields: the crash where it was raised, or the reference."""
+    cfg = {
+        "sglang": "0.5.14",
+        "sglang_src": None,
+        "dp": 2,
+        "backend": "triton",
+        "fixes": [],
+        "steps": 3,
+        "topk": 1,
+        "draft_tokens": 4,
+        "max_new_tokens": 8,
+        "draft_backend": "triton",
+        "revision": "sglang 0.5.14",
+        "apply_fix_in_place": False,
+        "mode": "real-runtime",
+        "model_dir": "models",
+        "seed": 0,
+        "prompts": ["Hi"],
+        "disable_overlap_schedule": False,
+        "timeout_s": 60,
+    }
+    rec = record.new(cfg)
+    rec.status, rec.timings = "crashed", {"ranks_s": 12.5}
+    at = {"file": "sglang/srt/layers/attention/triton_backend.py", "line": 593}
+    rec.crash = record.RuntimeCrash(1, "verify", "IDLE", 1, "AttributeError", "m", spec_info="X", raised_at=at)
+    s = report._summary(rec)
+    assert s["status"] == "crashed" and s["ranks_s"] == 12.5 and s["reference_equal"] is None
+    assert s["crash"] == {
+        "rank": 1,
+        "phase": "verify",
+        "forward_mode": "IDLE",
+        "batch_size": 1,
+        "spec_info": "X",
+        "message": "m",
+        "raised_at": "sglang/srt/layers/attention/triton_backend.py:593",
+    }
+    rec.status, rec.crash = "ok", None
+    rec.reference = record.Reference(equal=True, outputs=[[1]])
+    assert report._summary(rec)["crash"] is None and report._summary(rec)["reference_equal"] is True

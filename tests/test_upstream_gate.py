@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from packaging.version import Version
 from upstream_fixtures import toy_tree, write_fake_cache
 
 from workbench.cli import main as workbench_main
+from workbench.run.serialise import to_dict
 from workbench.upstream import gate, lane
 from workbench.upstream.context import UpstreamContext, quiet
 from workbench.upstream.gate import GateError, judge, load_triage, not_filed, ran_problems
@@ -30,20 +32,15 @@ def _finding(release: str = "0.5.14", verdict: str | None = None) -> dict:
     return {**f, "release": release, "verdict": verdict, "verdict_reason": f"replayed: {verdict}"}
 
 
-def _entry(**kw) -> dict:
-    return {
-        "verdict": "refuted",
-        "status": "false-positive",
-        "reason": "toy",
-        "decided_by": "test",
-        "link": None,
-        "fixed_in": None,
-        **kw,
-    }
+def _entry(**kw) -> gate.TriageEntry:
+    return gate.TriageEntry(
+        **{"verdict": "refuted", "status": "false-positive", "reason": "toy", "decided_by": "test", **kw}
+    )
 
 
 def _triage_file(tmp_path: Path, entries: dict, schema: str = gate.SCHEMA) -> Path:
     path = tmp_path / "triage.json"
+    entries = {k: to_dict(e) if isinstance(e, gate.TriageEntry) else e for k, e in entries.items()}
     path.write_text(json.dumps({"schema": schema, "produced_by": {}, "entries": entries}))
     return path
 
@@ -70,11 +67,11 @@ def test_the_triage_key_names_the_install_site() -> None:
     )
     v1 = f"{SEED}|speculative/v1.py:V1.run"  # a site gone earlier than the read's fix: the read's fix is named
     gone = _entry(verdict="confirmed", status="accepted", fixed_in="0.5.12", link="https://example.org/pr/1")
-    fixed = {v1: gone, SEED_T: {**fixed[SEED_T], "fixed_in": "0.5.14"}}  # the earlier site first
+    fixed = {v1: gone, SEED_T: replace(fixed[SEED_T], fixed_in="0.5.14")}  # the earlier site first
     assert judge([{**moved, "release": "0.5.15"}], fixed, "new", "0.5.15")[0]["gate"].startswith(
         "reappeared: fixed in 0.5.14"
     )
-    still = {**fixed, SEED_T: {**fixed[SEED_T], "fixed_in": None}}  # the read is live through another site
+    still = {**fixed, SEED_T: replace(fixed[SEED_T], fixed_in=None)}  # the read is live through another site
     assert judge([{**moved, "release": "0.5.15"}], still, "new", "0.5.15")[0]["gate"].startswith("new: install site")
 
 
@@ -144,6 +141,7 @@ def test_a_traced_raise_is_listed_with_the_live_ones_and_never_passes_silently()
         ({"decided_by": None}, "no decided_by"),
         ({"status": None}, "status None is none of live-filed, live-unfiled, accepted, false-positive"),
         ({"fixed_in": "soon"}, "fixed_in 'soon'"),
+        ({"fixed_in": 14}, "TriageEntry.fixed_in: 14 fits none of"),
         ({"link": "github.com/x"}, "not an https address"),
         ({"status": "live-filed", "link": "workbench/assets/r"}, "live-filed needs an https link"),
         ({"status": "live-unfiled", "link": "https://example.org/1"}, "live-unfiled needs its reproducer folder"),
@@ -161,6 +159,8 @@ def test_bad_triage_files_are_refused_with_what_to_do(tmp_path: Path) -> None:
         load_triage(_triage_file(tmp_path, {SEED: _entry()}))  # no install site
     with pytest.raises(GateError, match="is list, not an object"):
         load_triage(_triage_file(tmp_path, {SEED_T: []}))
+    with pytest.raises(GateError, match=re.escape("TriageEntry: unknown key(s) ['colour']")):
+        load_triage(_triage_file(tmp_path, {SEED_T: {**to_dict(_entry()), "colour": "red"}}))
     with pytest.raises(GateError, match="workbench upstream triage --migrate"):
         load_triage(_triage_file(tmp_path, {SEED: _entry()}, schema="upstream-triage/2"))
 
@@ -186,7 +186,7 @@ def test_a_live_finding_not_filed_upstream_passes_only_on_its_shipped_reproducer
         _reproducer(tmp_path, "other", "toy|IDLE|Other|kv_indptr|f"): "not of this finding",
     }
     for link, why in cases.items():
-        triage = {SEED_T: {**entry, "link": link}}
+        triage = {SEED_T: replace(entry, link=link)}
         failing = judge(found, triage, "new", "0.5.14")
         if why is None:
             assert failing == [] and not_filed(found, triage, "0.5.14")[0]["link"] == link
@@ -194,15 +194,15 @@ def test_a_live_finding_not_filed_upstream_passes_only_on_its_shipped_reproducer
         else:
             assert len(failing) == 1 and why in failing[0]["gate"], (link, failing)
             assert not_filed(found, triage, "0.5.14") == []
-    ok = {SEED_T: {**entry, "link": "workbench/assets/upstream_repro/ok"}}
+    ok = {SEED_T: replace(entry, link="workbench/assets/upstream_repro/ok")}
     assert not_filed(found, ok, "0.5.15") == []  # not the newest release: nothing to say
-    assert load_triage(_triage_file(tmp_path, ok))[SEED_T]["status"] == "live-unfiled"
+    assert load_triage(_triage_file(tmp_path, ok))[SEED_T].status == "live-unfiled"
 
 
 SHIPPED_FINDINGS = gate.ROOT / "workbench" / "assets" / "upstream_findings.json"
 
 
-def _shipped() -> tuple[dict[str, dict], list[dict], str]:
+def _shipped() -> tuple[dict[str, gate.TriageEntry], list[dict], str]:
     findings = json.loads(SHIPPED_FINDINGS.read_text())["findings"]
     newest = max((f["release"] for f in findings), key=Version)
     return load_triage(), findings, newest
@@ -223,22 +223,22 @@ def test_the_shipped_triage_has_no_stale_entry_and_an_entry_for_every_confirmed_
 
 def test_shipped_entries_were_reviewed_and_the_unfiled_hold_their_reproducers() -> None:
     triage, findings, newest = _shipped()
-    assert all(e["status"] in gate.STATUSES and e["decided_by"] and e["reason"] for e in triage.values())
+    assert all(e.status in gate.STATUSES and e.decided_by and e.reason for e in triage.values())
     on_newest = {k for f in findings if f["release"] == newest for k in gate.triage_keys(f)}
-    assert {triage[k]["decided_by"] for k in on_newest} == {"reviewed by guard-gate session, 2026-12-05"}
-    unfiled = {k: e for k, e in triage.items() if e["status"] == "live-unfiled"}
+    assert {triage[k].decided_by for k in on_newest} == {"reviewed by guard-gate session, 2026-12-05"}
+    unfiled = {k: e for k, e in triage.items() if e.status == "live-unfiled"}
     assert {k.split("|")[2] for k in unfiled} >= {"EagleVerifyInput", "FrozenKVMTPVerifyInput", "PPSpecRelayInput"}
     for key, e in unfiled.items():
-        assert e["verdict"] == "confirmed" and gate.reproducer_problem(e["link"], gate.read_key(key)) is None, key
-        result = json.loads((gate.ROOT / e["link"] / "result.json").read_text())
+        assert e.verdict == "confirmed" and gate.reproducer_problem(e.link, gate.read_key(key)) is None, key
+        result = json.loads((gate.ROOT / e.link / "result.json").read_text())
         assert result["reproduced"] and result["fixed"], key
 
 
 def test_shipped_triage_file_loads_and_carries_the_seed_fix() -> None:
     shipped = load_triage()
     seed = [e for k, e in shipped.items() if k.startswith("triton|IDLE|EagleDraftExtendInput|kv_indptr|Triton")]
-    assert seed and all(e["verdict"] == "confirmed" and "28221" in e["link"] for e in seed)
-    assert max(e["fixed_in"] for e in seed) == "0.5.14"  # PR #28221; V1's install sites were gone in 0.5.13
+    assert seed and all(e.verdict == "confirmed" and "28221" in e.link for e in seed)
+    assert max(e.fixed_in for e in seed) == "0.5.14"  # PR #28221; V1's install sites were gone in 0.5.13
 
 
 def test_propose_carries_reviewed_entries_and_leaves_the_rest_to_review() -> None:
@@ -436,7 +436,7 @@ def test_the_lane_reports_a_live_finding_not_filed_upstream(tmp_path: Path, monk
     assert lane.read_history(tmp_path / "h.jsonl")[0]["live"] == {"live-unfiled": 1}
     assert f"live (confirmed), live-unfiled: {SEED_T}" in lane.format_text(night)
     assert f"live (confirmed), live-unfiled: {SEED_T}" in lane_html(night, [])
-    (tmp_path / entry["link"] / "repro.py").unlink()  # the reproducer gone: the same night fails
+    (tmp_path / entry.link / "repro.py").unlink()  # the reproducer gone: the same night fails
     night = lane.run_lane(ctx, tmp_path / "n2", None, _triage_file(tmp_path, {SEED_T: entry}), "0.5.14")
     assert night["verdict"] == "fail" and "lacks repro.py" in night["failing"][0]["gate"]
 

@@ -15,30 +15,53 @@ import os
 import platform
 import traceback as traceback_mod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from workbench.engine.metrics import Metrics, loop_summary
 from workbench.run.provenance import workbench_commit
+from workbench.run.serialise import to_dict
 
 if TYPE_CHECKING:
     from workbench.run.config import RunConfig
 
-STATUSES = ("ok", "crashed", "timeout", "error")  # a run record's ``status``
+# How a run ended: its ``status``, one field and one set of words everywhere (run records, real-runtime
+# records, notebook executions; see docs/design.md): ok (it ran to its end), crashed (the code under
+# test raised), timeout (it ran past its deadline), killed (its process died or was killed from
+# outside), error (it could not run: a set-up step, the environment or the harness failed).
+STATUSES = ("ok", "crashed", "timeout", "killed", "error")
 RecordLike = dict | Any  # a run record dict or a RunResult
-CRASH_FIELDS = (
-    "rank",
-    "phase",
-    "forward_mode",
-    "batch_size",
-    "exception_type",
-    "message",
-    "traceback",
-    "time",
-    "raised_at",
-    "bundle",
-)
+
+
+@dataclass
+class Crash:
+    """The ``crash`` entry of a run record, the one every producer builds (``crash_record``).
+
+    rank: the DP rank (None: no one rank, e.g. a whole-run timeout); phase / forward_mode /
+    batch_size: the forward pass it was in; time: epoch seconds when raised (orders the ranks'
+    failures); raised_at: {file, line, function, code} of the innermost frame; bundle: path of a
+    crash bundle, if one was written.
+    """
+
+    rank: int | None
+    phase: str | None
+    forward_mode: str | None
+    batch_size: int | None
+    exception_type: str
+    message: str
+    traceback: str | None = None
+    time: float | None = None
+    raised_at: dict | None = None
+    bundle: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.exception_type, str) or not self.exception_type:
+            raise ValueError(f"invalid exception_type {self.exception_type!r}; valid: an exception class name")
+        self.message = str(self.message)
+
+
+CRASH_FIELDS = tuple(f.name for f in fields(Crash))
 
 
 def crash_record(
@@ -54,27 +77,10 @@ def crash_record(
     raised_at: dict | None = None,
     bundle: str | None = None,
 ) -> dict:
-    """The ``crash`` entry of a run record, keys ``CRASH_FIELDS``.
-
-    rank: the DP rank (None: no one rank, e.g. a whole-run timeout); phase / forward_mode /
-    batch_size: the forward pass it was in; time: epoch seconds when raised (orders the ranks'
-    failures); raised_at: {file, line, function, code} of the innermost frame; bundle: path of a
-    crash bundle, if one was written.
-    """
-    if not isinstance(exception_type, str) or not exception_type:
-        raise ValueError(f"invalid exception_type {exception_type!r}; valid: an exception class name")
-    return {
-        "rank": rank,
-        "phase": phase,
-        "forward_mode": forward_mode,
-        "batch_size": batch_size,
-        "exception_type": exception_type,
-        "message": str(message),
-        "traceback": traceback,
-        "time": time,
-        "raised_at": raised_at,
-        "bundle": bundle,
-    }
+    """The JSON form (keys ``CRASH_FIELDS``) of a ``Crash`` with these fields."""
+    return to_dict(
+        Crash(rank, phase, forward_mode, batch_size, exception_type, message, traceback, time, raised_at, bundle)
+    )
 
 
 def raised_at(exc: BaseException) -> dict | None:

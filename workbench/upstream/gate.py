@@ -30,9 +30,12 @@ traced: raised) are listed with their status (`live_rows`), so none passes silen
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
+
+from workbench.run.serialise import RecordError, from_dict, to_dict
 
 FAIL_ON = ("new", "confirmed", "any")
 VERDICTS = (
@@ -59,6 +62,26 @@ SRT = "sglang/srt/"
 
 class GateError(ValueError):
     """A usage or environment error: the gate cannot judge (exit 2)."""
+
+
+@dataclass
+class TriageEntry:
+    """One reviewed triage key: the verdict it was reviewed at, the review (``status``, ``reason``,
+    ``decided_by``, ``link``) and ``fixed_in``; a candidate (``propose_triage``) has ``status`` None and
+    says in ``review`` why it needs one."""
+
+    verdict: str
+    status: str | None = None
+    reason: str | None = None
+    decided_by: str | None = None
+    link: str | None = None
+    fixed_in: str | None = None
+    releases: list[str] = field(default_factory=list)
+    verdict_reason: str | None = None
+    read: str | None = None  # file:line of the read
+    install: str | None = None  # the install site, as in the key
+    note: str | None = None
+    review: str | None = None
 
 
 def _version(text: str | None) -> Version | None:
@@ -93,20 +116,18 @@ def read_key(key: str) -> str:
     return key.rsplit("|", 1)[0]
 
 
-def _entry_problems(key: str, e: object) -> list[str]:
-    if not isinstance(e, dict):
-        return [f"is {type(e).__name__}, not an object"]
+def _entry_problems(key: str, e: TriageEntry) -> list[str]:
     bad = []
     if len(key.split("|")) != 6:
         bad.append("key is not backend|mode|class|attribute|reading function|install site")
-    if e.get("verdict") not in VERDICTS:
-        bad.append(f"verdict {e.get('verdict')!r} is none of {', '.join(VERDICTS)}")
-    status, link = e.get("status"), e.get("link")
+    if e.verdict not in VERDICTS:
+        bad.append(f"verdict {e.verdict!r} is none of {', '.join(VERDICTS)}")
+    status, link = e.status, e.link
     if status not in STATUSES:
         bad.append(f"status {status!r} is none of {', '.join(STATUSES)} (not reviewed)")
-    if not e.get("reason"):
+    if not e.reason:
         bad.append("no reason")
-    if not e.get("decided_by"):
+    if not e.decided_by:
         bad.append("no decided_by")
     if status == "live-filed" and not str(link or "").startswith("https://"):
         bad.append(f"live-filed needs an https link to the upstream issue or PR, not {link!r}")
@@ -117,12 +138,12 @@ def _entry_problems(key: str, e: object) -> list[str]:
             bad.append(f"link {link!r}: a reproducer folder is a path relative to the repository, inside it")
     if status in ("accepted", "false-positive") and link is not None and not str(link).startswith("https://"):
         bad.append(f"link {link!r} is not an https address")
-    if e.get("fixed_in") is not None and _version(e["fixed_in"]) is None:
-        bad.append(f"fixed_in {e['fixed_in']!r} is not a version")
+    if e.fixed_in is not None and _version(e.fixed_in) is None:
+        bad.append(f"fixed_in {e.fixed_in!r} is not a version")
     return bad
 
 
-def load_triage(path: Path | None = None) -> dict[str, dict]:
+def load_triage(path: Path | None = None) -> dict[str, TriageEntry]:
     """{triage key: entry} from a reviewed triage file, every entry checked (GateError names the bad one)."""
     path = Path(path or TRIAGE_FILE)
     try:
@@ -141,11 +162,19 @@ def load_triage(path: Path | None = None) -> dict[str, dict]:
     entries = doc.get("entries")
     if not isinstance(entries, dict):
         raise GateError(f"triage file {path}: no 'entries' object")
+    out = {}
     for key, e in entries.items():
-        bad = _entry_problems(key, e)
+        if not isinstance(e, dict):
+            raise GateError(f"triage file {path}: entry {key!r}: is {type(e).__name__}, not an object")
+        try:
+            entry = from_dict(TriageEntry, e, "TriageEntry")
+        except RecordError as exc:
+            raise GateError(f"triage file {path}: entry {key!r}: {exc}") from None
+        bad = _entry_problems(key, entry)
         if bad:
             raise GateError(f"triage file {path}: entry {key!r}: {'; '.join(bad)}")
-    return entries
+        out[key] = entry
+    return out
 
 
 def is_newest(release: str | None, newest: str | None) -> bool:
@@ -169,24 +198,28 @@ def reproducer_problem(link: str, key: str) -> str | None:
     return None if named == key else f"{link}/result.json is the reproducer of {named!r}, not of this finding"
 
 
-def _reappeared(f: dict, entry: dict) -> str | None:
-    fixed, have = _version(entry.get("fixed_in")), _version(f.get("release"))
+def _reappeared(f: dict, entry: TriageEntry) -> str | None:
+    fixed, have = _version(entry.fixed_in), _version(f.get("release"))
     if fixed is not None and (have is None or have >= fixed):
-        link = f" ({entry['link']})" if entry.get("link") else ""
-        return f"reappeared: fixed in {entry['fixed_in']}{link}, found again in {f.get('release') or f['source']}"
+        link = f" ({entry.link})" if entry.link else ""
+        return f"reappeared: fixed in {entry.fixed_in}{link}, found again in {f.get('release') or f['source']}"
     return None
 
 
 def why_new(
-    f: dict, key: str, entry: dict | None, newest: str | None, known_reads: dict[str, list[dict]] | None = None
+    f: dict,
+    key: str,
+    entry: TriageEntry | None,
+    newest: str | None,
+    known_reads: dict[str, list[TriageEntry]] | None = None,
 ) -> str | None:
     """Why `f` fails `--fail-on new` on its triage key `key`, or None when the entry covers it.
     `known_reads`: the triage file's entries by read key (`reads_of`), to name a new install site."""
     site = key.rsplit("|", 1)[-1]
     if entry is None:
         siblings = (known_reads or {}).get(read_key(key), [])
-        fixed = [e for e in siblings if _version(e.get("fixed_in"))]
-        latest = max(fixed, key=lambda e: _version(e["fixed_in"])) if fixed and len(fixed) == len(siblings) else None
+        fixed = [e for e in siblings if _version(e.fixed_in)]
+        latest = max(fixed, key=lambda e: _version(e.fixed_in)) if fixed and len(fixed) == len(siblings) else None
         back = _reappeared(f, latest) if latest else None  # the read itself was fixed: every site of it was
         if back:
             return f"{back}, through a new install site {site}"
@@ -197,19 +230,19 @@ def why_new(
     if back:
         return back
     verdict = f.get("verdict")
-    if verdict in CONFIRMED and entry["verdict"] not in CONFIRMED:
-        return f"a replay now confirms it; the triage file says {entry['verdict']}"
-    if verdict in RAISED and entry["verdict"] not in RAISED:
-        return f"the read now raises ({verdict}); the triage file says {entry['verdict']}"
-    if verdict == "unverified" and entry["verdict"] != "unverified":
+    if verdict in CONFIRMED and entry.verdict not in CONFIRMED:
+        return f"a replay now confirms it; the triage file says {entry.verdict}"
+    if verdict in RAISED and entry.verdict not in RAISED:
+        return f"the read now raises ({verdict}); the triage file says {entry.verdict}"
+    if verdict == "unverified" and entry.verdict != "unverified":
         return (
             f"unverified ({f.get('verdict_reason')}), and its triage entry does not say why (it was reviewed as "
-            f"{entry['verdict']})"
+            f"{entry.verdict})"
         )
-    if verdict in CONFIRMED and entry.get("status") == "false-positive":
-        return f"confirmed, and its triage entry says false-positive ({entry.get('reason')})"
+    if verdict in CONFIRMED and entry.status == "false-positive":
+        return f"confirmed, and its triage entry says false-positive ({entry.reason})"
     if verdict in CONFIRMED and is_newest(f.get("release"), newest):
-        status, link = entry.get("status"), entry.get("link")
+        status, link = entry.status, entry.link
         if status not in LIVE:
             return (
                 f"confirmed on the newest release, and its triage entry says {status}, not live-filed or live-unfiled"
@@ -221,24 +254,24 @@ def why_new(
     return None
 
 
-def reads_of(triage: dict[str, dict]) -> dict[str, list[dict]]:
+def reads_of(triage: dict[str, TriageEntry]) -> dict[str, list[TriageEntry]]:
     """The triage file's entries grouped by read key (every install site of one read)."""
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list[TriageEntry]] = {}
     for key, e in triage.items():
         out.setdefault(read_key(key), []).append(e)
     return out
 
 
-def _unverified_why(f: dict, triage: dict[str, dict]) -> str | None:
+def _unverified_why(f: dict, triage: dict[str, TriageEntry]) -> str | None:
     """Why an `unverified` finding fails `--fail-on confirmed`: a key whose entry does not say why, or None."""
     for key in triage_keys(f):
         entry = triage.get(key)
-        if entry is None or entry.get("verdict") != "unverified":
+        if entry is None or entry.verdict != "unverified":
             return f"--fail-on confirmed: unverified ({f.get('verdict_reason')}) and no triage entry says why ({key})"
     return None
 
 
-def judge(findings: list[dict], triage: dict[str, dict], fail_on: str, newest: str | None) -> list[dict]:
+def judge(findings: list[dict], triage: dict[str, TriageEntry], fail_on: str, newest: str | None) -> list[dict]:
     """The findings that fail the gate, each with a `gate` reason (one line for all its keys)."""
     if fail_on not in FAIL_ON:
         raise GateError(f"--fail-on {fail_on!r}: choose one of {', '.join(FAIL_ON)}")
@@ -263,7 +296,7 @@ def judge(findings: list[dict], triage: dict[str, dict], fail_on: str, newest: s
     return failing
 
 
-def live_rows(findings: list[dict], triage: dict[str, dict], newest: str | None) -> list[dict]:
+def live_rows(findings: list[dict], triage: dict[str, TriageEntry], newest: str | None) -> list[dict]:
     """Every read that raised (confirmed, confirmed end to end, traced: raised) on the newest release, one
     row per triage key: {key, finding, read, verdict, status, link, reason} (status None: no entry)."""
     out: dict[str, dict] = {}
@@ -271,7 +304,7 @@ def live_rows(findings: list[dict], triage: dict[str, dict], newest: str | None)
         if f.get("verdict") not in RAISED or not is_newest(f.get("release"), newest):
             continue
         for key in triage_keys(f):
-            e = triage.get(key) or {}
+            e = triage.get(key) or TriageEntry(verdict=f["verdict"])
             out.setdefault(
                 key,
                 {
@@ -279,9 +312,9 @@ def live_rows(findings: list[dict], triage: dict[str, dict], newest: str | None)
                     "finding": f["key"],
                     "read": f"{f['read_file']}:{f['read_line']}",
                     "verdict": f["verdict"],
-                    "status": e.get("status"),
-                    "link": e.get("link"),
-                    "reason": e.get("reason"),
+                    "status": e.status,
+                    "link": e.link,
+                    "reason": e.reason,
                 },
             )
     return list(out.values())
@@ -304,7 +337,7 @@ def by_status(rows: list[dict]) -> dict[str, int]:
     return counts
 
 
-def not_filed(findings: list[dict], triage: dict[str, dict], newest: str | None) -> list[dict]:
+def not_filed(findings: list[dict], triage: dict[str, TriageEntry], newest: str | None) -> list[dict]:
     """The confirmed findings on the newest release that pass only as "live, not filed upstream":
     {key (the finding's), read, link (the reproducer folder), note}, one per finding key."""
     known_reads = reads_of(triage)
@@ -314,14 +347,12 @@ def not_filed(findings: list[dict], triage: dict[str, dict], newest: str | None)
             continue
         keys = triage_keys(f)
         entries = [triage.get(k) for k in keys]
-        if any(e is None or e.get("status") != "live-unfiled" for e in entries):
+        if any(e is None or e.status != "live-unfiled" for e in entries):
             continue
         if any(why_new(f, k, e, newest, known_reads) for k, e in zip(keys, entries, strict=True)):
             continue
         read = f"{f['read_file']}:{f['read_line']}"
-        out.setdefault(
-            f["key"], {"key": f["key"], "read": read, "link": entries[0]["link"], "note": entries[0].get("note")}
-        )
+        out.setdefault(f["key"], {"key": f["key"], "read": read, "link": entries[0].link, "note": entries[0].note})
     return list(out.values())
 
 
@@ -368,7 +399,12 @@ def _order(sources: list[str]) -> list[str]:
 
 
 def propose_triage(
-    findings: list[dict], sources: list[str], previous: dict[str, dict], command: str, commit: str | None, at: str
+    findings: list[dict],
+    sources: list[str],
+    previous: dict[str, TriageEntry],
+    command: str,
+    commit: str | None,
+    at: str,
 ) -> dict:
     """A candidate triage file (to review, never the shipped one) from findings over `sources`.
 
@@ -379,39 +415,35 @@ def propose_triage(
     needs one (the gate refuses a file with an unreviewed entry).
     """
     order = _order(sources)
-    entries: dict[str, dict] = {}
+    entries: dict[str, TriageEntry] = {}
     for f in findings:
         rel = f.get("release") or f["source"].replace("sglang ", "")
         for key in triage_keys(f):
-            e = entries.setdefault(key, {"releases": []})
-            if rel not in e["releases"]:
-                e["releases"].append(rel)
-            e.update(
-                verdict=f.get("verdict") or "unverified",
-                verdict_reason=f.get("verdict_reason") or "linted without a replay",
-                read=f"{f['read_file']}:{f['read_line']}",
-                install=key.rsplit("|", 1)[-1],
-            )
+            e = entries.setdefault(key, TriageEntry(verdict="unverified"))
+            if rel not in e.releases:
+                e.releases.append(rel)
+            e.verdict = f.get("verdict") or "unverified"
+            e.verdict_reason = f.get("verdict_reason") or "linted without a replay"
+            e.read, e.install = f"{f['read_file']}:{f['read_line']}", key.rsplit("|", 1)[-1]
     for key, e in entries.items():
-        last = max((order.index(r) for r in e["releases"] if r in order), default=len(order) - 1)
+        last = max((order.index(r) for r in e.releases if r in order), default=len(order) - 1)
         later = order[last + 1 :]
-        e["fixed_in"] = later[0] if later else None
+        e.fixed_in = later[0] if later else None
         old = previous.get(key)
         if old is None:
-            e.update(status=None, reason=None, decided_by=None, link=None, review="new: not in the triage file")
-        elif old.get("verdict") != e["verdict"]:
-            e.update(status=None, reason=None, decided_by=None, link=old.get("link"))
-            e["review"] = f"the verdict changed from {old.get('verdict')} to {e['verdict']}: decide again"
+            e.review = "new: not in the triage file"
+        elif old.verdict != e.verdict:
+            e.link = old.link
+            e.review = f"the verdict changed from {old.verdict} to {e.verdict}: decide again"
         else:
-            e.update({k: old.get(k) for k in ("status", "reason", "decided_by", "link")})
-            if old.get("note"):
-                e["note"] = old["note"]
+            e.status, e.reason, e.decided_by = old.status, old.reason, old.decided_by
+            e.link, e.note = old.link, old.note
     stale = sorted(set(previous) - set(entries))
     return {
         "schema": SCHEMA,
         "produced_by": {"command": command, "workbench_commit": commit, "generated_at": at, "candidate": True},
         "dropped": {k: "matches no finding of these sources" for k in stale},
-        "entries": dict(sorted(entries.items())),
+        "entries": {k: to_dict(e) for k, e in sorted(entries.items())},
     }
 
 
@@ -470,13 +502,13 @@ def migrate_triage(old: dict, findings: list[dict], command: str, commit: str | 
     }
 
 
-def stale_entries(triage: dict[str, dict], findings: list[dict]) -> list[str]:
+def stale_entries(triage: dict[str, TriageEntry], findings: list[dict]) -> list[str]:
     """Triage keys that match no finding (the triage file judges findings that are not there)."""
     have = {k for f in findings for k in triage_keys(f)}
     return sorted(set(triage) - have)
 
 
-def unentried_live(triage: dict[str, dict], findings: list[dict], newest: str | None) -> list[str]:
+def unentried_live(triage: dict[str, TriageEntry], findings: list[dict], newest: str | None) -> list[str]:
     """Triage keys of confirmed findings on the newest release that have no entry."""
     return sorted(
         {

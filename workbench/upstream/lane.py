@@ -21,6 +21,7 @@ import traceback
 from pathlib import Path
 
 from workbench.run.provenance import workbench_commit
+from workbench.run.serialise import to_dict
 
 from . import guard
 from .context import UpstreamContext
@@ -81,7 +82,8 @@ def run_lane(
         e2e = result["results"][0].get("end_to_end") or {}
         night["end_to_end"] = {k: e2e.get(k) for k in ("status", "message", "verdicts", "run_s")}
         night["findings"] = [
-            {**f, "triage_entries": {k: triage.get(k) for k in triage_keys(f)}} for f in result["findings"]
+            {**f, "triage_entries": {k: to_dict(e) if (e := triage.get(k)) else None for k in triage_keys(f)}}
+            for f in result["findings"]
         ]
         night["failing"] = judge(result["findings"], triage, "new", newest)
         night["not_filed"] = not_filed(result["findings"], triage, newest)

@@ -25,6 +25,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from workbench.run.provenance import workbench_commit
+
 from ..context import UpstreamContext
 from ..guard import check_tree
 from ..sources.envs import EnvBuildError, ensure_env
@@ -33,20 +35,6 @@ from ..sources.trees import SourceTree, release_tree
 from .cases import module_of
 
 SCRIPT = Path(__file__).with_name("repro_script.py")
-REPO = Path(__file__).resolve().parents[3]
-
-
-def workbench_commit() -> str:
-    """The workbench's git commit (with `+dirty` when its code has uncommitted changes), or `unknown`."""
-    try:
-        sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(  # the code, not the shipped measurements being written
-            ["git", "-C", str(REPO), "status", "--porcelain", "--", "workbench", ":!workbench/assets", "scripts"],
-            capture_output=True,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return sha.stdout.strip()[:12] + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def slug(f: dict) -> str:
@@ -70,7 +58,7 @@ def script_text(f: dict) -> str:
     body = pprint.pformat(case, width=110, sort_dicts=False)  # a Python literal
     text = SCRIPT.read_text()
     marker = "CASE: dict = {}  # the finding this script reproduces (written by eagle-workbench)"
-    return text.replace(marker, f"CASE: dict = {body}  # written by eagle-workbench {workbench_commit()}")
+    return text.replace(marker, f"CASE: dict = {body}  # written by eagle-workbench {workbench_commit() or 'unknown'}")
 
 
 def smallest_fix(tree: SourceTree, f: dict) -> dict:

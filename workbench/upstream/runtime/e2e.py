@@ -36,9 +36,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from workbench.run.serialise import from_dict, to_dict
 from workbench.upstream.context import UpstreamContext
 from workbench.upstream.sources.trees import SourceTree
 
+from .record import RuntimeRecord
 from .run import BACKENDS, run_runtime
 
 PHASE_OF = {"EagleVerifyInput": "verify", "EagleDraftExtendInput": "draft-extend", "EagleDraftInput": "draft"}
@@ -70,12 +72,14 @@ def _read(finding: dict) -> str:
     return f"{finding['read_file']}:{finding['read_line']}"
 
 
-def _at_read(rec: dict, finding: dict) -> bool:
-    c = rec.get("crash") or {}
-    at = c.get("raised_at") or {}
+def _at_read(rec: RuntimeRecord, finding: dict) -> bool:
+    c = rec.crash
+    if c is None:
+        return False
+    at = c.raised_at or {}
     return (
-        c.get("exception_type") == "AttributeError"
-        and f"'{finding['spec_class']}' object has no attribute '{finding['attr']}'" in (c.get("message") or "")
+        c.exception_type == "AttributeError"
+        and f"'{finding['spec_class']}' object has no attribute '{finding['attr']}'" in (c.message or "")
         and (at.get("file") or "").endswith(finding["read_file"].split("sglang/", 1)[-1])
         and str(at.get("line")) == str(finding["read_line"])
     )
@@ -88,31 +92,31 @@ def _command(version: str, sglang_src: Path | None, backend: str, fixes: list[st
     return f"workbench upstream run --sglang {version}{src} --dp 2 --backend {backend}{fix}{flag} --no-reference"
 
 
-def _earlier_fix(rec: dict, finding: dict, fixes: list[str]) -> str | None:
+def _earlier_fix(rec: RuntimeRecord, finding: dict, fixes: list[str]) -> str | None:
     """The lane's fix for an earlier pass's crash that stands before the finding's read, or None."""
-    c = rec.get("crash") or {}
-    if c.get("spec_info") == finding["spec_class"]:
+    c = rec.crash
+    if c is None or c.spec_info == finding["spec_class"]:
         return None
-    fix = EARLIER_FIX.get((c.get("spec_info"), finding["attr"]))
-    at = c.get("raised_at") or {}
+    fix = EARLIER_FIX.get((c.spec_info, finding["attr"]))
+    at = c.raised_at or {}
     in_function = (at.get("file") or "").endswith(finding["read_file"].split("sglang/", 1)[-1]) and (
         at.get("function") == finding["read_function"].rsplit(".", 1)[-1]
     )
     if fix is None and finding["backend"] == "triton" and in_function and finding["attr"] == "kv_indptr":
         cls, message, name = DRAFT_NONE
-        fix = name if (c.get("spec_info"), c.get("message")) == (cls, message) else None
+        fix = name if (c.spec_info, c.message) == (cls, message) else None
     return fix if fix and fix not in fixes else None
 
 
-def _summary(rec: dict, fixes: list[str], command: str, index: int) -> dict:
-    c = rec.get("crash")
+def _summary(rec: RuntimeRecord, fixes: list[str], command: str, index: int) -> dict:
+    c = rec.crash
     return {
         "fixes": list(fixes),
-        "status": rec["status"],
-        "crash": {k: c.get(k) for k in _CRASH_KEYS} if c else None,
-        "error": rec.get("error"),
-        "limits": rec.get("limits") or [],
-        "ranks_s": (rec.get("timings") or {}).get("ranks_s"),
+        "status": rec.status,
+        "crash": {k: getattr(c, k) for k in _CRASH_KEYS} if c else None,
+        "error": to_dict(rec.error) if rec.error else None,
+        "limits": rec.limits,
+        "ranks_s": rec.timings.get("ranks_s"),
         "command": command,
         "record": index,  # the full run record: the source's end_to_end["records"][index]
     }
@@ -129,7 +133,8 @@ def confirm_end_to_end(
     """The finding's end-to-end verdict (module docstring): {verdict, reason, runs, deployment}.
 
     ``version`` is the release run (or whose environment runs the checkout ``sglang_src``). ``records``
-    collects the full run records; a run already in it (same backend and fixes) is not run again.
+    collects the full run records (their JSON form); a run already in it (same backend and fixes) is
+    not run again.
     """
     out = {"verdict": "not drivable", "reason": drivable(finding), "runs": [], "deployment": DEPLOYMENT}
     if out["reason"]:
@@ -138,17 +143,18 @@ def confirm_end_to_end(
     fixes: list[str] = []
     v1 = finding.get("install_file") == V1_WORKER
     while True:
+        typed = [from_dict(RuntimeRecord, r) for r in records]
         done = [
             i
-            for i, r in enumerate(records)
-            if r["config"]["backend"] == finding["backend"]
-            and r["config"]["fixes"] == fixes
-            and bool(r["config"].get("disable_overlap_schedule")) == v1
+            for i, r in enumerate(typed)
+            if r.config.backend == finding["backend"]
+            and r.config.fixes == fixes
+            and r.config.disable_overlap_schedule == v1
         ]
         if done:
-            rec, index = records[done[0]], done[0]
+            rec, index = typed[done[0]], done[0]
         else:
-            rec = run_runtime(
+            data = run_runtime(
                 ctx,
                 version,
                 dp=2,
@@ -160,24 +166,24 @@ def confirm_end_to_end(
                 disable_overlap_schedule=v1,
                 timeout_s=timeout_s,
             )
-            records.append(rec)
-            index = len(records) - 1
+            records.append(data)
+            rec, index = from_dict(RuntimeRecord, data), len(records) - 1
         out["runs"].append(_summary(rec, fixes, _command(version, sglang_src, finding["backend"], fixes, v1), index))
-        c = rec.get("crash") or {}
-        if rec["status"] in ("error", "timeout") or rec.get("limits"):
-            why = "; ".join(rec.get("limits") or []) or (rec.get("error") or {}).get("message") or rec["status"]
+        c = rec.crash
+        if rec.status in ("error", "timeout") or rec.limits:
+            why = "; ".join(rec.limits) or (rec.error.message if rec.error else None) or rec.status
             out["verdict"] = "undecided"
-            out["reason"] = f"the run could not decide: it ended {rec['status']}: {why}"
+            out["reason"] = f"the run could not decide: it ended {rec.status}: {why}"
             return out
-        if _at_read(rec, finding):
+        if c is not None and _at_read(rec, finding):
             out["verdict"] = CONFIRMED_E2E
             out["reason"] = (
-                f"the real runtime raised it: rank {c['rank']} in the {c['phase']} pass ({c['forward_mode']}, "
-                f"batch size {c['batch_size']}) at {_read(finding)}"
+                f"the real runtime raised it: rank {c.rank} in the {c.phase} pass ({c.forward_mode}, "
+                f"batch size {c.batch_size}) at {_read(finding)}"
                 + (f", with {' + '.join(fixes)} applied to reach it" if fixes else "")
             )
             return out
-        if rec["status"] == "ok":
+        if rec.status == "ok":
             out["verdict"] = "not reached"
             out["reason"] = (
                 f"the run completed: {DEPLOYMENT} never reached {_read(finding)} with {finding['spec_class']}"
@@ -187,9 +193,11 @@ def confirm_end_to_end(
         if earlier:
             fixes.append(earlier)  # an earlier pass crashed before the finding's read: fix it, run again
             continue
-        at = c.get("raised_at") or {}
+        at = (c.raised_at if c else None) or {}
         out["verdict"] = "raised elsewhere"
-        out["reason"] = f"{c.get('exception_type')}: {c.get('message')} at {at.get('file')}:{at.get('line')}"
+        out["reason"] = (
+            f"{c.exception_type if c else None}: {c.message if c else None} at {at.get('file')}:{at.get('line')}"
+        )
         return out
 
 

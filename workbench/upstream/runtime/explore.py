@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,11 +28,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from workbench.run.provenance import workbench_commit
+from workbench.run.serialise import from_dict, to_dict
 from workbench.upstream.context import UpstreamContext
 from workbench.upstream.sources.envs import ensure_env, ensure_sources
 from workbench.upstream.sources.releases import check_version, known_releases
 
-from .record import compare_reference
+from .record import RuntimeRecord, compare_reference
 from .run import BACKENDS, DP_SIZES, IDLE_MODES, RuntimeConfigError, _reference, load_prompts, run_runtime
 
 LANE_ALGORITHMS = ("EAGLE3",)  # the lane's draft model is an EAGLE3 head (assets/runtime_models/draft)
@@ -340,7 +341,9 @@ def explore(
                 _run_cell(ctx, version, cell, max_new_tokens, timeout_s, known)
                 if cell.record and cell.record["status"] == "ok":
                     reference = reference or _hf_reference(ctx, version, max_new_tokens, timeout_s)
-                    compare_reference(cell.record, reference)
+                    rec = from_dict(RuntimeRecord, cell.record)
+                    compare_reference(rec, reference)
+                    cell.record = to_dict(rec)
                     _apply(cell, classify(cell.record, known), version, max_new_tokens)
         done[cell.key] = cell
         if progress:
@@ -402,20 +405,10 @@ def _hf_reference(ctx: UpstreamContext, version: str, max_new_tokens: int, timeo
 
 def provenance(command: str | None) -> dict:
     """When, where and with which commit the exploration ran."""
-    root = Path(__file__).resolve().parents[3]
-    try:
-        commit = (
-            subprocess.run(
-                ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
-            ).stdout.strip()
-            or None
-        )
-    except (OSError, subprocess.SubprocessError):
-        commit = None
     return {
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "command": command or " ".join(sys.argv),
-        "commit": commit,
+        "commit": workbench_commit(),
         "cpus": os.cpu_count(),
         "load_at_start": round(os.getloadavg()[0], 2),
     }

@@ -8,6 +8,9 @@ import json
 import re
 from pathlib import Path
 
+from workbench.run.serialise import from_dict
+
+from .record import RuntimeRecord
 from .run import load_prompts
 
 __all__ = [
@@ -103,9 +106,10 @@ def load_runs(
 
 def sglang_frames(rec: dict) -> list[str]:
     """The crash's frames in sglang's own files (scheduler, worker, runner, backend), outermost first,
-    as ``sglang/<path>:<line> in <function>``: the code line below each."""
+    as ``sglang/<path>:<line> in <function>``: the code line below each. ``rec``: a run record's JSON form."""
     out = []
-    lines = (rec.get("crash") or {}).get("traceback", "").splitlines()
+    crash = from_dict(RuntimeRecord, rec).crash
+    lines = ((crash.traceback if crash else None) or "").splitlines()
     for i, ln in enumerate(lines):
         m = re.match(r'\s*File "(?:.*/)?(sglang/[^"]+)", line (\d+), in (\S+)', ln)
         if m and "/sglang/" in ln:
@@ -117,28 +121,29 @@ def sglang_frames(rec: dict) -> list[str]:
 def problems(runs: dict, backend: str) -> list[str]:
     """Roles that did not end as expected, outputs that differ from HF or DP 1, guard findings, leftovers."""
     out = []
-    for role, r in runs.items():
+    typed = {role: from_dict(RuntimeRecord, r) for role, r in runs.items()}
+    for role, r in typed.items():
         if role not in EXPECTED[backend]:
             out.append(f"{role}: no expectation on {backend} (roles there: {', '.join(EXPECTED[backend])})")
             continue
         want, phase, cls, exc = EXPECTED[backend][role]
-        c = r.get("crash") or {}
-        got = (c.get("phase"), c.get("spec_info"), c.get("exception_type"))
-        if r["status"] != want:
-            said = c.get("message") or (r.get("error") or {}).get("message", "")
-            out.append(f"{role}: expected {want}, got {r['status']} {said}")
+        c = r.crash
+        got = (c.phase, c.spec_info, c.exception_type) if c else (None, None, None)
+        if r.status != want:
+            said = (c.message if c else None) or (r.error.message if r.error else "")
+            out.append(f"{role}: expected {want}, got {r.status} {said}")
         elif want == "crashed" and got != (phase, cls, exc):
             out.append(f"{role}: crashed as {got}, expected {(phase, cls, exc)}")
-        elif want == "ok" and not (r.get("reference") or {}).get("equal"):
+        elif want == "ok" and not (r.reference and r.reference.equal):
             out.append(f"{role}: outputs differ from HF transformers' greedy tokens")
-        if (r.get("shim_guard") or {}).get("violations"):
-            out.append(f"{role}: a shim reached protected code: {r['shim_guard']['violations']}")
-        if (r.get("processes") or {}).get("left_running"):
-            out.append(f"{role}: processes left running {r['processes']['left_running']}")
-    for role, r in runs.items():
+        if (r.shim_guard or {}).get("violations"):
+            out.append(f"{role}: a shim reached protected code: {r.shim_guard['violations']}")
+        if r.processes.get("left_running"):
+            out.append(f"{role}: processes left running {r.processes['left_running']}")
+    for role, r in typed.items():
         one = "v1-dp1" if role.startswith("v1-") else "dp1"  # the same worker at DP 1
-        base = runs.get(one, {}).get("outputs")
-        if r["status"] == "ok" and base is not None and r["outputs"] != base:
+        base = typed[one].outputs if one in typed else None
+        if r.status == "ok" and base is not None and r.outputs != base:
             out.append(f"{role}: outputs differ from the DP 1 run ({one})")
     return out
 

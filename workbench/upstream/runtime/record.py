@@ -1,9 +1,11 @@
-"""The real-runtime lane's run record: the workbench's run record shape, filled from the ranks.
+"""The real-runtime lane's run record (``RuntimeRecord``): the workbench's run record shape, filled
+from the ranks; ``workbench.run.serialise`` turns it into JSON and back.
 
-``status`` ok / crashed / timeout / error (``workbench.run.record.STATUSES``); ``crash`` is built by the
-workbench's one constructor (``crash_record``) from the first failing rank's report (rank, phase,
-forward mode, batch size, the traceback through the real scheduler and worker, ``raised_at`` the
-innermost frame inside sglang); ``rank_failures`` holds what the other ranks raised afterwards.
+``status`` ok / crashed / timeout / error (``workbench.run.record.STATUSES``); ``crash`` has the
+fields of the workbench's one crash record (``workbench.run.record.Crash``), taken from the first
+failing rank's report (rank, phase, forward mode, batch size, the traceback through the real
+scheduler and worker, ``raised_at`` the innermost frame inside sglang); ``rank_failures`` holds what
+the other ranks raised afterwards.
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from workbench.run.record import crash_record, outputs_sha256
+from workbench.run.record import Crash, outputs_sha256
+from workbench.run.serialise import from_dict
 
 LANE = "real-runtime"
 KERNELS = {
@@ -29,35 +34,129 @@ _PHASES = (
 )
 
 
+@dataclass
+class RuntimeConfig:
+    """What a real-runtime run was asked to do (``run.run_runtime``'s arguments, resolved)."""
+
+    sglang: str
+    sglang_src: str | None
+    dp: int
+    backend: str
+    fixes: list[str]
+    steps: int
+    topk: int
+    draft_tokens: int
+    max_new_tokens: int
+    draft_backend: str
+    revision: str  # the code state as one label (``run.code_state``)
+    apply_fix_in_place: bool
+    mode: str
+    model_dir: str
+    seed: int
+    prompts: list[str]
+    disable_overlap_schedule: bool
+    timeout_s: float
+    kernel: str
+    kernel_stand_in: bool
+    idle_ranks: list[int]
+    extra_shims: list[str] = field(default_factory=list)
+    bundle_dir: str | None = None
+    idle: str | None = None  # "start" | "mid" (``run.IDLE_MODES``)
+
+
+@dataclass
+class RuntimeCrash(Crash):
+    """The workbench's crash record, plus the batch's spec_info class and why no bundle was written."""
+
+    spec_info: str | None = None
+    bundle_error: str | None = None
+
+
+@dataclass
+class RunError:
+    """Why a run ended with status error: the stage, a message, the missing package (an install)."""
+
+    stage: str | None
+    message: str
+    missing: str | None = None
+    traceback: str | None = None
+    rank: int | None = None
+    violations: list[dict] | None = None  # shim-guard violations, each with its rank and when
+    crash: RuntimeCrash | None = None  # the crash a shim-guard violation overrode
+
+
+@dataclass
+class Reference:
+    """HF transformers' greedy tokens for the prompts, and whether the run's outputs equal them."""
+
+    equal: bool | None
+    source: str | None = None
+    outputs: list[list[int]] | None = None
+    first_difference: dict | None = None
+    error: str | None = None
+
+
+@dataclass
+class RuntimeRecord:
+    """One real-runtime run (``status`` error until ``fill`` sets how it ended)."""
+
+    status: str
+    config: RuntimeConfig
+    lane: str = "real-runtime"
+    crash: RuntimeCrash | None = None
+    rank_failures: list[RuntimeCrash] = field(default_factory=list)
+    error: RunError | None = None
+    outputs: list[list[int] | None] | None = None
+    outputs_text: list[str] | None = None
+    outputs_sha256: str | None = None
+    reference: Reference | None = None
+    metrics: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+    shims: list[dict] = field(default_factory=list)
+    shim_guard: dict | None = None
+    fixes: list = field(default_factory=list)
+    equivalences: list = field(default_factory=list)  # a CPU branch made for intel_amx, run as its CUDA branch
+    extra_shims: list = field(default_factory=list)  # test-only files loaded into the ranks (--extra-shim)
+    limits: list[str] = field(default_factory=list)  # known upstream limits: the release cannot run this here
+    processes: dict = field(default_factory=dict)  # exit_codes, left_running, ended_by
+    env: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    logs: str | None = None  # where the ranks' logs were kept (a nightly cell's log folder)
+    role: str | None = None  # the suite's role and command (``suite.py``)
+    command: str | None = None
+
+
 # Upstream limits a run can end on, recognised by what it raised or recorded: (test, note).
-KNOWN_LIMITS = (
+KNOWN_LIMITS: tuple[tuple[Callable[[RuntimeRecord], bool], str], ...] = (
     (
-        lambda rec: "get_cpu_graph_seq_len_fill_value" in ((rec.get("crash") or {}).get("message") or ""),
+        lambda rec: rec.crash is not None and "get_cpu_graph_seq_len_fill_value" in (rec.crash.message or ""),
         "SGLang's CPU DP padding (forward_batch_info._pad_inputs_to_size) asks the attention backend for "
         "get_cpu_graph_seq_len_fill_value, which only the intel_amx (and hybrid linear) backends define: DP "
         "attention with this backend cannot run on a CPU in this release",
     ),
     (
         lambda rec: (
-            (rec.get("crash") or {}).get("exception_type") == "NotImplementedError"
-            and "get_cuda_graph_seq_len_fill_value" in ((rec.get("crash") or {}).get("traceback") or "")
+            rec.crash is not None
+            and rec.crash.exception_type == "NotImplementedError"
+            and "get_cuda_graph_seq_len_fill_value" in (rec.crash.traceback or "")
         ),
         "the DP padding asks the backend for get_cuda_graph_seq_len_fill_value, which torch_native does not define",
     ),
     (
         lambda rec: (
-            (rec.get("crash") or {}).get("forward_mode") == "TARGET_VERIFY"
-            and "torch_native_backend.py" in (((rec.get("crash") or {}).get("raised_at") or {}).get("file") or "")
+            rec.crash is not None
+            and rec.crash.forward_mode == "TARGET_VERIFY"
+            and "torch_native_backend.py" in ((rec.crash.raised_at or {}).get("file") or "")
         ),
         "torch_native's forward_extend needs extend_prefix_lens, which a TARGET_VERIFY batch does not carry: "
         "SGLang's EAGLE verify pass does not run on torch_native",
     ),
     (
         lambda rec: (
-            rec["config"]["backend"] == "triton"
+            rec.config.backend == "triton"
             and any(
                 isinstance(t, dict) and t.get("tree_mask_mode") == "QLEN_ONLY"
-                for k, t in rec["timings"].items()
+                for k, t in rec.timings.items()
                 if k.startswith("rank")
             )
         ),
@@ -68,43 +167,21 @@ KNOWN_LIMITS = (
 )
 
 
-def new(cfg: dict) -> dict:
-    """An empty record (status error until filled) for ``cfg``."""
-    return {
-        "status": "error",
-        "lane": LANE,
-        "config": {
-            **cfg,
-            "kernel": KERNELS[cfg["backend"]],
-            "kernel_stand_in": False,
-            "idle_ranks": list(range(1, cfg["dp"])),
-        },
-        "crash": None,
-        "rank_failures": [],
-        "error": None,
-        "outputs": None,
-        "outputs_text": None,
-        "outputs_sha256": None,
-        "reference": None,
-        "metrics": {},
-        "timings": {},
-        "shims": [],
-        "shim_guard": None,
-        "fixes": [],
-        "equivalences": [],  # device equivalences: a CPU branch made for intel_amx, run as its CUDA branch
-        "extra_shims": [],  # test-only files loaded into the ranks (--extra-shim), for checking the shim guard
-        "limits": [],  # known upstream limits this run met: the release cannot run this configuration here
-        "processes": {},
-        "env": {"host_python": sys.version.split()[0], "platform": platform.platform(), "device": "cpu"},
-        "notes": [],
-    }
+def new(cfg: dict) -> RuntimeRecord:
+    """An empty record (status error until filled) for ``cfg`` (``RuntimeConfig``'s fields but the kernel's)."""
+    config = from_dict(
+        RuntimeConfig,
+        {**cfg, "kernel": KERNELS[cfg["backend"]], "kernel_stand_in": False, "idle_ranks": list(range(1, cfg["dp"]))},
+    )
+    env = {"host_python": sys.version.split()[0], "platform": platform.platform(), "device": "cpu"}
+    return RuntimeRecord(status="error", config=config, lane=LANE, env=env)
 
 
-def fail(rec: dict, stage: str, message: str, missing: str | None, t0: float) -> dict:
+def fail(rec: RuntimeRecord, stage: str, message: str, missing: str | None, t0: float) -> RuntimeRecord:
     """Mark ``rec`` as a run that could not start (status error) and return it."""
-    rec["status"] = "error"
-    rec["error"] = {"stage": stage, "message": message, "missing": missing}
-    rec["timings"]["wall_s"] = round(time.perf_counter() - t0, 2)
+    rec.status = "error"
+    rec.error = RunError(stage=stage, message=message, missing=missing)
+    rec.timings["wall_s"] = round(time.perf_counter() - t0, 2)
     return rec
 
 
@@ -130,9 +207,10 @@ def raised_in_sglang(frames: list[dict]) -> dict | None:
     return frames[-1] if frames else None
 
 
-def _crash(res: dict) -> dict:
+def _crash(res: dict) -> RuntimeCrash:
+    """The crash of one rank's report (``rank.py``'s result)."""
     batch = res.get("batch") or {}
-    crash = crash_record(
+    return RuntimeCrash(
         rank=res["rank"],
         phase=phase_of(res.get("frames", []), batch.get("forward_mode")),
         forward_mode=batch.get("forward_mode"),
@@ -143,24 +221,22 @@ def _crash(res: dict) -> dict:
         time=res.get("time"),
         raised_at=raised_in_sglang(res.get("frames", [])),
         bundle=res.get("bundle"),  # the rank's crash bundle (rank_bundle.py), kept in the run's bundle folder
+        spec_info=batch.get("spec_info"),
+        bundle_error=res.get("bundle_error"),
     )
-    crash["spec_info"] = batch.get("spec_info")
-    if res.get("bundle_error"):
-        crash["bundle_error"] = res["bundle_error"]
-    return crash
 
 
-def fill(rec: dict, ranks, prompts: list[list[int]]) -> None:
+def fill(rec: RuntimeRecord, ranks, prompts: list[list[int]]) -> None:
     """Status, crash, outputs, metrics, process facts and known upstream limits from a ``launch.RankRun``."""
     results = ranks.results
-    rec["processes"] = {"exit_codes": ranks.exit_codes, "left_running": ranks.left_running, "ended_by": ranks.ended_by}
-    rec["timings"]["ranks_s"] = ranks.wall_s
+    rec.processes = {"exit_codes": ranks.exit_codes, "left_running": ranks.left_running, "ended_by": ranks.ended_by}
+    rec.timings["ranks_s"] = ranks.wall_s
     for r in sorted(results):
-        rec["timings"][f"rank{r}"] = results[r].get("timings")
+        rec.timings[f"rank{r}"] = results[r].get("timings")
     _fill(rec, ranks, prompts)
     _hold_guard(rec, results)
-    rec["limits"] = [note for test, note in KNOWN_LIMITS if test(rec)]
-    rec["notes"] += rec["limits"]
+    rec.limits = [note for test, note in KNOWN_LIMITS if test(rec)]
+    rec.notes += rec.limits
 
 
 def guard_violations(results: dict) -> list[dict]:
@@ -173,12 +249,12 @@ def guard_violations(results: dict) -> list[dict]:
     return out
 
 
-def _hold_guard(rec: dict, results: dict) -> None:
+def _hold_guard(rec: RuntimeRecord, results: dict) -> None:
     """A shim-guard violation in any rank, or a completed run whose ranks did not all hold the guard
-    after it, ends the run with status error (any crash is kept in ``error["crash"]``)."""
-    rec["extra_shims"] = next((r["extra_shims"] for r in results.values() if r.get("extra_shims")), [])
-    if rec["shim_guard"] is not None:
-        rec["shim_guard"]["ranks"] = {
+    after it, ends the run with status error (any crash is kept in ``error.crash``)."""
+    rec.extra_shims = next((r["extra_shims"] for r in results.values() if r.get("extra_shims")), [])
+    if rec.shim_guard is not None:
+        rec.shim_guard["ranks"] = {
             str(r): {
                 "modules": (res.get("shim_guard") or {}).get("modules"),
                 "after_run": "after_run" in (res.get("shim_guard") or {}),
@@ -186,8 +262,8 @@ def _hold_guard(rec: dict, results: dict) -> None:
             for r, res in sorted(results.items())
         }
     bad = guard_violations(results)
-    unheld = [r for r in range(rec["config"]["dp"]) if "after_run" not in (results.get(r, {}).get("shim_guard") or {})]
-    if not bad and not (rec["status"] == "ok" and unheld):
+    unheld = [r for r in range(rec.config.dp) if "after_run" not in (results.get(r, {}).get("shim_guard") or {})]
+    if not bad and not (rec.status == "ok" and unheld):
         return
     names = "; ".join(f"rank {v['rank']} {v['when']}: {v['module']}:{v['name']} ({v['kind']})" for v in bad[:10])
     message = (
@@ -195,61 +271,50 @@ def _hold_guard(rec: dict, results: dict) -> None:
         if bad
         else (f"the shim guard was not held after the run on rank(s) {unheld}")
     )
-    rec["error"] = {
-        "stage": "shim-guard",
-        "message": message,
-        "missing": None,
-        "violations": bad,
-        "crash": rec["crash"],
-    }
-    rec["status"], rec["crash"], rec["rank_failures"] = "error", None, []
+    rec.error = RunError(stage="shim-guard", message=message, violations=bad, crash=rec.crash)
+    rec.status, rec.crash, rec.rank_failures = "error", None, []
 
 
-def _fill(rec: dict, ranks, prompts: list[list[int]]) -> None:
+def _fill(rec: RuntimeRecord, ranks, prompts: list[list[int]]) -> None:
     results = ranks.results
     failed = sorted((r for r in results.values() if r["status"] != "done"), key=lambda r: r.get("time") or 0)
     reporting = next((results[r] for r in sorted(results) if results[r].get("shims")), None)
     if reporting:
-        rec["shims"], rec["fixes"] = reporting["shims"], reporting.get("fixes", [])
-        rec["shim_guard"] = reporting.get("shim_guard")
-        rec["equivalences"] = reporting.get("equivalences", [])
+        rec.shims, rec.fixes = reporting["shims"], reporting.get("fixes", [])
+        rec.shim_guard = reporting.get("shim_guard")
+        rec.equivalences = reporting.get("equivalences", [])
     if failed:
         first = failed[0]
         if first["status"] == "crashed":
-            rec["status"] = "crashed"
-            rec["crash"] = _crash(first)
-            rec["rank_failures"] = [_crash(r) for r in failed[1:] if r["status"] == "crashed"]
+            rec.status = "crashed"
+            rec.crash = _crash(first)
+            rec.rank_failures = [_crash(r) for r in failed[1:] if r["status"] == "crashed"]
         else:
-            rec["status"] = "error"
-            rec["error"] = {
-                "stage": first.get("stage"),
-                "message": f"{first['exception']}: {first['message']}",
-                "missing": None,
-                "traceback": first.get("traceback"),
-                "rank": first["rank"],
-            }
+            rec.status = "error"
+            rec.error = RunError(
+                stage=first.get("stage"),
+                message=f"{first['exception']}: {first['message']}",
+                traceback=first.get("traceback"),
+                rank=first["rank"],
+            )
         return
     if ranks.ended_by == "timeout":
-        rec["status"] = "timeout"
-        rec["error"] = {"stage": "run", "message": f"no result within {rec['config']['timeout_s']} s", "missing": None}
+        rec.status = "timeout"
+        rec.error = RunError(stage="run", message=f"no result within {rec.config.timeout_s} s")
         return
     if ranks.ended_by != "done":
-        rec["status"] = "error"
-        rec["error"] = {
-            "stage": "run",
-            "message": f"a rank exited without a result (exit codes {ranks.exit_codes})",
-            "missing": None,
-        }
+        rec.status = "error"
+        rec.error = RunError(stage="run", message=f"a rank exited without a result (exit codes {ranks.exit_codes})")
         return
     done = results[0]
     outputs = [done["outputs"].get(f"p{i}") for i in range(len(prompts))]
-    rec["status"] = "ok"
-    rec["outputs"] = outputs
-    rec["outputs_text"] = [bytes(t for t in o if t < 256).decode("utf-8", "replace") for o in outputs]
-    rec["outputs_sha256"] = outputs_sha256(outputs)
+    rec.status = "ok"
+    rec.outputs = outputs
+    rec.outputs_text = [bytes(t for t in o if t < 256).decode("utf-8", "replace") for o in outputs]
+    rec.outputs_sha256 = outputs_sha256(outputs)
     verify = sum(s.get("spec_verify_ct", 0) for s in done["spec"].values())
     correct = sum(s.get("spec_num_correct_drafts", 0) for s in done["spec"].values())
-    rec["metrics"] = {
+    rec.metrics = {
         "tokens": sum(len(o) for o in outputs),
         "verify_passes": verify,
         "accepted_drafts": correct,
@@ -259,12 +324,13 @@ def _fill(rec: dict, ranks, prompts: list[list[int]]) -> None:
     }
 
 
-def compare_reference(rec: dict, ref: dict) -> None:
-    """``reference``: HF transformers' greedy tokens and whether the run's outputs equal them."""
+def compare_reference(rec: RuntimeRecord, ref: dict) -> None:
+    """``reference``: HF transformers' greedy tokens (``ref``, the reference process's result) and
+    whether the run's outputs equal them."""
     if "error" in ref:
-        rec["reference"] = {"error": ref["error"], "equal": None}
+        rec.reference = Reference(equal=None, error=ref["error"])
         return
-    outs, refs = rec["outputs"], ref["outputs"]
+    outs, refs = rec.outputs, ref["outputs"]
     diff = next(
         (
             {"prompt": i, "position": next((j for j, (a, b) in enumerate(zip(o, e, strict=False)) if a != b), None)}
@@ -273,24 +339,24 @@ def compare_reference(rec: dict, ref: dict) -> None:
         ),
         None,
     )
-    rec["reference"] = {
-        "source": f"HF transformers {ref['transformers']} {ref['architecture']}, float32, greedy, no cache",
-        "outputs": refs,
-        "equal": outs == refs,
-        "first_difference": diff,
-    }
-    rec["timings"]["reference_s"] = ref.get("reference_s")
+    rec.reference = Reference(
+        equal=outs == refs,
+        source=f"HF transformers {ref['transformers']} {ref['architecture']}, float32, greedy, no cache",
+        outputs=refs,
+        first_difference=diff,
+    )
+    rec.timings["reference_s"] = ref.get("reference_s")
 
 
-def one_line(rec: dict) -> str:
+def one_line(rec: RuntimeRecord) -> str:
     """A one-line summary: status, and the crash or the accept length."""
-    if rec["crash"]:
-        c = rec["crash"]
-        at = c.get("raised_at") or {}
+    if rec.crash:
+        c = rec.crash
+        at = c.raised_at or {}
         return (
-            f"crashed: rank {c['rank']} phase {c['phase']} mode {c['forward_mode']} bs {c['batch_size']}: "
-            f"{c['exception_type']}: {c['message']} at {at.get('file')}:{at.get('line')}"
+            f"crashed: rank {c.rank} phase {c.phase} mode {c.forward_mode} bs {c.batch_size}: "
+            f"{c.exception_type}: {c.message} at {at.get('file')}:{at.get('line')}"
         )
-    if rec["status"] == "ok":
-        return f"ok: {rec['metrics']['tokens']} tokens, accept length {rec['metrics']['accept_length_mean']}"
-    return f"{rec['status']}: {(rec.get('error') or {}).get('message')}"
+    if rec.status == "ok":
+        return f"ok: {rec.metrics['tokens']} tokens, accept length {rec.metrics['accept_length_mean']}"
+    return f"{rec.status}: {rec.error.message if rec.error else None}"

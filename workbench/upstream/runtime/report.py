@@ -33,10 +33,12 @@ import tempfile
 from pathlib import Path
 
 from workbench.run.provenance import workbench_commit
+from workbench.run.serialise import from_dict
 from workbench.upstream.context import UpstreamContext, echo
 from workbench.upstream.sources.releases import check_versions
 from workbench.upstream.sources.trees import release_tree
 
+from .record import RuntimeRecord
 from .run import run_runtime
 
 SPEC_FILE = "sglang/srt/speculative/eagle_info.py"
@@ -179,21 +181,21 @@ def relative_traceback(text: str) -> str:
     return re.sub(r'File "[^"]*?/((?:sglang|workbench|site-packages)/[^"]+)"', r'File "\1"', text)
 
 
-def _summary(rec: dict) -> dict:
-    c = rec.get("crash") or {}
-    at = c.get("raised_at") or {}
+def _summary(rec: RuntimeRecord) -> dict:
+    c = rec.crash
+    at = (c.raised_at if c else None) or {}
     return {
-        "status": rec["status"],
-        "crash": {k: c.get(k) for k in ("rank", "phase", "forward_mode", "batch_size", "spec_info", "message")}
+        "status": rec.status,
+        "crash": {k: getattr(c, k) for k in ("rank", "phase", "forward_mode", "batch_size", "spec_info", "message")}
         | {"raised_at": f"{at.get('file')}:{at.get('line')}"}
         if c
         else None,
-        "reference_equal": (rec.get("reference") or {}).get("equal"),
-        "outputs": rec.get("outputs"),
-        "accept_length_mean": (rec.get("metrics") or {}).get("accept_length_mean"),
-        "equivalences": [e["name"] for e in rec.get("equivalences") or [] if e.get("installed")],
-        "ranks_s": (rec.get("timings") or {}).get("ranks_s"),
-        "left_running": (rec.get("processes") or {}).get("left_running"),
+        "reference_equal": rec.reference.equal if rec.reference else None,
+        "outputs": rec.outputs,
+        "accept_length_mean": rec.metrics.get("accept_length_mean"),
+        "equivalences": [e["name"] for e in rec.equivalences if e.get("installed")],
+        "ranks_s": rec.timings.get("ranks_s"),
+        "left_running": rec.processes.get("left_running"),
     }
 
 
@@ -249,12 +251,14 @@ def write_report(ctx: UpstreamContext, release: str, out: Path) -> tuple[dict, P
     claims = claim_lines(tree.root / "sglang")
     before = tree.files[SPEC_FILE]
     after = fixed_text(before)
-    crash = run_runtime(ctx, release, dp=2, max_new_tokens=MAX_NEW_TOKENS)
-    dp1 = run_runtime(ctx, release, dp=1, max_new_tokens=MAX_NEW_TOKENS)
+    crash = from_dict(RuntimeRecord, run_runtime(ctx, release, dp=2, max_new_tokens=MAX_NEW_TOKENS))
+    dp1 = from_dict(RuntimeRecord, run_runtime(ctx, release, dp=1, max_new_tokens=MAX_NEW_TOKENS))
     checkout = Path(tempfile.mkdtemp(prefix="wb-report-"))
     try:
         tree.with_changes({SPEC_FILE: after}, label=f"sglang {release} + fix.diff").write(checkout)
-        fixed = run_runtime(ctx, release, dp=2, sglang_src=checkout, max_new_tokens=MAX_NEW_TOKENS)
+        fixed = from_dict(
+            RuntimeRecord, run_runtime(ctx, release, dp=2, sglang_src=checkout, max_new_tokens=MAX_NEW_TOKENS)
+        )
     finally:
         shutil.rmtree(checkout, ignore_errors=True)
     runs = {"as released": _summary(crash), "fixed": _summary(fixed), "dp1": _summary(dp1)}
@@ -271,15 +275,15 @@ def write_report(ctx: UpstreamContext, release: str, out: Path) -> tuple[dict, P
             "report": f"python -m workbench.upstream.runtime.report --sglang {release} --out DIR",
         },
         "runs": runs,
-        "fixed_equals_dp1": fixed.get("outputs") is not None and fixed.get("outputs") == dp1.get("outputs"),
+        "fixed_equals_dp1": fixed.outputs is not None and fixed.outputs == dp1.outputs,
         "server_command": SERVER_COMMAND,
         "claims": claims,
     }
     folder = Path(out) / f"{NAME}-{release}"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "result.json").write_text(json.dumps(res, indent=1) + "\n")
-    if crash.get("crash"):
-        (folder / "traceback.txt").write_text(relative_traceback(crash["crash"]["traceback"]))
+    if crash.crash:
+        (folder / "traceback.txt").write_text(relative_traceback(crash.crash.traceback or ""))
         (folder / "README.md").write_text(_readme(release, runs["as released"], claims, res))
     (folder / "fix.diff").write_text(unified_diff(before, after))
     return res, folder

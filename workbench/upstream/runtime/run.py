@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from workbench.debug.bundle import new_bundle_dir
+from workbench.run.serialise import to_dict
 from workbench.upstream.context import UpstreamContext
 from workbench.upstream.sources.envs import EnvBuildError, ensure_env, ensure_sources
 from workbench.upstream.sources.releases import check_version, known_releases
@@ -234,14 +235,14 @@ def run_runtime(
 ) -> dict:
     """Run the real SGLang ``version`` (or the checkout ``sglang_src`` on that release's environment).
 
-    ``ctx`` gives the cache (the release's replay environment, shared with the replays) and the
-    progress log; ``timeout_s`` bounds the rank processes (and the HF reference), apart from
-    ``ctx.timeout_s`` (one replay process's limit); ``extra_shims``: files whose ``install()`` each rank
-    calls after the lane's shims and fixes, for testing the shim guard only. Returns the run record
-    (``record.build``): status ``ok`` / ``crashed`` / ``timeout`` / ``error``. Raises
-    RuntimeConfigError, ReleaseError or SourceError for bad arguments, before anything starts. A rank
-    that crashes in a forward writes its crash bundle (``rank_bundle.py``) under ``bundle_dir``
-    (default ``workbench.debug.bundle.new_bundle_dir()``, never the temp dir); the record's
+    ``ctx`` gives the cache (the release's replay environment, shared with the replays) and the progress
+    log; ``timeout_s`` bounds the rank processes (and the HF reference), apart from ``ctx.timeout_s`` (one
+    replay process's limit); ``extra_shims``: files whose ``install()`` each rank calls after the lane's
+    shims and fixes, for testing the shim guard only. Returns the run record (``record.RuntimeRecord``) in
+    its JSON form (``workbench.run.serialise.to_dict``): status ``ok`` / ``crashed`` / ``timeout`` /
+    ``error``. Raises RuntimeConfigError, ReleaseError or SourceError for bad arguments, before anything
+    starts. A rank that crashes in a forward writes its crash bundle (``rank_bundle.py``) under
+    ``bundle_dir`` (default ``workbench.debug.bundle.new_bundle_dir()``, never the temp dir); the record's
     ``crash.bundle`` names it. ``idle`` (``IDLE_MODES``): ranks >= 1 idle from the start, or every rank
     given the prompts and the last one only ``MID_IDLE_TOKENS`` new tokens, so it goes idle mid-run.
     """
@@ -292,7 +293,7 @@ def run_runtime(
     }
     rec = record_mod.new(cfg)
     if idle == "mid":
-        rec["config"]["idle_ranks"] = [dp - 1]  # from its first decode pass on
+        rec.config.idle_ranks = [dp - 1]  # from its first decode pass on
     mid = " idle-mid" if idle == "mid" else ""
     tag = (
         f"[sglang-{version}{' checkout' if src else ''} dp{dp}{mid} {backend}{' +' + '+'.join(fixes) if fixes else ''}]"
@@ -301,9 +302,9 @@ def run_runtime(
         env = ensure_env(ctx, version, src_root=None if src is None else source_root(src))
         tree_src = ensure_sources(ctx, TREE_KERNELS_RELEASE) / TREE_KERNELS_FILE
     except EnvBuildError as exc:
-        return record_mod.fail(rec, f"install:{exc.step}", exc.detail, exc.missing, t0)
-    rec["timings"].update(env_s=round(time.perf_counter() - t0, 2), env_cached=env.cached, venv_build_s=env.built_in_s)
-    rec["env"].update(venv=str(env.root), packages=env.packages, notes=env.notes)
+        return to_dict(record_mod.fail(rec, f"install:{exc.step}", exc.detail, exc.missing, t0))
+    rec.timings.update(env_s=round(time.perf_counter() - t0, 2), env_cached=env.cached, venv_build_s=env.built_in_s)
+    rec.env.update(venv=str(env.root), packages=env.packages, notes=env.notes)
     run_dir = Path(tempfile.mkdtemp(prefix="wb-rt-"))
     try:
         configs = _rank_configs(cfg, run_dir, prompts, env.src_root)
@@ -317,7 +318,7 @@ def run_runtime(
             "TMPDIR": str(run_dir),
             "PYTHONUNBUFFERED": "1",
         }
-        rec["env"]["settings"] = {
+        rec.env["settings"] = {
             k: proc_env[k] for k in ("SGLANG_USE_CPU_ENGINE", "TRITON_INTERPRET", "SGLANG_CPU_OMP_THREADS_BIND")
         }
         log(
@@ -326,15 +327,15 @@ def run_runtime(
         ranks = run_ranks(env.python, configs, run_dir, proc_env, timeout_s)
         record_mod.fill(rec, ranks, prompts)
         log(f"{tag} {record_mod.one_line(rec)} ({ranks.wall_s:.1f} s)")
-        if reference and rec["status"] == "ok":
+        if reference and rec.status == "ok":
             ref = _reference(env.python, run_dir, prompts, max_new_tokens, timeout_s)
             record_mod.compare_reference(rec, ref)
-            log(f"{tag} HF transformers reference: {'equal' if rec['reference'].get('equal') else 'DIFFERENT'}")
-        rec["logs"] = _keep_logs(run_dir, dp)
+            log(f"{tag} HF transformers reference: {'equal' if rec.reference and rec.reference.equal else 'DIFFERENT'}")
+        rec.logs = _keep_logs(run_dir, dp)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    rec["timings"]["wall_s"] = round(time.perf_counter() - t0, 2)
-    return rec
+    rec.timings["wall_s"] = round(time.perf_counter() - t0, 2)
+    return to_dict(rec)
 
 
 if __name__ == "__main__":  # pragma: no cover - manual smoke run

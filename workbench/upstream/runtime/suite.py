@@ -28,10 +28,10 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
+from workbench.run.provenance import workbench_commit
 from workbench.upstream.context import UpstreamContext, echo
 from workbench.upstream.sources.trees import release_tree
 from workbench.upstream.static.mutate import MutationError, remove_attribute
@@ -126,13 +126,6 @@ def run_roles(
     return out
 
 
-def _commit() -> str | None:
-    proc = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).resolve().parent
-    )
-    return proc.stdout.strip() or None
-
-
 def provenance(old: dict | None, old_runs: list[str], part: dict) -> dict:
     """The file's provenance after writing ``part`` (its date, command, commit, host and the run keys
     it wrote): every earlier part keeps its own commit and date for the runs it still holds, and
@@ -169,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     part = {
         "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python -m workbench.upstream.runtime.suite " + " ".join(argv or []),
-        "commit": _commit(),
+        "commit": workbench_commit(),
         "host": f"{platform.machine()}, {platform.python_version()}, {os.cpu_count()} cores",
         "runs": written,
     }
