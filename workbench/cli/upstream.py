@@ -238,7 +238,7 @@ def register(top: argparse._SubParsersAction) -> None:
 
 def _add_run(sub) -> None:  # imports on use (module docstring)
     from workbench.upstream.runtime.fixes import FIXES
-    from workbench.upstream.runtime.run import BACKENDS, DP_SIZES, IDLE_MODES
+    from workbench.upstream.runtime.run import ALGORITHMS, BACKENDS, DP_SIZES, IDLE_MODES
 
     rn = sub.add_parser(
         "run",
@@ -261,6 +261,14 @@ def _add_run(sub) -> None:  # imports on use (module docstring)
         default="start",
         choices=IDLE_MODES,
         help="start: ranks >= 1 get no request; mid: every rank gets the prompts, the last 2 new tokens only",
+    )
+    rn.add_argument(
+        "--speculative-algorithm",
+        "--algorithm",
+        default="EAGLE3",
+        choices=ALGORITHMS,
+        dest="algorithm",
+        help="SGLang's flag; the draft: EAGLE3 and EAGLE heads, STANDALONE the target itself, NGRAM none",
     )
     rn.add_argument("--steps", "--speculative-num-steps", type=int, default=3, dest="steps")
     rn.add_argument("--topk", "--speculative-eagle-topk", type=int, default=1, dest="topk")
@@ -378,6 +386,7 @@ def _run(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on u
         args.extra_shims,
         bundle_dir=args.bundle_dir or (args.json_out and args.json_out.parent / f"{args.json_out.stem}-bundles"),
         idle=args.idle,
+        algorithm=args.algorithm,
     )
     if rec["crash"]:
         echo(rec["crash"]["traceback"].rstrip())

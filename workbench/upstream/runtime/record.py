@@ -20,13 +20,16 @@ KERNELS = {
     "triton": "real sglang TritonAttnBackend (triton interpreter, CPU)",
     "torch_native": "real sglang TorchNativeAttnBackend (torch SDPA, CPU)",
 }
-# The innermost function of an EAGLE worker on the stack names the pass a crash happened in.
+# The innermost function of a speculative worker on the stack names the pass a crash happened in.
 _PHASES = (
     ("draft_extend", "draft-extend"),
     ("verify", "verify"),
     ("forward_target_extend", "prefill"),
     ("draft", "draft"),
 )
+
+
+_WORKER_FILES = ("eagle_worker", "standalone_worker", "ngram_worker")  # the speculative workers the lane starts
 
 
 # Upstream limits a run can end on, recognised by what it raised or recorded: (test, note).
@@ -36,13 +39,6 @@ KNOWN_LIMITS = (
         "SGLang's CPU DP padding (forward_batch_info._pad_inputs_to_size) asks the attention backend for "
         "get_cpu_graph_seq_len_fill_value, which only the intel_amx (and hybrid linear) backends define: DP "
         "attention with this backend cannot run on a CPU in this release",
-    ),
-    (
-        lambda rec: (
-            (rec.get("crash") or {}).get("exception_type") == "NotImplementedError"
-            and "get_cuda_graph_seq_len_fill_value" in ((rec.get("crash") or {}).get("traceback") or "")
-        ),
-        "the DP padding asks the backend for get_cuda_graph_seq_len_fill_value, which torch_native does not define",
     ),
     (
         lambda rec: (
@@ -109,9 +105,9 @@ def fail(rec: dict, stage: str, message: str, missing: str | None, t0: float) ->
 
 
 def phase_of(frames: list[dict], forward_mode: str | None) -> str | None:
-    """The EAGLE pass a traceback was in: the innermost eagle-worker function that names one."""
+    """The speculative pass a traceback was in: the innermost worker function (``_WORKER_FILES``) naming one."""
     for frame in reversed(frames):
-        if "eagle_worker" not in os.path.basename(frame["file"]):
+        if not any(w in os.path.basename(frame["file"]) for w in _WORKER_FILES):
             continue
         for key, phase in _PHASES:
             if key in frame["function"]:
