@@ -13,6 +13,10 @@ Runs inside the replay environment (no workbench import); the workbench names th
   which 0.5.13 added; 0.5.12 and earlier test ``spec_info is None`` only, so every padded idle batch
   with a spec input reads its ``kv_indptr`` (the idle draft pass raises ``'NoneType' object has no
   attribute 'shape'``), and #28221's field alone cannot help there. A backport, named as one.
+- ``torch-native-fill-value``: the smallest fix for DP attention on torch_native, whose first
+  DP-padded batch raises ``NotImplementedError`` because ``_pad_inputs_to_size`` asks the backend for
+  ``get_cuda_graph_seq_len_fill_value`` and ``TorchNativeAttnBackend`` inherits the base class's
+  ``raise``: the method defined on it returning 1, the value the triton backend returns.
 
 The field fixes add the field to the real dataclass in place (annotation, class default, the
 dataclass re-generated with its own parameters); the fallback wraps
@@ -30,6 +34,7 @@ import inspect
 FIELD = "kv_indptr"
 MODULE = "sglang.srt.speculative.eagle_info"
 BACKEND_MODULE = "sglang.srt.layers.attention.triton_backend"
+TORCH_NATIVE_MODULE = "sglang.srt.layers.attention.torch_native_backend"
 FIXES = {
     "verify-input": ("EagleVerifyInput", "the verify pass's idle input gets kv_indptr = None (seq_lens fallback)"),
     "pr-28221": ("EagleDraftExtendInput", "PR #28221: the draft-extend input gets kv_indptr = None"),
@@ -37,7 +42,12 @@ FIXES = {
         "TritonAttnBackend.init_forward_metadata",
         "0.5.13's seq_lens fallback for a decode/idle spec input with kv_indptr None, backported to the triton backend",
     ),
+    "torch-native-fill-value": (
+        "TorchNativeAttnBackend.get_cuda_graph_seq_len_fill_value",
+        "torch_native's DP padding fill value defined (1, as the triton backend's)",
+    ),
 }
+FILL_VALUE = "torch-native-fill-value"
 FALLBACK = "triton-idle-fallback"
 FALLBACK_TEST = "spec_info.kv_indptr is None"  # the release's own test, where it has one
 _MISSING = object()
@@ -131,6 +141,26 @@ def _apply_fallback(name: str, what: str) -> dict:
     }
 
 
+def get_cuda_graph_seq_len_fill_value(self):
+    """The seq_len of a DP-padded row (the fix ``torch-native-fill-value``): 1, as the triton backend's."""
+    return 1
+
+
+def _apply_fill_value(name: str, what: str) -> dict:
+    cls = importlib.import_module(TORCH_NATIVE_MODULE).TorchNativeAttnBackend
+    present = "get_cuda_graph_seq_len_fill_value" in vars(cls)
+    if not present:
+        get_cuda_graph_seq_len_fill_value.__qualname__ = f"{cls.__name__}.get_cuda_graph_seq_len_fill_value"
+        cls.get_cuda_graph_seq_len_fill_value = get_cuda_graph_seq_len_fill_value
+    return {
+        "fix": name,
+        "class": f"{TORCH_NATIVE_MODULE}.TorchNativeAttnBackend",
+        "what": what,
+        "applied": not present,
+        "note": "the release already defines it" if present else "method defined on the class",
+    }
+
+
 def apply(names: list) -> list:
     """Apply the named fixes; return what each did (for the run record)."""
     unknown = [n for n in names if n not in FIXES]
@@ -141,6 +171,9 @@ def apply(names: list) -> list:
         target, what = FIXES[name]
         if name == FALLBACK:
             out.append(_apply_fallback(name, what))
+            continue
+        if name == FILL_VALUE:
+            out.append(_apply_fill_value(name, what))
             continue
         cls = getattr(importlib.import_module(MODULE), target)
         present = declares(cls)
@@ -168,6 +201,9 @@ def changes(applied: list) -> list:
         if a["fix"] == FALLBACK:
             name, change = FIXES[FALLBACK][0], "method wrapped with the seq_lens fallback (this file's code)"
             out.append({"fix": FALLBACK, "module": BACKEND_MODULE, "name": name, "change": change})
+        elif a["fix"] == FILL_VALUE:
+            name, change = FIXES[FILL_VALUE][0], "method defined, returning 1 (this file's code)"
+            out.append({"fix": FILL_VALUE, "module": TORCH_NATIVE_MODULE, "name": name, "change": change})
         else:
             change = f"dataclass field {FIELD}: Optional[torch.Tensor] = None added; its generated methods rebuilt"
             out.append({"fix": a["fix"], "module": MODULE, "name": f"{FIXES[a['fix']][0]}.{FIELD}", "change": change})
