@@ -384,14 +384,16 @@ def test_bad_arguments_are_named_before_anything_starts(kwargs: dict, words: lis
 
 
 def test_each_algorithm_gets_its_draft() -> None:
-    """EAGLE3 and EAGLE load their heads, STANDALONE the target as an ordinary draft, NGRAM no draft model
+    """EAGLE3 and EAGLE load their heads, STANDALONE an ordinary smaller Qwen3, NGRAM no draft model
     (its breadth through SGLang's own ngram argument); every named draft folder is shipped."""
     from workbench.upstream.runtime.run import ALGORITHMS, DRAFT_MODEL, MODELS, speculative_args
 
     args = {a: speculative_args(a, 3, 1, 4) for a in ALGORITHMS}
     assert args["EAGLE3"]["speculative_draft_model_path"] == str(MODELS / "draft")
     assert args["EAGLE"]["speculative_draft_model_path"] == str(MODELS / "eagle_draft")
-    assert args["STANDALONE"]["speculative_draft_model_path"] == str(MODELS / "target")
+    assert args["STANDALONE"]["speculative_draft_model_path"] == str(MODELS / "standalone_draft")
+    standalone = json.loads((MODELS / "standalone_draft" / "config.json").read_text())
+    assert standalone["architectures"] == ["Qwen3ForCausalLM"] and standalone["num_hidden_layers"] == 2
     assert args["NGRAM"] == {
         "speculative_algorithm": "NGRAM",
         "speculative_num_draft_tokens": 4,

@@ -34,9 +34,10 @@ RUNS = ASSETS / "runtime_runs.json"  # the shipped runs: their crash tracebacks 
 BACKENDS = ("triton", "torch_native")
 # The speculative algorithms the lane starts, each with its draft model (a folder of MODELS, or None):
 # EAGLE3 the EAGLE3 head (LlamaForCausalLMEagle3), EAGLE an EAGLE-1 head (LlamaForCausalLMEagle,
-# scripts/train_runtime_eagle_draft.py), STANDALONE an ordinary model (the target itself), NGRAM none.
+# scripts/train_runtime_eagle_draft.py), STANDALONE an ordinary smaller Qwen3 (the target's first two
+# layers, scripts/make_runtime_standalone_draft.py), NGRAM none.
 ALGORITHMS = ("EAGLE3", "EAGLE", "STANDALONE", "NGRAM")
-DRAFT_MODEL = {"EAGLE3": "draft", "EAGLE": "eagle_draft", "STANDALONE": "target", "NGRAM": None}
+DRAFT_MODEL = {"EAGLE3": "draft", "EAGLE": "eagle_draft", "STANDALONE": "standalone_draft", "NGRAM": None}
 # The draft model's backend: SGLang's EAGLE needs a multi-step draft-decode backend, which torch_native
 # lacks (speculative/draft_utils.py refuses it), so a torch_native target runs a triton draft.
 DRAFT_BACKEND = {"triton": "triton", "torch_native": "triton"}
@@ -106,7 +107,10 @@ def validate(
     for part in ("target", DRAFT_MODEL[algorithm]):
         for name in ("config.json", "model.safetensors"):
             if part is not None and not (MODELS / part / name).is_file():
-                script = "train_runtime_eagle_draft.py" if part == "eagle_draft" else "train_runtime_models.py"
+                script = {
+                    "eagle_draft": "train_runtime_eagle_draft.py",
+                    "standalone_draft": "make_runtime_standalone_draft.py",
+                }.get(part, "train_runtime_models.py")
                 raise RuntimeConfigError(
                     f"model file {MODELS / part / name} is missing; rebuild the lane's models "
                     f"with `python scripts/{script}`"
