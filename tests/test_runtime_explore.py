@@ -350,15 +350,18 @@ def test_bad_release_and_cli_exit_code(offline: list, capsys: pytest.CaptureFixt
 
 
 def test_view(offline: list) -> None:
-    from workbench.views.explore import explore_html, explore_table
+    from workbench.views.explore import explore_html, explore_summary, explore_table
 
-    result = ex.explore(UpstreamContext(), "0.5.23", backends=["triton"], algorithms=["EAGLE3"], dps=[2])
+    result = ex.explore(UpstreamContext(), "0.5.23", backends=["triton"], algorithms=["EAGLE3", "UNO"], dps=[2])
     table = explore_table(result)
     row = next(r for r in table.rows if r["cell"] == "EAGLE3/triton/dp2/start/overlap-on")
     assert row["where"] == "rank 1 verify IDLE bs 1 sglang/srt/layers/attention/triton_backend.py:891"
     assert row["known"] == "known"
     page = explore_html(result)
     assert page.startswith("<!doctype html>") and "EAGLE3/triton/dp2/mid/overlap-off" in page
+    summary = {r["algorithm"]: r for r in explore_summary(result).rows}
+    assert summary["EAGLE3"] == {"algorithm": "EAGLE3", "ok": 0, "crashed": 4, "limit": 0, "failed": 0, "run": 4}
+    assert summary["UNO"]["limit"] == 1 and summary["UNO"]["run"] == 0
 
 
 def test_shipped_exploration_reclassifies() -> None:
