@@ -93,8 +93,34 @@ _ALGORITHM_STOPS = {
         "build_frozen_kv_mtp_context, models/gemma4_mtp.py); the lane has no Gemma4 target or assistant draft",
     ),
 }
-# The release's CPU override of the overlap schedule, looked up for the reason of an overlap-on cell it turned off.
+# The release's CPU override of the overlap schedule, looked up for the reason of an overlap-on cell it turned off,
+# and the server-argument handler of each lane algorithm (the release's SpeculativeAlgorithm.handle_server_args).
 _OVERLAP_OFF = ("srt/arg_groups/speculative_hook.py", "def _disable_overlap_schedule_for_cpu(")
+_HANDLERS = {
+    "EAGLE3": "_handle_eagle_family",
+    "EAGLE": "_handle_eagle_family",
+    "STANDALONE": "_handle_eagle_family",
+    "NGRAM": "_handle_ngram",
+}
+
+
+def calls_overlap_off(src: Path, algorithm: str) -> str | None:
+    """``file:line`` where the release's server-argument handler for ``algorithm`` calls
+    ``_disable_overlap_schedule_for_cpu`` (None: it does not, or the release has no such handler)."""
+    handler = _HANDLERS.get(algorithm)
+    path = _release_file(src, _OVERLAP_OFF[0])
+    if handler is None or not path.is_file():
+        return None
+    lines = path.read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(f"def {handler}(")), None)
+    if start is None:
+        return None
+    for i in range(start + 1, len(lines)):
+        if lines[i].startswith("def "):
+            return None
+        if "_disable_overlap_schedule_for_cpu(" in lines[i]:
+            return f"{_OVERLAP_OFF[0].removeprefix('srt/')}:{i + 1}"
+    return None
 
 
 def release_line(src: Path, rel: str, after: str, fragment: str | None = None) -> str | None:
@@ -379,22 +405,23 @@ def _shares_setup_error(cell: Cell, done: dict) -> Cell | None:
     return None
 
 
-def _overlap_witness(cell: Cell, done: dict) -> Cell | None:
-    """The first overlap-on cell of the same algorithm already run, when the release turned its overlap off.
+def _overlap_witness(cell: Cell, done: dict, src: Path | None) -> tuple[Cell, str | None] | None:
+    """(the first overlap-on cell already run whose scheduler ran without overlap, where the cell's algorithm's
+    handler turns it off), or None: then the cell is run.
 
     The release decides the overlap schedule from the server arguments alone (on CPU, for speculative
-    decoding), before any request; so one measured overlap-on cell stands for the algorithm's others."""
+    decoding), before any request. A measured cell stands for the others of its algorithm, and for those
+    of another algorithm whose server-argument handler calls the same override (``calls_overlap_off``)."""
     if cell.overlap is not True:
         return None
+    here = calls_overlap_off(src, cell.algorithm) if src is not None else None
     for other in done.values():
-        if (
-            other.algorithm == cell.algorithm
-            and other.overlap is True
-            and other.record
-            and overlap_turned_off(other.record)
-            and not (other.reason or "").startswith("as ")
-        ):
-            return other
+        if not (other.overlap is True and other.record and overlap_turned_off(other.record)):
+            continue
+        if other.algorithm == cell.algorithm:
+            return other, None
+        if here is not None and calls_overlap_off(src, other.algorithm) is not None:
+            return other, here
     return None
 
 
@@ -445,13 +472,15 @@ def explore(
     for cell in cells:
         if cell.outcome is None:
             twin = _shares_setup_error(cell, done)
-            witness = _overlap_witness(cell, done)
+            witness = _overlap_witness(cell, done, src)
             if twin is not None:
                 cell.outcome = "limit"
                 cell.reason = f"as {twin.key} ({twin.reason}); the idle mode changes only the requests, sent later"
             elif witness is not None:
+                other, call = witness
+                via = f" ({cell.algorithm}'s handler calls the same override at {call})" if call else ""
                 cell.outcome = "limit"
-                cell.reason = f"as {witness.key}: the release turns the overlap schedule off here; not run"
+                cell.reason = f"as {other.key}: the release turns the overlap schedule off here{via}; not run"
             else:
                 _run_cell(ctx, version, cell, max_new_tokens, timeout_s, known)
                 if cell.record and cell.record["status"] == "ok":
@@ -525,6 +554,35 @@ def _hf_reference(ctx: UpstreamContext, version: str, max_new_tokens: int, timeo
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def merge(parts: list[dict]) -> dict:
+    """One exploration from parts of the same release run as separate processes (``--algorithm`` /
+    ``--backend`` subsets): their cells in order, a cell two parts share (a backend limit) once, the counts
+    recomputed, ``provenance`` the first part's with every part's own under ``parts``, ``wall_s`` the longest."""
+    releases = {p["sglang"] for p in parts}
+    if len(releases) != 1:
+        raise ExploreError(f"bad parts: releases {sorted(releases)}; valid: parts of one release")
+    cells, seen = [], set()
+    for part in parts:
+        for c in part["cells"]:
+            if c["key"] not in seen:
+                seen.add(c["key"])
+                cells.append(c)
+    axes = dict(parts[0]["axes"])
+    axes["dp"] = sorted({d for p in parts for d in p["axes"]["dp"]})
+    return {
+        "sglang": parts[0]["sglang"],
+        "provenance": {
+            **parts[0]["provenance"],
+            "command": " & ".join(p["provenance"]["command"] for p in parts),
+            "parts": [{**p["provenance"], "wall_s": p["wall_s"], "cells": len(p["cells"])} for p in parts],
+        },
+        "axes": axes,
+        "cells": cells,
+        "counts": {o: sum(1 for c in cells if c["outcome"] == o) for o in OUTCOMES},
+        "wall_s": max(p["wall_s"] for p in parts),
+    }
+
+
 def provenance(command: str | None) -> dict:
     """When, where and with which commit the exploration ran."""
     root = Path(__file__).resolve().parents[3]
@@ -555,3 +613,31 @@ def load_shipped(path: Path = SHIPPED_EXPLORE) -> dict:
         f"{result['wall_s']} s at load {p['load_at_start']} on {p['cpus']} cores"
     )
     return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m workbench.upstream.runtime.explore --merge PART.json ... --json OUT [--html OUT]``: one
+    exploration from parts that ``workbench upstream explore`` wrote for one release (``merge``)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--merge", nargs="+", type=Path, required=True, metavar="PART")
+    ap.add_argument("--json", type=Path, required=True, dest="json_out")
+    ap.add_argument("--html", type=Path, default=None, dest="html_out")
+    args = ap.parse_args(argv)
+    try:
+        result = merge([json.loads(p.read_text()) for p in args.merge])
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"cannot merge {[str(p) for p in args.merge]}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    args.json_out.write_text(json.dumps(result, indent=1) + "\n")
+    if args.html_out:
+        from workbench.views.explore import explore_html
+
+        args.html_out.write_text(explore_html(result))
+    print(f"{len(result['cells'])} cells, {result['counts']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
