@@ -36,6 +36,14 @@ def _disable_overlap_schedule_for_cpu(server_args):
 def _handle_uno(server_args):
     if not cfg.device.startswith("cuda"):
         raise ValueError("UNO only supports CUDA.")
+
+
+def _handle_eagle_family(server_args):
+    _disable_overlap_schedule_for_cpu(server_args)
+
+
+def _handle_ngram(server_args):
+    _disable_overlap_schedule_for_cpu(server_args)
 """
 CHOICES = """\
 ATTENTION_BACKEND_CHOICES = [
@@ -320,6 +328,28 @@ def test_overlap_turned_off_by_the_release_is_measured_once(offline: list, monke
     assert other["reason"].startswith("as EAGLE3/triton/dp1/start/overlap-on: the release turns the overlap")
     assert [c for c in offline if c[3]] == [(1, "triton", "start", True)]  # one overlap-on run in all
     assert cells["EAGLE3/torch_native/dp1/start/overlap-off"]["outcome"] == "ok"
+    # another algorithm whose handler calls the same override is decided by that measured cell, with its line
+    both = ex.explore(UpstreamContext(), "0.5.23", backends=["triton"], algorithms=["EAGLE3", "NGRAM"], dps=[1])
+    ngram = next(c for c in both["cells"] if c["key"] == "NGRAM/triton/dp1/start/overlap-on")
+    assert ngram["record"] is None and ngram["reason"] == (
+        "as EAGLE3/triton/dp1/start/overlap-on: the release turns the overlap schedule off here (NGRAM's handler "
+        "calls the same override at arg_groups/speculative_hook.py:15); not run"
+    )
+    assert ex.calls_overlap_off(ex.ensure_sources(None, "0.5.23"), "UNO") is None  # no lane handler
+
+
+def test_parts_merge_into_one_exploration(offline: list) -> None:
+    """Parts run as separate processes (algorithm subsets) give one exploration: a shared backend limit once,
+    the counts recomputed, each part's provenance kept; parts of two releases are refused."""
+    a = ex.explore(UpstreamContext(), "0.5.23", backends=["triton", "fa3"], algorithms=["EAGLE3"], dps=[1])
+    b = ex.explore(UpstreamContext(), "0.5.23", backends=["triton", "fa3"], algorithms=["UNO"], dps=[1])
+    merged = ex.merge([a, b])
+    keys = [c["key"] for c in merged["cells"]]
+    assert keys.count("*/fa3/*/*/*") == 1 and "UNO/*/*/*/*" in keys and "EAGLE3/triton/dp1/start/overlap-on" in keys
+    assert merged["counts"] == {o: sum(1 for c in merged["cells"] if c["outcome"] == o) for o in ex.OUTCOMES}
+    assert [p["cells"] for p in merged["provenance"]["parts"]] == [len(a["cells"]), len(b["cells"])]
+    with pytest.raises(ex.ExploreError, match="parts of one release"):
+        ex.merge([a, {**b, "sglang": "0.5.22"}])
 
 
 @pytest.mark.parametrize(
