@@ -324,6 +324,57 @@ def test_torch_native_fill_value_fix_defines_the_method_and_the_guard_lists_it(t
     assert [(v["name"], v["kind"]) for v in guard_plain["violations"]] == [(name, "attribute not in the source")]
 
 
+EAGLE_MODEL = """
+import torch
+
+
+class LlamaModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed_tokens = torch.nn.Embedding(5, 4)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, input_ids, positions, forward_batch, input_embeds=None, pp_proxy_tensors=None):
+        h = self.fc(torch.cat((self.embed_tokens(input_ids), forward_batch.spec_info.hidden_states), dim=-1))
+        return h.view(h.shape[0], -1, 2)  # the rotary's view: ambiguous for 0 rows
+"""
+
+EAGLE_IDLE_SCRIPT = """
+import sys, types, torch
+sys.path[:0] = [{root!r}, {runtime!r}]
+import fixes
+from sglang.srt.models.llama_eagle import LlamaModel
+
+def batch(n):
+    return types.SimpleNamespace(spec_info=types.SimpleNamespace(hidden_states=torch.zeros(n, 4)))
+
+m = LlamaModel()
+def run(n):
+    try:
+        return tuple(m(torch.zeros(n, dtype=torch.long), None, batch(n)).shape)
+    except RuntimeError as exc:
+        return type(exc).__name__
+before = [run(0), run(3)]
+out = fixes.apply(["eagle-idle-batch"])
+print(repr((before, out, [run(0), run(3)], fixes.changes(out))))
+"""
+
+
+def test_eagle_idle_batch_fix_returns_the_fc_output_for_an_empty_batch_only(tmp_path: Path) -> None:
+    """The EAGLE-1 draft's empty idle batch stops at the layer's view with 0 rows; the fix returns the fc's
+    empty output for it (as llama_eagle3's idle guard does) and leaves a non-empty batch to the release."""
+    _fake_sglang(tmp_path)
+    (tmp_path / "sglang/srt/models").mkdir(parents=True)
+    (tmp_path / "sglang/srt/models/__init__.py").write_text("")
+    (tmp_path / "sglang/srt/models/llama_eagle.py").write_text(EAGLE_MODEL)
+    script = EAGLE_IDLE_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    before, applied, after, changes = eval(out.stdout)  # noqa: S307 - our own repr
+    assert before == ["RuntimeError", (3, 2, 2)]
+    assert applied[0]["applied"] is True and after == [(0, 4), (3, 2, 2)]
+    assert [(c["module"], c["name"]) for c in changes] == [("sglang.srt.models.llama_eagle", "LlamaModel.forward")]
+
+
 def test_appended_runs_keep_their_own_provenance() -> None:
     """--append: each part keeps the date and commit of the runs it wrote; a run measured again moves
     to the new part; notebook 06's label reads the part that measured the runs it shows."""
@@ -380,7 +431,13 @@ def test_bad_arguments_are_named_before_anything_starts(kwargs: dict, words: lis
         validate(**args)
     for w in words:
         assert w in str(err.value)
-    assert set(FIXES) == {"verify-input", "pr-28221", "triton-idle-fallback", "torch-native-fill-value"}
+    assert set(FIXES) == {
+        "verify-input",
+        "pr-28221",
+        "triton-idle-fallback",
+        "torch-native-fill-value",
+        "eagle-idle-batch",
+    }
 
 
 def test_each_algorithm_gets_its_draft() -> None:
