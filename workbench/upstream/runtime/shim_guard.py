@@ -127,6 +127,8 @@ _NAMEDTUPLE = {
 _STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"])
 _DEPS = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")}
 _MODELS: dict = {}  # path -> SourceModel, kept between a rank's checks
+_TEXTS: dict = {}  # path -> source text, for the release's own cross-module class assignments
+_ASSIGNMENTS: dict = {}  # attribute -> {(module, class): "file:line"}, kept between a rank's checks
 
 
 def protected(name: str, traceback_modules: Collection[str] = ()) -> bool:
@@ -160,7 +162,6 @@ class _Check:
         self.declared: dict = {}  # (module, name) -> the change a fix declares it makes (fixes.changes)
         self.decorator_made: list = []
         self.release_assigned: list = []  # class attributes the release's own code sets from another module
-        self._assignments: dict | None = None  # (module, class, attribute) -> "file:line", built when needed
         self.violations, self.opaque, self.interpreted = [], [], set()
         self.fixed, self.shimmed = {}, {}  # (module, name) -> entry
         self.equiv: dict = {}  # (module, name) -> the device equivalence that replaced it (equivalences.changes)
@@ -190,9 +191,9 @@ class _Check:
         """Where a loaded release module sets ``qualname.key`` on the class it imported from ``module``
         (``Class.key = ...`` after ``from module import Class``; StandaloneWorkerV2 sets
         ``EagleDraftInput.ALLOC_LEN_PER_DECODE`` so), as ``file:line``; None if no release source does."""
-        if self._assignments is None:
-            self._assignments = _cross_module_assignments(self.release)
-        return self._assignments.get((module, qualname, key))
+        if key not in _ASSIGNMENTS:
+            _ASSIGNMENTS[key] = _cross_module_assignments(self.release, key)
+        return _ASSIGNMENTS[key].get((module, qualname))
 
     def _release_made(self, value) -> bool:
         """A function whose code is in the release's own sources (not its packages, not elsewhere)."""
@@ -413,9 +414,10 @@ def _metaclass_made(live) -> set:
     return _META[meta]
 
 
-def _cross_module_assignments(release: set) -> dict:
-    """{(module, class, attribute): "file:line"} for every ``Name.attr = ...`` (or ``setattr``) in a loaded
-    sglang module under ``release`` whose ``Name`` that file imports with ``from module import Class``."""
+def _cross_module_assignments(release: set, attr: str) -> dict:
+    """{(module, class): "file:line"} for every ``Name.attr = ...`` in a loaded sglang module under ``release``
+    whose ``Name`` that file imports with ``from module import Class``; only files whose text holds ``attr``
+    are parsed (a rank loads over a thousand sglang modules)."""
     import ast
 
     out: dict = {}
@@ -424,8 +426,12 @@ def _cross_module_assignments(release: set) -> dict:
         if not name.startswith("sglang") or not path or not path.endswith(".py") or not _under(path, release):
             continue
         try:
-            with open(path, encoding="utf-8") as f:
-                tree = ast.parse(f.read(), path)
+            if path not in _TEXTS:
+                with open(path, encoding="utf-8") as f:
+                    _TEXTS[path] = f.read()
+            if attr not in _TEXTS[path]:
+                continue
+            tree = ast.parse(_TEXTS[path], path)
         except (OSError, SyntaxError, UnicodeDecodeError):
             continue
         package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
@@ -445,10 +451,14 @@ def _cross_module_assignments(release: set) -> dict:
             if not isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
                 continue
             for t in targets:
-                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in imported:
-                    src_mod, cls = imported[t.value.id]
+                if (
+                    isinstance(t, ast.Attribute)
+                    and t.attr == attr
+                    and isinstance(t.value, ast.Name)
+                    and t.value.id in imported
+                ):
                     rel = path.split(os.sep + "sglang" + os.sep, 1)[-1]
-                    out.setdefault((src_mod, cls, t.attr), f"{rel}:{node.lineno}")
+                    out.setdefault(imported[t.value.id], f"{rel}:{node.lineno}")
     return out
 
 
