@@ -461,6 +461,7 @@ def explore(
     ``progress`` each cell when it is decided.
     """
     t0 = time.perf_counter()
+    started = provenance(command)  # the commit and the load when the cells start, not when they end
     src, axes = validate(ctx, version, algorithms, backends, dps)
     cells = enumerate_cells(axes, algorithms, backends, dps or DP_SIZES, src)
     overlap_line = release_line(src, *_OVERLAP_OFF)
@@ -501,7 +502,7 @@ def explore(
     counts = {o: sum(1 for c in cells if c.outcome == o) for o in OUTCOMES}
     return {
         "sglang": version,
-        "provenance": provenance(command),
+        "provenance": started,
         "axes": {
             "algorithms": axes.algorithms,
             "backends": axes.backends,
