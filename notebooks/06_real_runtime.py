@@ -56,7 +56,7 @@ from workbench import notebook
 from workbench.upstream.runtime import measurements
 from workbench.upstream.runtime.explore import load_shipped
 from workbench.views import runtime as views
-from workbench.views.explore import explore_table
+from workbench.views.explore import explore_summary, explore_table
 
 # %% tags=["parameters"]
 release: str = "0.5.14"  # the SGLang release run (shipped measurement: 0.5.12, 0.5.13, 0.5.14, 0.5.23 on triton)
@@ -209,15 +209,20 @@ display(views.equivalences_table(eq_runs["dp2"] if "dp2" in eq_runs else first))
 # ## 6 · Every configuration of the newest release: the shipped exploration
 # `workbench upstream explore --sglang 0.5.23 --json OUT` runs the lane over the speculative
 # algorithms and attention backends the release defines, DP 1, 2 and 3 (ranks idle from the start,
-# or going idle mid-run), and the overlap schedule on and off. Each cell is ok (equal to HF),
-# crashed (rank, pass, mode, file:line; `known` when a shipped run record holds the same crash,
-# else a reproducer command) or limit (the release line or lane restriction that stops it here).
+# or going idle mid-run), and the overlap schedule on and off. The lane starts EAGLE3, EAGLE (an
+# EAGLE-1 head), STANDALONE (a smaller Qwen3 as its draft) and NGRAM (no draft). Each cell is ok
+# (equal to HF), crashed (rank, pass, mode, file:line; `known` when a shipped run record holds the
+# same crash, else a reproducer command) or limit (the release line, or the lane restriction named
+# as one, that stops it here: DFLASH, UNO and DSPARK refuse device cpu in the release's argument
+# handling, FROZEN_KV_MTP needs a Gemma4 assistant draft, and 0.5.23 turns the overlap schedule off
+# for speculative decoding on CPU, measured on the first overlap-on cell of each algorithm).
 # Shown from the shipped file (its date, versions, command and commit in `source`), not run now.
 
 # %%
 explored = load_shipped()
 print("source:", explored["source"])
 print("counts:", explored["counts"])
+display(explore_summary(explored))
 display(explore_table(explored))
 
 # %% [markdown]

@@ -278,5 +278,10 @@ def test_the_runtime_lanes_choices_are_the_lanes():
     from workbench.cli import upstream
     from workbench.upstream.runtime import fixes, run
 
-    assert (upstream.BACKENDS, upstream.DP_SIZES, upstream.IDLE_MODES) == (run.BACKENDS, run.DP_SIZES, run.IDLE_MODES)
+    assert (upstream.BACKENDS, upstream.DP_SIZES, upstream.IDLE_MODES, upstream.ALGORITHMS) == (
+        run.BACKENDS,
+        run.DP_SIZES,
+        run.IDLE_MODES,
+        run.ALGORITHMS,
+    )
     assert upstream.FIXES == tuple(fixes.FIXES)

@@ -281,6 +281,101 @@ def test_triton_idle_fallback_takes_the_releases_seq_lens_branch(tmp_path: Path,
         assert "fixes.py" in guard_plain["violations"][0]["detail"]
 
 
+FILL_VALUE_BACKEND = """
+class AttentionBackend:
+    def get_cuda_graph_seq_len_fill_value(self):
+        raise NotImplementedError()
+
+class TorchNativeAttnBackend(AttentionBackend):
+    pass
+"""
+
+FILL_VALUE_SCRIPT = """
+import sys
+sys.path[:0] = [{root!r}, {runtime!r}]
+import fixes, shim_guard
+from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+
+try:
+    before = TorchNativeAttnBackend().get_cuda_graph_seq_len_fill_value()
+except NotImplementedError:
+    before = "NotImplementedError"
+out = fixes.apply(["torch-native-fill-value"])
+again = fixes.apply(["torch-native-fill-value"])
+got = TorchNativeAttnBackend().get_cuda_graph_seq_len_fill_value()
+print(repr((before, out, again, got, shim_guard.check(fixes.changes(out)), shim_guard.check())))
+"""
+
+
+def test_torch_native_fill_value_fix_defines_the_method_and_the_guard_lists_it(tmp_path: Path) -> None:
+    """The fix for DP attention on torch_native: the inherited ``raise`` becomes 1 (the triton backend's value);
+    applied once, listed under the fix by the live guard, and a violation when no fix asked for it."""
+    _fake_sglang(tmp_path)
+    (tmp_path / "sglang/srt/layers/attention").mkdir(parents=True)
+    for sub in ("sglang/srt/layers", "sglang/srt/layers/attention"):
+        (tmp_path / sub / "__init__.py").write_text("")
+    (tmp_path / "sglang/srt/layers/attention/torch_native_backend.py").write_text(FILL_VALUE_BACKEND)
+    script = FILL_VALUE_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    before, applied, again, got, guard_fixed, guard_plain = eval(out.stdout)  # noqa: S307 - our own repr
+    assert (before, got) == ("NotImplementedError", 1)
+    assert applied[0]["applied"] is True and again[0]["applied"] is False
+    name = "TorchNativeAttnBackend.get_cuda_graph_seq_len_fill_value"
+    assert guard_fixed["violations"] == [] and [f["name"] for f in guard_fixed["fixed"]] == [name]
+    assert [(v["name"], v["kind"]) for v in guard_plain["violations"]] == [(name, "attribute not in the source")]
+
+
+EAGLE_MODEL = """
+import torch
+
+
+class LlamaModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed_tokens = torch.nn.Embedding(5, 4)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, input_ids, positions, forward_batch, input_embeds=None, pp_proxy_tensors=None):
+        h = self.fc(torch.cat((self.embed_tokens(input_ids), forward_batch.spec_info.hidden_states), dim=-1))
+        return h.view(h.shape[0], -1, 2)  # the rotary's view: ambiguous for 0 rows
+"""
+
+EAGLE_IDLE_SCRIPT = """
+import sys, types, torch
+sys.path[:0] = [{root!r}, {runtime!r}]
+import fixes
+from sglang.srt.models.llama_eagle import LlamaModel
+
+def batch(n):
+    return types.SimpleNamespace(spec_info=types.SimpleNamespace(hidden_states=torch.zeros(n, 4)))
+
+m = LlamaModel()
+def run(n):
+    try:
+        return tuple(m(torch.zeros(n, dtype=torch.long), None, batch(n)).shape)
+    except RuntimeError as exc:
+        return type(exc).__name__
+before = [run(0), run(3)]
+out = fixes.apply(["eagle-idle-batch"])
+print(repr((before, out, [run(0), run(3)], fixes.changes(out))))
+"""
+
+
+def test_eagle_idle_batch_fix_returns_the_fc_output_for_an_empty_batch_only(tmp_path: Path) -> None:
+    """The EAGLE-1 draft's empty idle batch stops at the layer's view with 0 rows; the fix returns the fc's
+    empty output for it (as llama_eagle3's idle guard does) and leaves a non-empty batch to the release."""
+    _fake_sglang(tmp_path)
+    (tmp_path / "sglang/srt/models").mkdir(parents=True)
+    (tmp_path / "sglang/srt/models/__init__.py").write_text("")
+    (tmp_path / "sglang/srt/models/llama_eagle.py").write_text(EAGLE_MODEL)
+    script = EAGLE_IDLE_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    before, applied, after, changes = eval(out.stdout)  # noqa: S307 - our own repr
+    assert before == ["RuntimeError", (3, 2, 2)]
+    assert applied[0]["applied"] is True and after == [(0, 4), (3, 2, 2)]
+    assert [(c["module"], c["name"]) for c in changes] == [("sglang.srt.models.llama_eagle", "LlamaModel.forward")]
+
+
 def test_appended_runs_keep_their_own_provenance() -> None:
     """--append: each part keeps the date and commit of the runs it wrote; a run measured again moves
     to the new part; notebook 06's label reads the part that measured the runs it shows."""
@@ -315,6 +410,7 @@ def test_appended_runs_keep_their_own_provenance() -> None:
         ({"topk": 2, "draft_tokens": 8}, ["bad draft_tokens 8", "2..7"]),
         ({"num_prompts": 0}, ["bad num_prompts 0", "1..20"]),
         ({"extra_shims": [Path("no-such-probe.py")]}, ["bad extra shim 'no-such-probe.py'", "install()"]),
+        ({"algorithm": "MEDUSA"}, ["bad speculative algorithm 'MEDUSA'", "EAGLE3, EAGLE, STANDALONE, NGRAM"]),
     ],
 )
 def test_bad_arguments_are_named_before_anything_starts(kwargs: dict, words: list[str]) -> None:
@@ -336,7 +432,36 @@ def test_bad_arguments_are_named_before_anything_starts(kwargs: dict, words: lis
         validate(**args)
     for w in words:
         assert w in str(err.value)
-    assert set(FIXES) == {"verify-input", "pr-28221", "triton-idle-fallback"}
+    assert set(FIXES) == {
+        "verify-input",
+        "pr-28221",
+        "triton-idle-fallback",
+        "torch-native-fill-value",
+        "eagle-idle-batch",
+    }
+
+
+def test_each_algorithm_gets_its_draft() -> None:
+    """EAGLE3 and EAGLE load their heads, STANDALONE an ordinary smaller Qwen3, NGRAM no draft model
+    (its breadth through SGLang's own ngram argument); every named draft folder is shipped."""
+    from workbench.upstream.runtime.run import ALGORITHMS, DRAFT_MODEL, MODELS, speculative_args
+
+    args = {a: speculative_args(a, 3, 1, 4) for a in ALGORITHMS}
+    assert args["EAGLE3"]["speculative_draft_model_path"] == str(MODELS / "draft")
+    assert args["EAGLE"]["speculative_draft_model_path"] == str(MODELS / "eagle_draft")
+    assert args["STANDALONE"]["speculative_draft_model_path"] == str(MODELS / "standalone_draft")
+    standalone = json.loads((MODELS / "standalone_draft" / "config.json").read_text())
+    assert standalone["architectures"] == ["Qwen3ForCausalLM"] and standalone["num_hidden_layers"] == 2
+    assert args["NGRAM"] == {
+        "speculative_algorithm": "NGRAM",
+        "speculative_num_draft_tokens": 4,
+        "speculative_ngram_max_bfs_breadth": 1,
+    }
+    assert all(args[a]["speculative_algorithm"] == a for a in ALGORITHMS)
+    eagle = json.loads((MODELS / "eagle_draft" / "config.json").read_text())
+    assert eagle["architectures"] == ["LlamaForCausalLMEagle"]
+    for folder in filter(None, DRAFT_MODEL.values()):
+        assert (MODELS / folder / "model.safetensors").is_file()
 
 
 def _frames(*names: str) -> list[dict]:

@@ -247,6 +247,35 @@ def test_a_declared_device_equivalence_is_listed_not_a_violation(tmp_path: Path)
     ]
 
 
+RELEASE_WORKER = """
+class StandaloneWorker:
+    def __init__(self, n):
+        from sglang.srt.speculative.eagle_info import EagleVerifyInput as Verify
+
+        Verify.ALLOC_LEN_PER_DECODE = n
+"""
+
+
+def test_a_class_attribute_the_release_sets_from_another_module_is_listed(tmp_path: Path) -> None:
+    """0.5.23's StandaloneWorkerV2 sets ``EagleDraftInput.ALLOC_LEN_PER_DECODE``, which eagle_info.py does not
+    define: a stand-in release module doing the same (imported under another name) is listed with its line,
+    while the same kind of change to another attribute, which no release source makes, stays a violation."""
+    _tree(tmp_path)
+    (tmp_path / "sglang/srt/speculative/standalone_worker.py").write_text(RELEASE_WORKER)
+    got = _guard(
+        tmp_path,
+        "from sglang.srt.speculative import standalone_worker\nstandalone_worker.StandaloneWorker(4)\n"
+        "ei.EagleVerifyInput.kv_indptr = None",
+    )
+    assert got["release_assigned"] == [
+        "sglang.srt.speculative.eagle_info:EagleVerifyInput.ALLOC_LEN_PER_DECODE "
+        "(srt/speculative/standalone_worker.py:6)"
+    ]
+    assert [(v["name"], v["kind"]) for v in got["violations"]] == [
+        ("EagleVerifyInput.kv_indptr", "attribute not in the source")
+    ]
+
+
 STAND_IN_FILES = {  # anchor file -> the upstream code a shim passes (stand-ins, named as such)
     "srt/mem_cache/memory_pool_host.py": "try:\n    from sgl_kernel.kvcacheio import transfer_kv_per_layer\n"
     "except ImportError:\n    pass\n",

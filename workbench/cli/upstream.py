@@ -248,9 +248,10 @@ def register(top: argparse._SubParsersAction) -> None:
 # The real-runtime lane's choices, written here because workbench.upstream.runtime loads torch;
 # tests/test_cli.py checks them against workbench.upstream.runtime.run and .fixes.
 BACKENDS = ("triton", "torch_native")
+ALGORITHMS = ("EAGLE3", "EAGLE", "STANDALONE", "NGRAM")
 DP_SIZES = (1, 2, 3)
 IDLE_MODES = ("start", "mid")
-FIXES = ("verify-input", "pr-28221", "triton-idle-fallback")
+FIXES = ("verify-input", "pr-28221", "triton-idle-fallback", "torch-native-fill-value", "eagle-idle-batch")
 
 
 def _add_run(sub) -> None:
@@ -275,6 +276,15 @@ def _add_run(sub) -> None:
         default="start",
         choices=IDLE_MODES,
         help="start: ranks >= 1 get no request; mid: every rank gets the prompts, the last 2 new tokens only",
+    )
+    rn.add_argument(
+        "--speculative-algorithm",
+        "--algorithm",
+        default="EAGLE3",
+        choices=ALGORITHMS,
+        dest="algorithm",
+        help="SGLang's flag; the draft: EAGLE3 and EAGLE heads, STANDALONE the target cut to its first 2 layers, "
+        "NGRAM none",
     )
     rn.add_argument(
         "--steps", "--speculative-num-steps", type=int, default=3, dest="steps", help="EAGLE draft steps per round"
@@ -406,6 +416,7 @@ def _run(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on u
         args.extra_shims,
         bundle_dir=args.bundle_dir or (args.json_out and args.json_out.parent / f"{args.json_out.stem}-bundles"),
         idle=args.idle,
+        algorithm=args.algorithm,
     )
     if rec["crash"]:
         echo(rec["crash"]["traceback"].rstrip())

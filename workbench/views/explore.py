@@ -39,6 +39,22 @@ def explore_table(result: dict) -> Table:
     return Table(rows, COLUMNS)
 
 
+SUMMARY_COLUMNS = ("algorithm", "ok", "crashed", "limit", "failed", "run")
+
+
+def explore_summary(result: dict) -> Table:
+    """One row per speculative algorithm (``*``: the backend limits, which hold for every algorithm): how
+    many of its cells ended each way, and how many of them were run (the others were decided without a run)."""
+    order = list(dict.fromkeys(c["algorithm"] for c in result["cells"]))
+    rows = []
+    for alg in order:
+        cells = [c for c in result["cells"] if c["algorithm"] == alg]
+        row = {"algorithm": alg, **{o: sum(1 for c in cells if c["outcome"] == o) for o in SUMMARY_COLUMNS[1:5]}}
+        row["run"] = sum(1 for c in cells if c.get("record") is not None)
+        rows.append(row)
+    return Table(rows, SUMMARY_COLUMNS)
+
+
 def explore_html(result: dict) -> str:
     """A stand-alone HTML page: the release, the provenance, the counts and the cell table."""
     p = result.get("provenance") or {}
@@ -57,7 +73,8 @@ def explore_html(result: dict) -> str:
     title = f"sglang {html.escape(result['sglang'])}: the real runtime explored"
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head><body>"
-        f"<h1>{title}</h1><ul>{facts}</ul>{explore_table(result)._repr_html_()}</body></html>\n"
+        f"<h1>{title}</h1><ul>{facts}</ul>{explore_summary(result)._repr_html_()}"
+        f"{explore_table(result)._repr_html_()}</body></html>\n"
     )
 
 

@@ -35,9 +35,18 @@ from workbench.upstream.sources.envs import ensure_env, ensure_sources
 from workbench.upstream.sources.releases import check_version, known_releases
 
 from .record import RuntimeRecord, compare_reference
-from .run import BACKENDS, DP_SIZES, IDLE_MODES, RuntimeConfigError, _reference, load_prompts, run_runtime
+from .run import (
+    ALGORITHMS,
+    BACKENDS,
+    DP_SIZES,
+    IDLE_MODES,
+    RuntimeConfigError,
+    _reference,
+    load_prompts,
+    run_runtime,
+)
 
-LANE_ALGORITHMS = ("EAGLE3",)  # the lane's draft model is an EAGLE3 head (assets/runtime_models/draft)
+LANE_ALGORITHMS = ALGORITHMS  # what run_runtime starts, each with its draft (run.DRAFT_MODEL)
 OUTCOMES = ("ok", "crashed", "limit", "failed")
 SHIPPED_RUNS = Path(__file__).resolve().parents[2] / "assets" / "runtime_runs.json"
 SHIPPED_EXPLORE = Path(__file__).resolve().parents[2] / "assets" / "runtime_explore.json"
@@ -52,6 +61,83 @@ _BACKEND_REASONS = {
     "ascend": "needs an Ascend NPU (torch_npu)",
     "intel_xpu": "needs an Intel XPU device",
 }
+
+
+# What stops an algorithm the lane does not start, found in the release by (function, fragment): the first
+# line holding the fragment after the line defining the function; with the reason, and whose limit it is.
+_ALGORITHM_STOPS = {
+    "DFLASH": (
+        "srt/arg_groups/speculative_hook.py",
+        "def _handle_dflash(",
+        'cfg.device.startswith("cuda") or cfg.device == "npu"',
+        "release: _handle_dflash accepts the devices cuda, npu and xpu only and raises ValueError for device "
+        "'cpu' (before it reads any draft model)",
+    ),
+    "UNO": (
+        "srt/arg_groups/speculative_hook.py",
+        "def _handle_uno(",
+        "UNO only supports CUDA.",
+        "release: _handle_uno raises ValueError('UNO only supports CUDA.') for device 'cpu'",
+    ),
+    "DSPARK": (
+        "srt/arg_groups/speculative_hook.py",
+        "def _handle_dspark(",
+        "only supports CUDA, NPU or XPU device",
+        "release: _handle_dspark raises ValueError for a device other than cuda, npu or xpu",
+    ),
+    "FROZEN_KV_MTP": (
+        "srt/arg_groups/speculative_hook.py",
+        "def _resolve_speculative_algorithm_alias(",
+        'return "FROZEN_KV_MTP"',
+        "lane: the release runs FROZEN_KV_MTP for a Gemma4 assistant draft (EAGLE/NEXTN with a "
+        "Gemma4AssistantForCausalLM draft is promoted to it here; the draft reads the target's frozen KV through "
+        "build_frozen_kv_mtp_context, models/gemma4_mtp.py); the lane has no Gemma4 target or assistant draft",
+    ),
+}
+# The release's CPU override of the overlap schedule, looked up for the reason of an overlap-on cell it turned off,
+# and the server-argument handler of each lane algorithm (the release's SpeculativeAlgorithm.handle_server_args).
+_OVERLAP_OFF = ("srt/arg_groups/speculative_hook.py", "def _disable_overlap_schedule_for_cpu(")
+_HANDLERS = {
+    "EAGLE3": "_handle_eagle_family",
+    "EAGLE": "_handle_eagle_family",
+    "STANDALONE": "_handle_eagle_family",
+    "NGRAM": "_handle_ngram",
+}
+
+
+def calls_overlap_off(src: Path, algorithm: str) -> str | None:
+    """``file:line`` where the release's server-argument handler for ``algorithm`` calls
+    ``_disable_overlap_schedule_for_cpu`` (None: it does not, or the release has no such handler)."""
+    handler = _HANDLERS.get(algorithm)
+    path = _release_file(src, _OVERLAP_OFF[0])
+    if handler is None or not path.is_file():
+        return None
+    lines = path.read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(f"def {handler}(")), None)
+    if start is None:
+        return None
+    for i in range(start + 1, len(lines)):
+        if lines[i].startswith("def "):
+            return None
+        if "_disable_overlap_schedule_for_cpu(" in lines[i]:
+            return f"{_OVERLAP_OFF[0].removeprefix('srt/')}:{i + 1}"
+    return None
+
+
+def release_line(src: Path, rel: str, after: str, fragment: str | None = None) -> str | None:
+    """``file:line`` of the first line holding ``fragment`` at or after the line holding ``after`` in the
+    release file ``rel`` (``fragment`` None: the line of ``after``); None when the release has neither."""
+    path = _release_file(src, rel)
+    if not path.is_file():
+        return None
+    lines = path.read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if after in line), None)
+    if start is None:
+        return None
+    if fragment is None:
+        return f"{rel.removeprefix('srt/')}:{start + 1}"
+    hit = next((i for i in range(start, len(lines)) if fragment in lines[i]), None)
+    return None if hit is None else f"{rel.removeprefix('srt/')}:{hit + 1}"
 
 
 class ExploreError(RuntimeConfigError):
@@ -133,13 +219,18 @@ def read_axes(src: Path) -> Axes:
     )
 
 
-def algorithm_limit(name: str, where: str) -> str | None:
-    """Why the lane cannot run algorithm ``name`` (None: it can)."""
+def algorithm_limit(name: str, where: str, src: Path | None = None) -> str | None:
+    """Why the lane cannot run algorithm ``name`` (None: it can): the release line that stops it (found in
+    the release at ``src``, ``_ALGORITHM_STOPS``), or the lane's own restriction."""
     if name in LANE_ALGORITHMS:
         return None
+    stop = _ALGORITHM_STOPS.get(name)
+    line = release_line(src, stop[0], stop[1], stop[2]) if stop and src is not None else None
+    if line is not None:
+        return f"{line}: {stop[3]}; not run"
     return (
-        f"lane: the release defines {name} ({where}) but run_runtime starts EAGLE3 only, and the lane's one draft "
-        "model is an EAGLE3 head (workbench/assets/runtime_models/draft); not run"
+        f"lane: the release defines {name} ({where}) but run_runtime starts {', '.join(LANE_ALGORITHMS)} only "
+        "(no draft model of the kind it needs); not run"
     )
 
 
@@ -162,6 +253,7 @@ def enumerate_cells(
     algorithms: Iterable[str] | None = None,
     backends: Iterable[str] | None = None,
     dps: Iterable[int] = DP_SIZES,
+    src: Path | None = None,
 ) -> list[Cell]:
     """Every cell: one limit cell per algorithm or backend the lane cannot run, the product of the rest (each
     of those is run: what stops it, e.g. torch_native's verify pass, is measured, not predicted)."""
@@ -170,7 +262,7 @@ def enumerate_cells(
     cells: list[Cell] = []
     run_algs = []
     for a in algs:
-        why = algorithm_limit(a, axes.algorithms[a])
+        why = algorithm_limit(a, axes.algorithms[a], src)
         if why:
             cells.append(Cell(a, "*", "*", "*", "*", outcome="limit", reason=why))
         else:
@@ -216,6 +308,8 @@ def known_crashes(version: str, path: Path = SHIPPED_RUNS) -> list[dict]:
 def reproducer(version: str, cell: Cell, max_new_tokens: int) -> str:
     """The ``workbench upstream run`` command line that runs ``cell`` alone."""
     cmd = f"workbench upstream run --sglang {version} --dp {cell.dp} --backend {cell.backend}"
+    if cell.algorithm != "EAGLE3":
+        cmd += f" --speculative-algorithm {cell.algorithm}"
     if cell.idle != "start":
         cmd += f" --idle {cell.idle}"
     if cell.overlap is False:
@@ -257,8 +351,32 @@ def classify(rec: dict, known: list[dict]) -> dict:
         }
     err = rec.get("error") or {}
     if status == "error" and err.get("stage") not in ("requests", "event_loop", "run", None):
-        return {"outcome": "limit", "reason": f"set-up error at {err.get('stage')}: {err.get('message')}"}
+        at = raised_at(err.get("traceback"))
+        where = f" ({at})" if at else ""
+        return {"outcome": "limit", "reason": f"set-up error at {err.get('stage')}: {err.get('message')}{where}"}
     return {"outcome": "failed", "reason": f"{status} at {err.get('stage')}: {err.get('message')}"}
+
+
+def raised_at(traceback_text: str | None) -> str | None:
+    """``sglang/...py:line`` of the innermost frame inside the release in a formatted traceback, or None."""
+    frames = re.findall(r'File "([^"]+)", line (\d+)', traceback_text or "")
+    marker = f"{os.sep}sglang{os.sep}"
+    inside = [(f, n) for f, n in frames if marker in f]
+    if not inside:
+        return None
+    file, line = inside[-1]
+    return f"sglang{os.sep}{file.split(marker, 1)[1]}:{line}"
+
+
+def overlap_turned_off(rec: dict) -> bool:
+    """Whether the release's scheduler ran without the overlap schedule the cell asked for (every rank that
+    built its scheduler reports ``enable_overlap`` False)."""
+    seen = [
+        t.get("enable_overlap")
+        for k, t in (rec.get("timings") or {}).items()
+        if k.startswith("rank") and isinstance(t, dict) and "enable_overlap" in t
+    ]
+    return bool(seen) and not any(seen)
 
 
 CRASH_SUMMARY = ("rank", "phase", "forward_mode", "batch_size", "exception_type", "message")
@@ -285,6 +403,26 @@ def _shares_setup_error(cell: Cell, done: dict) -> Cell | None:
         and (rec.get("error") or {}).get("stage") not in ("requests", "event_loop", "run")
     ):
         return twin
+    return None
+
+
+def _overlap_witness(cell: Cell, done: dict, src: Path | None) -> tuple[Cell, str | None] | None:
+    """(the first overlap-on cell already run whose scheduler ran without overlap, where the cell's algorithm's
+    handler turns it off), or None: then the cell is run.
+
+    The release decides the overlap schedule from the server arguments alone (on CPU, for speculative
+    decoding), before any request. A measured cell stands for the others of its algorithm, and for those
+    of another algorithm whose server-argument handler calls the same override (``calls_overlap_off``)."""
+    if cell.overlap is not True:
+        return None
+    here = calls_overlap_off(src, cell.algorithm) if src is not None else None
+    for other in done.values():
+        if not (other.overlap is True and other.record and overlap_turned_off(other.record)):
+            continue
+        if other.algorithm == cell.algorithm:
+            return other, None
+        if here is not None and calls_overlap_off(src, other.algorithm) is not None:
+            return other, here
     return None
 
 
@@ -324,8 +462,10 @@ def explore(
     ``progress`` each cell when it is decided.
     """
     t0 = time.perf_counter()
-    _, axes = validate(ctx, version, algorithms, backends, dps)
-    cells = enumerate_cells(axes, algorithms, backends, dps or DP_SIZES)
+    started = provenance(command)  # the commit and the load when the cells start, not when they end
+    src, axes = validate(ctx, version, algorithms, backends, dps)
+    cells = enumerate_cells(axes, algorithms, backends, dps or DP_SIZES, src)
+    overlap_line = release_line(src, *_OVERLAP_OFF)
     known = known_crashes(version)
     if on_cells:
         on_cells(len(cells))
@@ -334,9 +474,15 @@ def explore(
     for cell in cells:
         if cell.outcome is None:
             twin = _shares_setup_error(cell, done)
+            witness = _overlap_witness(cell, done, src)
             if twin is not None:
                 cell.outcome = "limit"
                 cell.reason = f"as {twin.key} ({twin.reason}); the idle mode changes only the requests, sent later"
+            elif witness is not None:
+                other, call = witness
+                via = f" ({cell.algorithm}'s handler calls the same override at {call})" if call else ""
+                cell.outcome = "limit"
+                cell.reason = f"as {other.key}: the release turns the overlap schedule off here{via}; not run"
             else:
                 _run_cell(ctx, version, cell, max_new_tokens, timeout_s, known)
                 if cell.record and cell.record["status"] == "ok":
@@ -345,13 +491,21 @@ def explore(
                     compare_reference(rec, reference)
                     cell.record = to_dict(rec)
                     _apply(cell, classify(cell.record, known), version, max_new_tokens)
+                if cell.overlap is True and cell.record and overlap_turned_off(cell.record):
+                    where = overlap_line or "the release's server-argument handling"
+                    cell.outcome, ran_as = "limit", f"{cell.outcome}: {cell.reason}"
+                    cell.reason = (
+                        f"{where}: the release turns the overlap schedule off for speculative decoding on CPU "
+                        f"(its scheduler ran with enable_overlap False); the run, as overlap-off: {ran_as}"
+                    )
+                    cell.reproducer = None
         done[cell.key] = cell
         if progress:
             progress(cell)
     counts = {o: sum(1 for c in cells if c.outcome == o) for o in OUTCOMES}
     return {
         "sglang": version,
-        "provenance": provenance(command),
+        "provenance": started,
         "axes": {
             "algorithms": axes.algorithms,
             "backends": axes.backends,
@@ -382,6 +536,7 @@ def _run_cell(
         version,
         dp=int(cell.dp),
         backend=cell.backend,
+        algorithm=cell.algorithm,
         max_new_tokens=max_new_tokens,
         reference=False,
         disable_overlap_schedule=not cell.overlap,
@@ -401,6 +556,35 @@ def _hf_reference(ctx: UpstreamContext, version: str, max_new_tokens: int, timeo
         return _reference(env.python, run_dir, prompts, max_new_tokens, timeout_s)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def merge(parts: list[dict]) -> dict:
+    """One exploration from parts of the same release run as separate processes (``--algorithm`` /
+    ``--backend`` subsets): their cells in order, a cell two parts share (a backend limit) once, the counts
+    recomputed, ``provenance`` the first part's with every part's own under ``parts``, ``wall_s`` the longest."""
+    releases = {p["sglang"] for p in parts}
+    if len(releases) != 1:
+        raise ExploreError(f"bad parts: releases {sorted(releases)}; valid: parts of one release")
+    cells, seen = [], set()
+    for part in parts:
+        for c in part["cells"]:
+            if c["key"] not in seen:
+                seen.add(c["key"])
+                cells.append(c)
+    axes = dict(parts[0]["axes"])
+    axes["dp"] = sorted({d for p in parts for d in p["axes"]["dp"]})
+    return {
+        "sglang": parts[0]["sglang"],
+        "provenance": {
+            **parts[0]["provenance"],
+            "command": " & ".join(p["provenance"]["command"] for p in parts),
+            "parts": [{**p["provenance"], "wall_s": p["wall_s"], "cells": len(p["cells"])} for p in parts],
+        },
+        "axes": axes,
+        "cells": cells,
+        "counts": {o: sum(1 for c in cells if c["outcome"] == o) for o in OUTCOMES},
+        "wall_s": max(p["wall_s"] for p in parts),
+    }
 
 
 def provenance(command: str | None) -> dict:
@@ -423,3 +607,31 @@ def load_shipped(path: Path = SHIPPED_EXPLORE) -> dict:
         f"{result['wall_s']} s at load {p['load_at_start']} on {p['cpus']} cores"
     )
     return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m workbench.upstream.runtime.explore --merge PART.json ... --json OUT [--html OUT]``: one
+    exploration from parts that ``workbench upstream explore`` wrote for one release (``merge``)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--merge", nargs="+", type=Path, required=True, metavar="PART")
+    ap.add_argument("--json", type=Path, required=True, dest="json_out")
+    ap.add_argument("--html", type=Path, default=None, dest="html_out")
+    args = ap.parse_args(argv)
+    try:
+        result = merge([json.loads(p.read_text()) for p in args.merge])
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"cannot merge {[str(p) for p in args.merge]}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    args.json_out.write_text(json.dumps(result, indent=1) + "\n")
+    if args.html_out:
+        from workbench.views.explore import explore_html
+
+        args.html_out.write_text(explore_html(result))
+    print(f"{len(result['cells'])} cells, {result['counts']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

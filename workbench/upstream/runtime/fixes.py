@@ -13,6 +13,14 @@ Runs inside the replay environment (no workbench import); the workbench names th
   which 0.5.13 added; 0.5.12 and earlier test ``spec_info is None`` only, so every padded idle batch
   with a spec input reads its ``kv_indptr`` (the idle draft pass raises ``'NoneType' object has no
   attribute 'shape'``), and #28221's field alone cannot help there. A backport, named as one.
+- ``torch-native-fill-value``: the smallest fix for DP attention on torch_native, whose first
+  DP-padded batch raises ``NotImplementedError`` because ``_pad_inputs_to_size`` asks the backend for
+  ``get_cuda_graph_seq_len_fill_value`` and ``TorchNativeAttnBackend`` inherits the base class's
+  ``raise``: the method defined on it returning 1, the value the triton backend returns.
+- ``eagle-idle-batch``: the smallest fix for EAGLE (EAGLE-1) drafts on an idle DP rank, whose empty
+  draft-extend batch reaches the Llama layer's rotary ``view(num_tokens, -1, head_size)`` with 0 rows
+  (``RuntimeError: cannot reshape tensor of 0 elements``): ``llama_eagle.LlamaModel.forward`` returns
+  the fc's empty output for a batch of 0 rows, the guard ``llama_eagle3`` has (``# idle batch``).
 
 The field fixes add the field to the real dataclass in place (annotation, class default, the
 dataclass re-generated with its own parameters); the fallback wraps
@@ -30,6 +38,7 @@ import inspect
 FIELD = "kv_indptr"
 MODULE = "sglang.srt.speculative.eagle_info"
 BACKEND_MODULE = "sglang.srt.layers.attention.triton_backend"
+TORCH_NATIVE_MODULE = "sglang.srt.layers.attention.torch_native_backend"
 FIXES = {
     "verify-input": ("EagleVerifyInput", "the verify pass's idle input gets kv_indptr = None (seq_lens fallback)"),
     "pr-28221": ("EagleDraftExtendInput", "PR #28221: the draft-extend input gets kv_indptr = None"),
@@ -37,7 +46,18 @@ FIXES = {
         "TritonAttnBackend.init_forward_metadata",
         "0.5.13's seq_lens fallback for a decode/idle spec input with kv_indptr None, backported to the triton backend",
     ),
+    "torch-native-fill-value": (
+        "TorchNativeAttnBackend.get_cuda_graph_seq_len_fill_value",
+        "torch_native's DP padding fill value defined (1, as the triton backend's)",
+    ),
+    "eagle-idle-batch": (
+        "LlamaModel.forward",
+        "an empty (idle DP rank) batch returns the fc's empty output, as llama_eagle3's idle-batch guard does",
+    ),
 }
+FILL_VALUE = "torch-native-fill-value"
+EAGLE_MODULE = "sglang.srt.models.llama_eagle"
+EAGLE_IDLE = "eagle-idle-batch"
 FALLBACK = "triton-idle-fallback"
 FALLBACK_TEST = "spec_info.kv_indptr is None"  # the release's own test, where it has one
 _MISSING = object()
@@ -131,6 +151,52 @@ def _apply_fallback(name: str, what: str) -> dict:
     }
 
 
+def get_cuda_graph_seq_len_fill_value(self):
+    """The seq_len of a DP-padded row (the fix ``torch-native-fill-value``): 1, as the triton backend's."""
+    return 1
+
+
+def _apply_fill_value(name: str, what: str) -> dict:
+    cls = importlib.import_module(TORCH_NATIVE_MODULE).TorchNativeAttnBackend
+    present = "get_cuda_graph_seq_len_fill_value" in vars(cls)
+    if not present:
+        get_cuda_graph_seq_len_fill_value.__qualname__ = f"{cls.__name__}.get_cuda_graph_seq_len_fill_value"
+        cls.get_cuda_graph_seq_len_fill_value = get_cuda_graph_seq_len_fill_value
+    return {
+        "fix": name,
+        "class": f"{TORCH_NATIVE_MODULE}.TorchNativeAttnBackend",
+        "what": what,
+        "applied": not present,
+        "note": "the release already defines it" if present else "method defined on the class",
+    }
+
+
+def _apply_eagle_idle(name: str, what: str) -> dict:
+    cls = importlib.import_module(EAGLE_MODULE).LlamaModel
+    original = cls.forward
+    present = "shape[0] == 0" in inspect.getsource(original)
+
+    def forward(self, input_ids, positions, forward_batch, input_embeds=None, pp_proxy_tensors=None):
+        hidden = forward_batch.spec_info.hidden_states
+        if hidden.shape[0] == 0:  # an idle DP rank's empty batch: the fc's (empty) output, no layer
+            import torch
+
+            embeds = self.embed_tokens(input_ids) if input_embeds is None else input_embeds
+            return self.fc(torch.cat((embeds, hidden), dim=-1))
+        return original(self, input_ids, positions, forward_batch, input_embeds, pp_proxy_tensors)
+
+    if not present:
+        forward.__qualname__ = f"{cls.__name__}.forward"
+        cls.forward = forward
+    return {
+        "fix": name,
+        "class": f"{EAGLE_MODULE}.LlamaModel",
+        "what": what,
+        "applied": not present,
+        "note": "the release already guards an empty batch" if present else "forward wrapped in place",
+    }
+
+
 def apply(names: list) -> list:
     """Apply the named fixes; return what each did (for the run record)."""
     unknown = [n for n in names if n not in FIXES]
@@ -141,6 +207,12 @@ def apply(names: list) -> list:
         target, what = FIXES[name]
         if name == FALLBACK:
             out.append(_apply_fallback(name, what))
+            continue
+        if name == FILL_VALUE:
+            out.append(_apply_fill_value(name, what))
+            continue
+        if name == EAGLE_IDLE:
+            out.append(_apply_eagle_idle(name, what))
             continue
         cls = getattr(importlib.import_module(MODULE), target)
         present = declares(cls)
@@ -168,6 +240,15 @@ def changes(applied: list) -> list:
         if a["fix"] == FALLBACK:
             name, change = FIXES[FALLBACK][0], "method wrapped with the seq_lens fallback (this file's code)"
             out.append({"fix": FALLBACK, "module": BACKEND_MODULE, "name": name, "change": change})
+        elif a["fix"] == FILL_VALUE:
+            name, change = FIXES[FILL_VALUE][0], "method defined, returning 1 (this file's code)"
+            out.append({"fix": FILL_VALUE, "module": TORCH_NATIVE_MODULE, "name": name, "change": change})
+        elif a["fix"] == EAGLE_IDLE:
+            name, change = (
+                FIXES[EAGLE_IDLE][0],
+                "forward wrapped: an empty batch returns the fc output (this file's code)",
+            )
+            out.append({"fix": EAGLE_IDLE, "module": EAGLE_MODULE, "name": name, "change": change})
         else:
             change = f"dataclass field {FIELD}: Optional[torch.Tensor] = None added; its generated methods rebuilt"
             out.append({"fix": a["fix"], "module": MODULE, "name": f"{FIXES[a['fix']][0]}.{FIELD}", "change": change})

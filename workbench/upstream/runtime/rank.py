@@ -258,6 +258,7 @@ def main() -> None:
             names = ", ".join(f"{v['module']}:{v['name']} ({v['kind']})" for v in guard["violations"][:10])
             raise RuntimeError(f"the shim guard found protected code changed: {names}")
         timings["tree_mask_mode"] = _tree_mask_mode(scheduler)
+        timings["enable_overlap"] = getattr(scheduler, "enable_overlap", None)  # as the release resolved it
         state["stage"] = "requests"
         reqs = cfg["requests"]
         started = time.time()

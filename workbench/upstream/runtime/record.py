@@ -25,7 +25,7 @@ KERNELS = {
     "triton": "real sglang TritonAttnBackend (triton interpreter, CPU)",
     "torch_native": "real sglang TorchNativeAttnBackend (torch SDPA, CPU)",
 }
-# The innermost function of an EAGLE worker on the stack names the pass a crash happened in.
+# The innermost function of a speculative worker on the stack names the pass a crash happened in.
 _PHASES = (
     ("draft_extend", "draft-extend"),
     ("verify", "verify"),
@@ -62,6 +62,8 @@ class RuntimeConfig:
     extra_shims: list[str] = field(default_factory=list)
     bundle_dir: str | None = None
     idle: str | None = None  # "start" | "mid" (``run.IDLE_MODES``)
+    algorithm: str = "EAGLE3"  # --speculative-algorithm (``run.ALGORITHMS``)
+    draft_model: str | None = "draft"  # its folder under assets/runtime_models (``run.DRAFT_MODEL``), None for NGRAM
 
 
 @dataclass
@@ -126,6 +128,9 @@ class RuntimeRecord:
     command: str | None = None
 
 
+_WORKER_FILES = ("eagle_worker", "standalone_worker", "ngram_worker")  # the speculative workers the lane starts
+
+
 # Upstream limits a run can end on, recognised by what it raised or recorded: (test, note).
 KNOWN_LIMITS: tuple[tuple[Callable[[RuntimeRecord], bool], str], ...] = (
     (
@@ -133,14 +138,6 @@ KNOWN_LIMITS: tuple[tuple[Callable[[RuntimeRecord], bool], str], ...] = (
         "SGLang's CPU DP padding (forward_batch_info._pad_inputs_to_size) asks the attention backend for "
         "get_cpu_graph_seq_len_fill_value, which only the intel_amx (and hybrid linear) backends define: DP "
         "attention with this backend cannot run on a CPU in this release",
-    ),
-    (
-        lambda rec: (
-            rec.crash is not None
-            and rec.crash.exception_type == "NotImplementedError"
-            and "get_cuda_graph_seq_len_fill_value" in (rec.crash.traceback or "")
-        ),
-        "the DP padding asks the backend for get_cuda_graph_seq_len_fill_value, which torch_native does not define",
     ),
     (
         lambda rec: (
@@ -186,9 +183,9 @@ def fail(rec: RuntimeRecord, stage: str, message: str, missing: str | None, t0: 
 
 
 def phase_of(frames: list[dict], forward_mode: str | None) -> str | None:
-    """The EAGLE pass a traceback was in: the innermost eagle-worker function that names one."""
+    """The speculative pass a traceback was in: the innermost worker function (``_WORKER_FILES``) naming one."""
     for frame in reversed(frames):
-        if "eagle_worker" not in os.path.basename(frame["file"]):
+        if not any(w in os.path.basename(frame["file"]) for w in _WORKER_FILES):
             continue
         for key, phase in _PHASES:
             if key in frame["function"]:

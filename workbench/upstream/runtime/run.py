@@ -33,6 +33,12 @@ MODELS = ASSETS / "runtime_models"
 PROMPTS = ASSETS / "prompts.json"
 RUNS = ASSETS / "runtime_runs.json"  # the shipped runs: their crash tracebacks name protected modules
 BACKENDS = ("triton", "torch_native")
+# The speculative algorithms the lane starts, each with its draft model (a folder of MODELS, or None):
+# EAGLE3 the EAGLE3 head (LlamaForCausalLMEagle3), EAGLE an EAGLE-1 head (LlamaForCausalLMEagle,
+# scripts/train_runtime_eagle_draft.py), STANDALONE an ordinary smaller Qwen3 (the target's first two
+# layers, scripts/make_runtime_standalone_draft.py), NGRAM none.
+ALGORITHMS = ("EAGLE3", "EAGLE", "STANDALONE", "NGRAM")
+DRAFT_MODEL = {"EAGLE3": "draft", "EAGLE": "eagle_draft", "STANDALONE": "standalone_draft", "NGRAM": None}
 # The draft model's backend: SGLang's EAGLE needs a multi-step draft-decode backend, which torch_native
 # lacks (speculative/draft_utils.py refuses it), so a torch_native target runs a triton draft.
 DRAFT_BACKEND = {"triton": "triton", "torch_native": "triton"}
@@ -65,6 +71,7 @@ def validate(
     known: list[str] | None,
     extra_shims: list[Path] = (),
     idle: str = "start",
+    algorithm: str = "EAGLE3",
 ) -> None:
     """Raise RuntimeConfigError (or ReleaseError for the version) naming the bad value."""
     if known is not None:
@@ -81,6 +88,8 @@ def validate(
         )
     if backend not in BACKENDS:
         raise RuntimeConfigError(f"bad backend {backend!r}; valid: {', '.join(BACKENDS)}")
+    if algorithm not in ALGORITHMS:
+        raise RuntimeConfigError(f"bad speculative algorithm {algorithm!r}; valid: {', '.join(ALGORITHMS)}")
     bad = [f for f in fixes if f not in FIXES]
     if bad or len(set(fixes)) != len(fixes):
         raise RuntimeConfigError(f"bad fix {bad or fixes!r}; valid: {', '.join(FIXES)} (each at most once)")
@@ -96,12 +105,16 @@ def validate(
         raise RuntimeConfigError(f"bad num_prompts {num_prompts!r}; valid: 1..20")
     if not 1 <= max_new_tokens <= 256:
         raise RuntimeConfigError(f"bad max_new_tokens {max_new_tokens!r}; valid: 1..256")
-    for part in ("target", "draft"):
+    for part in ("target", DRAFT_MODEL[algorithm]):
         for name in ("config.json", "model.safetensors"):
-            if not (MODELS / part / name).is_file():
+            if part is not None and not (MODELS / part / name).is_file():
+                script = {
+                    "eagle_draft": "train_runtime_eagle_draft.py",
+                    "standalone_draft": "make_runtime_standalone_draft.py",
+                }.get(part, "train_runtime_models.py")
                 raise RuntimeConfigError(
                     f"model file {MODELS / part / name} is missing; rebuild the lane's models "
-                    "with `python scripts/train_runtime_models.py`"
+                    f"with `python scripts/{script}`"
                 )
     if sglang_src is not None:
         source_root(Path(sglang_src))  # SourceError names the folder
@@ -121,14 +134,26 @@ def load_prompts(num_prompts: int) -> list[str]:
     return json.loads(PROMPTS.read_text())["prompts"][:num_prompts]
 
 
+def speculative_args(algorithm: str, steps: int, topk: int, draft_tokens: int) -> dict:
+    """The ServerArgs fields that choose ``algorithm`` and its draft (``DRAFT_MODEL``).
+
+    NGRAM has no draft model and takes its tree breadth from ``speculative_ngram_max_bfs_breadth``
+    (SGLang's ``_handle_ngram`` sets ``speculative_eagle_topk`` from it and the steps from the tokens)."""
+    args = {"speculative_algorithm": algorithm, "speculative_num_draft_tokens": draft_tokens}
+    if DRAFT_MODEL[algorithm] is None:
+        return {**args, "speculative_ngram_max_bfs_breadth": topk}
+    return {
+        **args,
+        "speculative_draft_model_path": str(MODELS / DRAFT_MODEL[algorithm]),
+        "speculative_num_steps": steps,
+        "speculative_eagle_topk": topk,
+    }
+
+
 def _rank_configs(cfg: dict, run_dir: Path, prompts: list[list[int]], src_root: Path) -> list[dict]:
     args = {
         "model_path": str(MODELS / "target"),
-        "speculative_algorithm": "EAGLE3",
-        "speculative_draft_model_path": str(MODELS / "draft"),
-        "speculative_num_steps": cfg["steps"],
-        "speculative_eagle_topk": cfg["topk"],
-        "speculative_num_draft_tokens": cfg["draft_tokens"],
+        **speculative_args(cfg.get("algorithm", "EAGLE3"), cfg["steps"], cfg["topk"], cfg["draft_tokens"]),
         "device": "cpu",
         "attention_backend": cfg["backend"],
         "speculative_draft_attention_backend": DRAFT_BACKEND[cfg["backend"]],
@@ -232,6 +257,7 @@ def run_runtime(
     extra_shims: list[Path] | tuple[Path, ...] = (),
     bundle_dir: Path | str | None = None,
     idle: str = "start",
+    algorithm: str = "EAGLE3",
 ) -> dict:
     """Run the real SGLang ``version`` (or the checkout ``sglang_src`` on that release's environment).
 
@@ -245,6 +271,7 @@ def run_runtime(
     ``bundle_dir`` (default ``workbench.debug.bundle.new_bundle_dir()``, never the temp dir); the record's
     ``crash.bundle`` names it. ``idle`` (``IDLE_MODES``): ranks >= 1 idle from the start, or every rank
     given the prompts and the last one only ``MID_IDLE_TOKENS`` new tokens, so it goes idle mid-run.
+    ``algorithm`` (``ALGORITHMS``): the speculative algorithm, with its draft model (``DRAFT_MODEL``).
     """
     t0 = time.perf_counter()
     log = ctx.log
@@ -264,6 +291,7 @@ def run_runtime(
         known_releases(ctx),
         [Path(p) for p in extra_shims],
         idle,
+        algorithm,
     )
     texts = load_prompts(num_prompts)
     prompts = [list(t.encode("utf-8")) for t in texts]
@@ -290,14 +318,16 @@ def run_runtime(
         "extra_shims": [str(Path(p).resolve()) for p in extra_shims],
         "bundle_dir": str(Path(bundle_dir).resolve() if bundle_dir is not None else new_bundle_dir()),
         "idle": idle,
+        "algorithm": algorithm,
+        "draft_model": DRAFT_MODEL[algorithm],
     }
     rec = record_mod.new(cfg)
     if idle == "mid":
         rec.config.idle_ranks = [dp - 1]  # from its first decode pass on
     mid = " idle-mid" if idle == "mid" else ""
-    tag = (
-        f"[sglang-{version}{' checkout' if src else ''} dp{dp}{mid} {backend}{' +' + '+'.join(fixes) if fixes else ''}]"
-    )
+    alg = "" if algorithm == "EAGLE3" else f" {algorithm}"
+    fixed = " +" + "+".join(fixes) if fixes else ""
+    tag = f"[sglang-{version}{' checkout' if src else ''}{alg} dp{dp}{mid} {backend}{fixed}]"
     try:
         env = ensure_env(ctx, version, src_root=None if src is None else source_root(src))
         tree_src = ensure_sources(ctx, TREE_KERNELS_RELEASE) / TREE_KERNELS_FILE
@@ -322,7 +352,8 @@ def run_runtime(
             k: proc_env[k] for k in ("SGLANG_USE_CPU_ENGINE", "TRITON_INTERPRET", "SGLANG_CPU_OMP_THREADS_BIND")
         }
         log(
-            f"{tag} starting {dp} rank process(es): the real Scheduler + EAGLEWorker on CPU (timeout {timeout_s:.0f} s)"
+            f"{tag} starting {dp} rank process(es): the real Scheduler + {algorithm} worker on CPU "
+            f"(timeout {timeout_s:.0f} s)"
         )
         ranks = run_ranks(env.python, configs, run_dir, proc_env, timeout_s)
         record_mod.fill(rec, ranks, prompts)

@@ -12,7 +12,9 @@ source does not bind, a function whose code is not the source's (file, first lin
 through decorators whose wrappers come from the release or its dependencies), a missing method,
 changed bases or a module loaded from outside the release is a violation, whoever made it.
 Allowed, and listed with what allowed them: the changes a fix the run asked for declares
-(``fixed``), and the targets a shim installed in an ``EXEMPT`` module declares (``shimmed``). Not
+(``fixed``), and the targets a shim installed in an ``EXEMPT`` module declares (``shimmed``). Listed
+and not a violation: a class attribute that a loaded release module's own source sets from outside
+(``Class.attr = ...`` after ``from module import Class``: ``release_assigned``, with its line). Not
 held: instance attributes, values bound by imports, and classes outside sglang that protected
 classes inherit from (``torch.nn.Module``). Under ``TRITON_INTERPRET=1`` (a lane setting) Triton's
 interpreter puts its own module's names into the modules whose kernels it runs; a name bound to
@@ -125,6 +127,8 @@ _NAMEDTUPLE = {
 _STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"])
 _DEPS = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")}
 _MODELS: dict = {}  # path -> SourceModel, kept between a rank's checks
+_TEXTS: dict = {}  # path -> source text, for the release's own cross-module class assignments
+_ASSIGNMENTS: dict = {}  # attribute -> {(module, class): "file:line"}, kept between a rank's checks
 
 
 def protected(name: str, traceback_modules: Collection[str] = ()) -> bool:
@@ -157,6 +161,7 @@ class _Check:
         self.fix, self.shim, self.roots, self.release = allowed_fix, allowed_shim, roots, release
         self.declared: dict = {}  # (module, name) -> the change a fix declares it makes (fixes.changes)
         self.decorator_made: list = []
+        self.release_assigned: list = []  # class attributes the release's own code sets from another module
         self.violations, self.opaque, self.interpreted = [], [], set()
         self.fixed, self.shimmed = {}, {}  # (module, name) -> entry
         self.equiv: dict = {}  # (module, name) -> the device equivalence that replaced it (equivalences.changes)
@@ -181,6 +186,14 @@ class _Check:
                 seen.setdefault((module, name), {"module": module, "name": name, key: by, "change": change or detail})
                 return True
         return False
+
+    def release_assigns(self, module: str, qualname: str, key: str) -> str | None:
+        """Where a loaded release module sets ``qualname.key`` on the class it imported from ``module``
+        (``Class.key = ...`` after ``from module import Class``; StandaloneWorkerV2 sets
+        ``EagleDraftInput.ALLOC_LEN_PER_DECODE`` so), as ``file:line``; None if no release source does."""
+        if key not in _ASSIGNMENTS:
+            _ASSIGNMENTS[key] = _cross_module_assignments(self.release, key)
+        return _ASSIGNMENTS[key].get((module, qualname))
 
     def _release_made(self, value) -> bool:
         """A function whose code is in the release's own sources (not its packages, not elsewhere)."""
@@ -306,8 +319,13 @@ class _Check:
                 continue
             if key in fields and type(value).__name__ == "_tuplegetter":
                 continue
-            if not self.allowed(module, name, "not in the source"):
-                self.bad(module, name, "attribute not in the source", _describe(value))
+            if self.allowed(module, name, "not in the source"):
+                continue
+            where = self.release_assigns(module, q, key)
+            if where is not None:
+                self.release_assigned.append(f"{module}:{name} ({where})")
+                continue
+            self.bad(module, name, "attribute not in the source", _describe(value))
         for meth, kind in cs.defs.items():
             if meth not in vars(live):
                 if cs.decorated and cs.dataclass is None and any(map(self._release_made, vars(live).values())):
@@ -394,6 +412,54 @@ def _metaclass_made(live) -> set:
             probe = None
         _META[meta] = set(vars(probe)) - {"__module__", "__doc__", "__qualname__"} if probe is not None else set()
     return _META[meta]
+
+
+def _cross_module_assignments(release: set, attr: str) -> dict:
+    """{(module, class): "file:line"} for every ``Name.attr = ...`` in a loaded sglang module under ``release``
+    whose ``Name`` that file imports with ``from module import Class``; only files whose text holds ``attr``
+    are parsed (a rank loads over a thousand sglang modules)."""
+    import ast
+
+    out: dict = {}
+    for name, mod in list(sys.modules.items()):
+        path = getattr(mod, "__file__", None)
+        if not name.startswith("sglang") or not path or not path.endswith(".py") or not _under(path, release):
+            continue
+        try:
+            if path not in _TEXTS:
+                with open(path, encoding="utf-8") as f:
+                    _TEXTS[path] = f.read()
+            if attr not in _TEXTS[path]:
+                continue
+            tree = ast.parse(_TEXTS[path], path)
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue
+        package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+        imported = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package
+                    for _ in range(node.level - 1):
+                        parent = parent.rpartition(".")[0]
+                    base = f"{parent}.{base}" if base else parent
+                for alias in node.names:
+                    imported[alias.asname or alias.name] = (base, alias.name)
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            if not isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                continue
+            for t in targets:
+                if (
+                    isinstance(t, ast.Attribute)
+                    and t.attr == attr
+                    and isinstance(t.value, ast.Name)
+                    and t.value.id in imported
+                ):
+                    rel = path.split(os.sep + "sglang" + os.sep, 1)[-1]
+                    out.setdefault(imported[t.value.id], f"{rel}:{node.lineno}")
+    return out
 
 
 def _sunder_or_dunder(key: str) -> bool:
@@ -609,5 +675,6 @@ def check(
         "opaque": chk.opaque,
         "interpreter_globals": sorted(chk.interpreted),
         "decorator_made": chk.decorator_made,
+        "release_assigned": chk.release_assigned,
         "exempt": {m: EXEMPT[m] for m in names if m in EXEMPT},
     }
