@@ -8,15 +8,23 @@ touched). The driver imports one source tree per process, so mutants cannot shar
 
 A case of a mutant is judged against the same case on the release (`judge_case`):
 
-- `raised here`: the mutant raised in the site's file, at a site line or (a missing attribute) an
-  `AttributeError` naming the attribute / (a None field) a `NoneType` error, and the release did not
-  raise the same error at the same place;
-- `clean`: the mutant completed (or the idle runner path did not call the metadata) and so did the release;
-- `blocked`: anything else (a GPU library reached first, raised elsewhere first, the case could not
-  be built), with why.
+- `raised here`: the mutant raised in the site's file (in the metadata, or in the idle runner path
+  around it) the error the mutant makes (a missing attribute: an `AttributeError` naming the
+  attribute; a None field: a `NoneType` error), and the release did not raise the same there;
+- `clean`: the mutant completed (or the idle runner path did not call the metadata), so did the
+  release, and the run entered a site's function (the driver records the functions of the site's
+  file that ran);
+- `not reached`: the same, but no site's function ran: the case says nothing of the mutant;
+- `blocked`: anything else (raised elsewhere first, or as the release does; the case could not be
+  built; a None field handed to a GPU library stand-in, which cannot say what the library does), with why.
 
-A mutant is `confirmed` when a case raised here, `refuted` when every case is clean, `undecided`
-otherwise (or when it has no case: the reason from `site_mutants`). The lint reports a mutant when the
+A traced case (a backend whose metadata calls a GPU library) runs with CPU stand-ins for the library
+calls (`wb_driver/stubs.py`): each call is answered by a stub and listed, so a site behind the first
+call is reached; a clean verdict there says so.
+
+A mutant is `confirmed` when a case raised here, `refuted` when every case is clean or not reached
+and one is clean, `undecided` otherwise (or when it has no case: the reason from `site_mutants`).
+The lint reports a mutant when the
 lint (`analyse`) or the family (`analyse_family`) of the mutated tree has a finding at a site line of the
 mutant's file, for its attribute and spec class (a family finding also by its dereference line).
 Recall = confirmed and reported / confirmed; precision = confirmed and reported / reported and
@@ -46,53 +54,88 @@ def _outcome(run: dict) -> str:
     return f"{run.get('outcome')} {run.get('exception') or ''}: {run.get('message') or ''} at {run.get('raised_at')}"
 
 
+def _idle_raise(run: dict) -> tuple[str, str] | None:
+    """(where, message) of an exception the idle runner path raised before or after the metadata."""
+    idle = run.get("idle_path") or {}
+    if idle.get("error"):
+        return idle.get("raised_at") or "", str(idle["error"])
+    if idle.get("after_metadata"):
+        return idle.get("after_at") or "", str(idle["after_metadata"])
+    return None
+
+
+def _caused(m: SiteMutant, exception: str | None, msg: str) -> bool:
+    """Whether an exception is the one mutant `m` makes: an `AttributeError` naming the attribute
+    (field or guard removed) or a `NoneType` error (a field left None)."""
+    if m.op in ("field removed", "guard removed"):
+        return exception == "AttributeError" and f"'{m.attr}'" in msg
+    return "NoneType" in msg
+
+
+def _new_nones(run: dict, brun: dict | None) -> list[str]:
+    """Stand-in library calls of the mutant's run handed a None that the release's run did not."""
+    old = set((brun or {}).get("library_passed") or [])
+    return [c for c in run.get("library_passed") or [] if "[None:" in c and c not in old]
+
+
 def judge_case(m: SiteMutant, case: dict | None, base: dict | None) -> tuple[str, str]:
-    """(`raised here` | `clean` | `blocked`, why) for one case of mutant `m` against the release's."""
+    """(`raised here` | `clean` | `not reached` | `blocked`, why) for one case of mutant `m` against
+    the release's. `clean` needs a site's function entered: a case whose run never entered one says
+    nothing of the mutant (`not reached`)."""
     if case is None:
         return "blocked", "no record of the case"
     if case.get("error"):
         return "blocked", f"the replay could not build the {case.get('stage')}: {case['error']}"
     run = (case.get("runs") or [{}])[0]
     brun = ((base or {}).get("runs") or [{}])[0] if base and not base.get("error") else None
+    batch = case["case"]["batch"]
     files = {s["file"] for s in m.sites}
+    funcs = {f"{s['file']}:{s['function']}" for s in m.sites}
     lines = {f"{s['file']}:{s['line']}" for s in m.sites}
+    idle = _idle_raise(run)
+    if idle is not None and idle[0].rsplit(":", 1)[0] in files and _caused(m, None, idle[1]):
+        if brun is None or _idle_raise(brun) != idle:
+            return "raised here", f"{batch}: the idle runner path raised {idle[1]} at {idle[0]}"
     out = run.get("outcome")
     if out == "raised":
         at = run.get("raised_at") or ""
         msg = str(run.get("message"))
         same = brun is not None and brun.get("outcome") == "raised" and brun.get("raised_at") == at
         same = same and brun.get("message") == run.get("message")
-        cause = at in lines
-        if m.op in ("field removed", "guard removed"):
-            cause = cause or (run.get("exception") == "AttributeError" and f"'{m.attr}'" in msg)
-        else:
-            cause = cause or "NoneType" in msg
-        if at.rsplit(":", 1)[0] in files and cause and not same:
-            return "raised here", f"{case['case']['batch']}: {run.get('exception')}: {msg} at {at}"
+        if at.rsplit(":", 1)[0] in files and _caused(m, run.get("exception"), msg) and not same:
+            return "raised here", f"{batch}: {run.get('exception')}: {msg} at {at}"
         why = "as the release does" if same else "first"
-        return "blocked", f"{case['case']['batch']}: raised {why}: {_outcome(run)}"
+        return "blocked", f"{batch}: raised {why}: {_outcome(run)}"
     if out in ("completed", "not called"):
         if brun is not None and brun.get("outcome") not in ("completed", "not called"):
-            return "blocked", f"{case['case']['batch']}: the release itself ended {_outcome(brun)}"
+            return "blocked", f"{batch}: the release itself ended {_outcome(brun)}"
+        if m.op == "idle None" and _new_nones(run, brun):
+            return "blocked", f"{batch}: None handed to a GPU library stand-in: {'; '.join(_new_nones(run, brun))}"
+        entered = {e for e in run.get("entered") or [] if any(e == f or e.startswith(f + ".") for f in funcs)}
+        if not entered:
+            return "not reached", f"{batch}: {out}, the driver never entered {', '.join(sorted(funcs))}"
         ran = [w for w in run.get("ran") or [] if w in lines]
-        text = f"{case['case']['batch']}: {out}" + (
-            f", site line ran ({', '.join(ran)})" if ran else ", site never ran"
+        text = f"{batch}: {out}" + (
+            f", site line ran ({', '.join(ran)})" if ran else ", site function ran, site line did not"
         )
+        if run.get("library_passed"):
+            text += f" (after {len(run['library_passed'])} GPU library calls answered by CPU stand-ins)"
         return "clean", text
     if out == "library reached":
-        return "blocked", f"{case['case']['batch']}: reached {run.get('library_call')} first"
-    return "blocked", f"{case['case']['batch']}: {_outcome(run)}"
+        return "blocked", f"{batch}: reached {run.get('library_call')} first"
+    return "blocked", f"{batch}: {_outcome(run)}"
 
 
 def verdict(m: SiteMutant, judged: list[tuple[str, str]]) -> tuple[str, str]:
-    """The mutant's oracle verdict from its cases."""
+    """The mutant's oracle verdict from its cases: `confirmed` when a case raised here; `refuted` when
+    every case is clean or not reached and one is clean; `undecided` otherwise."""
     if not m.cases:
         return "undecided", m.undecided or "no case"
     text = "; ".join(t for _, t in judged)
     outs = [o for o, _ in judged]
     if "raised here" in outs:
         return "confirmed", text
-    if outs and all(o == "clean" for o in outs):
+    if "clean" in outs and all(o in ("clean", "not reached") for o in outs):
         return "refuted", text
     return "undecided", text
 
@@ -143,7 +186,8 @@ def release_oracle(
     base_cases: dict[str, dict] = {}
     base_status, base_ok = None, True
     if todo and not lint_only:
-        want = {c["key"]: c for m in todo for c in m.cases}
+        # the release as shipped: a case without its mutant's batch fields left None
+        want = {c["key"]: {**c, "batch_none": []} for m in todo for c in m.cases}
         start = time.perf_counter()
         base = replay(ctx, tree, list(want.values()))
         base_status = f"{base['status']} ({round(time.perf_counter() - start, 1)} s): {base.get('message')}"
