@@ -73,6 +73,8 @@ def test_sampling_is_deterministic_per_kind_and_release() -> None:
     one = [m.name for m in sample(ms, "0.5.14", 1)]
     assert one == [m.name for m in sample(ms, "0.5.14", 1)]
     assert sorted({m.kind for m in sample(ms, "0.5.14", 1)}) == ["missing-attribute", "none-deref"]
+    # in rounds: each kind's first, then each kind's second
+    assert [m.kind for m in sample(ms, "0.5.14", 2)] == ["missing-attribute", "none-deref"] * 2
     assert len(sample(ms, "x", None)) == sum(1 for m in ms if m.cases)
     assert sample(ms, "x", None, real_only=True) == []  # the toy backend is traced
 
@@ -278,7 +280,9 @@ def test_the_run_replays_each_mutant_once_and_reuses_the_cache(monkeypatch: pyte
     tree = toy_tree(with_field=True)
     tree.release = "0.5.14"
     cache: dict = {}
-    res = oracle.release_oracle(CTX, tree, None, cache)
+    saved: list[int] = []
+    res = oracle.release_oracle(CTX, tree, None, cache, checkpoint=lambda: saved.append(len(cache)))
+    assert saved == list(range(1, len(res["mutants"]) + 1))  # the cache is saved after every replayed mutant
     json.dumps(res)
     byname = {r["name"]: r for r in res["mutants"]}
     hit = byname["toy_backend.py draft_token_num: removed from VerifyInput"]

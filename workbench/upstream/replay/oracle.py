@@ -37,6 +37,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from workbench.run.provenance import workbench_commit
@@ -175,9 +176,10 @@ def release_oracle(
     cache: dict[str, dict],
     lint_only: bool = False,
     real_only: bool = False,
+    checkpoint: Callable[[], None] | None = None,
 ) -> dict:
     """Build, sample, replay and judge the mutants of one release; `cache` maps `release|name|digest`
-    to a mutant's stored outcome (reused, and filled)."""
+    to a mutant's stored outcome (reused, and filled; `checkpoint` is called after each new one)."""
     built = build_mutants(tree)
     mutants: list[SiteMutant] = built["mutants"]
     chosen = sample(mutants, tree.release or tree.label, per_kind, real_only)
@@ -227,6 +229,8 @@ def release_oracle(
         }
         if not lint_only:
             cache[key] = rec
+            if checkpoint is not None:
+                checkpoint()
         records.append({**rec, "cached": False})
         ctx.log(f"[{tree.label}] {i}/{len(chosen)} {m.kind}: {m.name}: {v}, reported {rep['reported']}")
     return {
@@ -286,7 +290,8 @@ def oracle_recall(
     previous: Path | None = None,
     real_only: bool = False,
 ) -> dict:
-    """The oracle recall of every release; `previous` (an earlier `--json` output) seeds the cache."""
+    """The oracle recall of every release; `previous` (an earlier `--json` output) seeds the cache and
+    is rewritten with the cache after each replayed mutant (a run stopped early loses none)."""
     commit = workbench_commit()
     cache: dict[str, dict] = {}
     if previous is not None and previous.is_file():
@@ -294,9 +299,16 @@ def oracle_recall(
             cache = dict(json.loads(previous.read_text()).get("cache") or {})
         except ValueError as exc:
             raise ValueError(f"{previous}: not a recall --oracle JSON output ({exc})") from exc
+
+    def checkpoint() -> None:  # a run stopped early keeps what it replayed: the next run reuses it
+        if previous is not None:
+            previous.write_text(json.dumps({"partial": f"cache of an unfinished run: {command}", "cache": cache}))
+
     releases = {}
     for v in check_versions(ctx, versions):
-        releases[v] = release_oracle(ctx, release_tree(ctx, v), per_kind, cache, real_only=real_only)
+        releases[v] = release_oracle(
+            ctx, release_tree(ctx, v), per_kind, cache, real_only=real_only, checkpoint=checkpoint
+        )
     return {
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "workbench_commit": commit,

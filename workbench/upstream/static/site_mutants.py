@@ -449,13 +449,14 @@ def _batch_mutants(
 
 
 def sample(mutants: list[SiteMutant], release: str, per_kind: int | None, real_only: bool = False) -> list[SiteMutant]:
-    """The runnable mutants to run: per kind, the first `per_kind` by sha256(release|name) (all when None);
-    `real_only`: only mutants whose every case runs a backend on real objects (`REAL`), not traced."""
-    out = []
+    """The runnable mutants to run: per kind, the first `per_kind` by sha256(release|name) (all when None),
+    in rounds (each kind's first, then each kind's second, ...) so that a run stopped early has run every
+    kind alike; `real_only`: only mutants whose every case runs a backend on real objects (`REAL`), not traced."""
+    pools = []
     for kind in KINDS:
         pool = [m for m in mutants if m.kind == kind and m.cases]
         if real_only:
             pool = [m for m in pool if not any(c["trace"] for c in m.cases)]
         pool.sort(key=lambda m: hashlib.sha256(f"{release}|{m.name}".encode()).hexdigest())
-        out += pool if per_kind is None else pool[:per_kind]
-    return out
+        pools.append(pool if per_kind is None else pool[:per_kind])
+    return [p[i] for i in range(max(map(len, pools), default=0)) for p in pools if i < len(p)]
