@@ -33,11 +33,12 @@ the backends and the cases do not ask the analyser.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 from dataclasses import dataclass, field
 
 from ..sources.trees import SourceTree
-from .classes import spec_input_classes
+from .classes import collect, spec_input_classes
 from .lint import MODES_FILE, SPEC_DIR, backend_name
 from .modes import parse_forward_modes
 from .mutate import MutationError, remove_guard, segment, splice
@@ -113,8 +114,10 @@ def classify_site(site: dict) -> str:
     return "runner-none-deref" if "runner" in f.rsplit("/", 1)[-1] else "outside"
 
 
+@functools.lru_cache(maxsize=512)
 def backend_classes(text: str, path: str) -> list[str]:
-    """Classes of one file that define `init_forward_metadata` (what the driver can run)."""
+    """Classes of one file that define `init_forward_metadata` (what the driver can run); memoised
+    (a file is asked once per site group and mutant)."""
     try:
         tree = ast.parse(text, filename=path)
     except SyntaxError:
@@ -185,6 +188,7 @@ def batch_fields(text: str, path: str) -> tuple[set[str], set[str]]:
     return fields, sets & fields
 
 
+@functools.lru_cache(maxsize=256)
 def set_batch_idle_none(text: str, path: str, attr: str) -> str:
     """`ForwardBatch.init_new` with `ret.<attr> = None` on an IDLE batch: in its `if
     ret.forward_mode.is_idle():` block before that block's `return ret`, else such a block added
@@ -302,8 +306,10 @@ def _for_class(
     cinfo: dict,
     has_idle: bool,
     skipped: dict[str, str],
+    own: dict[str, dict],
 ) -> list[SiteMutant]:
-    """The mutants of one (file, attribute, guarded) site group for one spec class."""
+    """The mutants of one (file, attribute, guarded) site group for one spec class (`own`: the
+    spec sources' classes, `classes.collect`)."""
     short = fname.rsplit("/", 1)[-1]
     has = attr in cinfo["attrs"]
     out: list[SiteMutant] = []
@@ -319,7 +325,7 @@ def _for_class(
     elif not guarded and has:
         name = f"{short} {attr}: removed from {cname}"
         try:
-            changes = _removal(tree, cname, attr, {})
+            changes = _removal(tree, cname, attr, {}, own)
             out.append(SiteMutant("missing-attribute", "field removed", name, attr, cname, group, changes))
         except MutationError as exc:
             skipped[name] = str(exc)
@@ -344,6 +350,7 @@ def build_mutants(tree: SourceTree) -> dict:
     fm = parse_forward_modes(modes_src) if modes_src else None
     members = fm.members if fm else []
     idle = {c: defines(spec[i["file"]], i["file"], c, "create_idle_input") for c, i in classes.items()}
+    own = collect(spec)
     mutants: list[SiteMutant] = []
     skipped: dict[str, str] = {}
     by_kind: dict[str, list[dict]] = {}
@@ -361,7 +368,7 @@ def build_mutants(tree: SourceTree) -> dict:
         for cname, cinfo in sorted(classes.items()):
             if cinfo["dynamic"]:
                 continue
-            made = _for_class(tree, spec, fname, attr, guarded, group, cname, cinfo, idle[cname], skipped)
+            made = _for_class(tree, spec, fname, attr, guarded, group, cname, cinfo, idle[cname], skipped, own)
             for m in made:
                 if why:
                     m.undecided = why
