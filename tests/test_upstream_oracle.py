@@ -203,6 +203,39 @@ def test_set_batch_idle_none_adds_an_idle_block_where_init_new_has_none() -> Non
         set_batch_idle_none("class ForwardBatch:\n    pass\n", "f.py", "seq_lens")
 
 
+def test_forward_batch_mutants_share_one_replay_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """They edit only `init_new`, which the driver never runs: one process on the release's sources
+    for all of them, each judged against the release's own run of its case."""
+    calls: list[tuple[str, list[str]]] = []
+
+    def stand_in_replay(ctx, target, cases):
+        calls.append((target.label, [c["key"] for c in cases]))
+        out = []
+        for c in cases:
+            if c.get("batch_none") == ["seq_lens"] and "eager_runner" not in c["watch"][0]:
+                out.append(_rec("raised", c["watch"][0], "'NoneType' object has no attribute 'max'"))
+            else:
+                out.append(_rec("completed", entered=[w.rsplit(":", 1)[0] + ":x" for w in c["watch"]]))
+            out[-1]["case"] = c
+        return {"status": "ok", "cases": out, "run_s": 0.0}
+
+    monkeypatch.setattr(oracle, "replay", stand_in_replay)
+    tree = _batch_tree()
+    tree.release = "0.5.14"
+    res = oracle.release_oracle(CTX, tree, None, {})
+    shared = [m for m in build_mutants(tree)["mutants"] if oracle.shares_process(m)]
+    assert {m.kind for m in shared} == {"batch-none-deref", "runner-none-deref"}
+    # one control, one process for every forward-batch mutant, one per other mutant; all on the
+    # release's own tree but the per-mutant ones
+    ones = [label for label, _ in calls[2:]]
+    assert [label for label, _ in calls[:2]] == [tree.label, tree.label] and all("[" in x for x in ones)
+    assert len(calls) == 2 + sum(1 for m in build_mutants(tree)["mutants"] if m.cases and not oracle.shares_process(m))
+    # the control ran each case without the None field, under the key the mutants' cases name
+    assert all("|" in k and "None on the IDLE batch" not in k for k in calls[0][1])
+    byname = {r["name"]: r for r in res["mutants"]}
+    assert byname["batched_backend.py seq_lens: None on the IDLE batch (init_new)"]["oracle"] == "confirmed"
+
+
 def test_a_class_level_default_of_a_plain_class_is_not_a_constructor_keyword() -> None:
     from workbench.upstream.static.classes import spec_input_classes
 

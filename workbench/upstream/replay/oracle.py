@@ -4,7 +4,10 @@ Per release: the mutants are built from the independent read sites; the runnable
 (`site_mutants.sample`); one driver process runs every sampled case on the release as shipped (the
 control), then one process per mutant runs its cases on a copy of the sources with the mutant
 applied (`front.replay` writes the edited tree to a temporary folder; the cache's tree is never
-touched). The driver imports one source tree per process, so mutants cannot share a process.
+touched). The driver imports one source tree per process, so mutants cannot share a process; the
+exception is a forward-batch mutant, which edits only `ForwardBatch.init_new` (never run by the
+driver: its cases leave the field None on the driver's own batch), so all of those run in one process
+on the release's sources (`shares_process`).
 
 A case of a mutant is judged against the same case on the release (`judge_case`):
 
@@ -47,7 +50,7 @@ from ..context import UpstreamContext
 from ..sources.releases import check_versions
 from ..sources.trees import SourceTree, release_tree
 from ..static.family import analyse_family
-from ..static.lint import analyse
+from ..static.lint import MODES_FILE, analyse
 from ..static.site_mutants import KINDS, SiteMutant, build_mutants, sample
 from .front import replay
 
@@ -166,6 +169,18 @@ def lint_report(m: SiteMutant, lint: dict, family: dict) -> dict:
     }
 
 
+def _control_key(case: dict) -> str:
+    """The key of the release's own run of a mutant's case (a forward-batch mutant's case has its own key)."""
+    return case.get("control_key") or case["key"]
+
+
+def shares_process(m: SiteMutant) -> bool:
+    """Whether mutant `m` can share one replay process with the others like it: it edits only
+    `ForwardBatch.init_new`, which the driver never runs (its cases leave the field None on the
+    hand-built batch instead), so its cases run on the release's own sources."""
+    return bool(m.cases) and set(m.changes) == {MODES_FILE} and all(c.get("batch_none") for c in m.cases)
+
+
 def _case_index(result: dict) -> dict[str, dict]:
     return {c["case"]["key"]: c for c in result.get("cases", [])}
 
@@ -188,15 +203,22 @@ def release_oracle(
     ctx.log(f"[{tree.label}] {len(mutants)} oracle mutants, {len(chosen)} sampled, {len(todo)} not cached")
     base_cases: dict[str, dict] = {}
     base_status, base_ok = None, True
+    shared_res: dict = {}
     if todo and not lint_only:
         # the release as shipped: a case without its mutant's batch fields left None
-        want = {c["key"]: {**c, "batch_none": []} for m in todo for c in m.cases}
+        want = {_control_key(c): {**c, "key": _control_key(c), "batch_none": []} for m in todo for c in m.cases}
         start = time.perf_counter()
         base = replay(ctx, tree, list(want.values()))
         base_status = f"{base['status']} ({round(time.perf_counter() - start, 1)} s): {base.get('message')}"
         base_cases = _case_index(base)
         base_ok = base["status"] == "ok"
         ctx.log(f"[{tree.label}] control replay of {len(want)} cases: {base_status}")
+        shared = [m for m in todo if shares_process(m)]
+        if shared:
+            start = time.perf_counter()
+            shared_res = replay(ctx, tree, [c for m in shared for c in m.cases])
+            took = round(time.perf_counter() - start, 1)
+            ctx.log(f"[{tree.label}] forward-batch mutants' {len(shared)} replays in one process: {took} s")
     records = []
     for i, m in enumerate(chosen, 1):
         key = f"{tree.release}|{m.name}|{m.digest()}"
@@ -207,9 +229,9 @@ def release_oracle(
         if lint_only:
             res, judged = {"status": "not run", "run_s": 0.0}, []
         else:
-            res = replay(ctx, mtree, m.cases)
+            res = shared_res if shares_process(m) else replay(ctx, mtree, m.cases)
             got = _case_index(res)
-            judged = [judge_case(m, got.get(c["key"]), base_cases.get(c["key"])) for c in m.cases]
+            judged = [judge_case(m, got.get(c["key"]), base_cases.get(_control_key(c))) for c in m.cases]
             if res["status"] != "ok":
                 judged.append(("blocked", f"the replay process ended {res['status']}: {res.get('message')}"))
         v, why = verdict(m, judged) if not lint_only else ("undecided", "lint only: not replayed")

@@ -442,10 +442,12 @@ def _batch_mutants(
                     targets = [(fname, b) for b in (own or classes_here[:1])]
                 else:
                     targets = [IDLE_BACKEND]
-                m.cases = [
-                    {**_case(f, b, spec[0], spec[1], "IDLE", "IDLE padded", watch), "batch_none": [attr]}
-                    for f, b in targets
-                ]
+                m.cases = []
+                for f, b in targets:
+                    c = _case(f, b, spec[0], spec[1], "IDLE", "IDLE padded", watch)
+                    # its own key (the cases of every forward-batch mutant share one process), and the
+                    # key of the release's own run it is judged against
+                    m.cases.append({**c, "key": f"{c['key']}|{m.name}", "control_key": c["key"], "batch_none": [attr]})
                 if not m.cases:
                     m.undecided = "no class of this file defines init_forward_metadata: the driver has no entry to run"
             out.append(m)
