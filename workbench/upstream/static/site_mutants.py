@@ -66,6 +66,10 @@ DRIVER_BATCH_FIELDS = frozenset(
         "out_cache_loc",
     }
 )
+# the kinds whose runnable mutants edit only ForwardBatch.init_new, so the oracle runs them all in one
+# replay process (`replay/oracle.py` shares_process): sampled SHARED_FACTOR times as many
+SHARED_KINDS = ("batch-none-deref", "runner-none-deref")
+SHARED_FACTOR = 4
 IDLE_RUNNER_FILES = ("sglang/srt/model_executor/runner/eager_runner.py", "sglang/srt/model_executor/model_runner.py")
 IDLE_BACKEND = ("sglang/srt/layers/attention/triton_backend.py", "TritonAttnBackend")
 BATCH_REASON = (
@@ -458,14 +462,17 @@ def _batch_mutants(
 
 
 def sample(mutants: list[SiteMutant], release: str, per_kind: int | None, real_only: bool = False) -> list[SiteMutant]:
-    """The runnable mutants to run: per kind, the first `per_kind` by sha256(release|name) (all when None),
-    in rounds (each kind's first, then each kind's second, ...) so that a run stopped early has run every
-    kind alike; `real_only`: only mutants whose every case runs a backend on real objects (`REAL`), not traced."""
+    """The runnable mutants to run: per kind, the first `per_kind` by sha256(release|name) (all when
+    None; `SHARED_FACTOR` times as many of the forward-batch kinds, whose mutants share one replay
+    process), in rounds (each kind's first, then each kind's second, ...) so that a run stopped early
+    has run every kind alike; `real_only`: only mutants whose every case runs a backend on real
+    objects (`REAL`), not traced."""
     pools = []
     for kind in KINDS:
         pool = [m for m in mutants if m.kind == kind and m.cases]
         if real_only:
             pool = [m for m in pool if not any(c["trace"] for c in m.cases)]
         pool.sort(key=lambda m: hashlib.sha256(f"{release}|{m.name}".encode()).hexdigest())
-        pools.append(pool if per_kind is None else pool[:per_kind])
+        n = None if per_kind is None else per_kind * (SHARED_FACTOR if kind in SHARED_KINDS else 1)
+        pools.append(pool[:n])
     return [p[i] for i in range(max(map(len, pools), default=0)) for p in pools if i < len(p)]
