@@ -4,24 +4,36 @@ Per release: the mutants are built from the independent read sites; the runnable
 (`site_mutants.sample`); one driver process runs every sampled case on the release as shipped (the
 control), then one process per mutant runs its cases on a copy of the sources with the mutant
 applied (`front.replay` writes the edited tree to a temporary folder; the cache's tree is never
-touched). The driver imports one source tree per process, so mutants cannot share a process.
+touched). The driver imports one source tree per process, so mutants cannot share a process; the
+exception is a forward-batch mutant, which edits only `ForwardBatch.init_new` (never run by the
+driver: its cases leave the field None on the driver's own batch), so all of those run in one process
+on the release's sources (`shares_process`).
 
 A case of a mutant is judged against the same case on the release (`judge_case`):
 
-- `raised here`: the mutant raised in the site's file, at a site line or (a missing attribute) an
-  `AttributeError` naming the attribute / (a None field) a `NoneType` error, and the release did not
-  raise the same error at the same place;
-- `clean`: the mutant completed (or the idle runner path did not call the metadata) and so did the release;
-- `blocked`: anything else (a GPU library reached first, raised elsewhere first, the case could not
-  be built), with why.
+- `raised here`: the mutant raised in the site's file (in the metadata, or in the idle runner path
+  around it) the error the mutant makes (a missing attribute: an `AttributeError` naming the
+  attribute; a None field: a `NoneType` error), and the release did not raise the same there;
+- `clean`: the mutant completed (or the idle runner path did not call the metadata), so did the
+  release, and the run entered a site's function (the driver records the functions of the site's
+  file that ran);
+- `not reached`: the same, but no site's function ran: the case says nothing of the mutant;
+- `blocked`: anything else (raised elsewhere first, or as the release does; the case could not be
+  built; a None field handed to a GPU library stand-in, which cannot say what the library does), with why.
 
-A mutant is `confirmed` when a case raised here, `refuted` when every case is clean, `undecided`
-otherwise (or when it has no case: the reason from `site_mutants`). The lint reports a mutant when the
+A traced case (a backend whose metadata calls a GPU library) runs with CPU stand-ins for the library
+calls (`wb_driver/stubs.py`): each call is answered by a stub and listed, so a site behind the first
+call is reached; a clean verdict there says so.
+
+A mutant is `confirmed` when a case raised here, `refuted` when every case is clean or not reached
+and one is clean, `undecided` otherwise (or when it has no case: the reason from `site_mutants`).
+The lint reports a mutant when the
 lint (`analyse`) or the family (`analyse_family`) of the mutated tree has a finding at a site line of the
 mutant's file, for its attribute and spec class (a family finding also by its dereference line).
 Recall = confirmed and reported / confirmed; precision = confirmed and reported / reported and
-decided. A reported mutant whose every matching lint finding is `unreachable` is counted apart, with
-how many of those the oracle confirmed.
+decided. The lint is run on the decided mutants only (an undecided one has `reported` None: neither
+figure counts it, and the whole-tree lint is the slowest step). A reported mutant whose every
+matching lint finding is `unreachable` is counted apart, with how many of those the oracle confirmed.
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from workbench.run.provenance import workbench_commit
@@ -37,7 +50,7 @@ from ..context import UpstreamContext
 from ..sources.releases import check_versions
 from ..sources.trees import SourceTree, release_tree
 from ..static.family import analyse_family
-from ..static.lint import analyse
+from ..static.lint import MODES_FILE, analyse
 from ..static.site_mutants import KINDS, SiteMutant, build_mutants, sample
 from .front import replay
 
@@ -46,53 +59,88 @@ def _outcome(run: dict) -> str:
     return f"{run.get('outcome')} {run.get('exception') or ''}: {run.get('message') or ''} at {run.get('raised_at')}"
 
 
+def _idle_raise(run: dict) -> tuple[str, str] | None:
+    """(where, message) of an exception the idle runner path raised before or after the metadata."""
+    idle = run.get("idle_path") or {}
+    if idle.get("error"):
+        return idle.get("raised_at") or "", str(idle["error"])
+    if idle.get("after_metadata"):
+        return idle.get("after_at") or "", str(idle["after_metadata"])
+    return None
+
+
+def _caused(m: SiteMutant, exception: str | None, msg: str) -> bool:
+    """Whether an exception is the one mutant `m` makes: an `AttributeError` naming the attribute
+    (field or guard removed) or a `NoneType` error (a field left None)."""
+    if m.op in ("field removed", "guard removed"):
+        return exception == "AttributeError" and f"'{m.attr}'" in msg
+    return "NoneType" in msg
+
+
+def _new_nones(run: dict, brun: dict | None) -> list[str]:
+    """Stand-in library calls of the mutant's run handed a None that the release's run did not."""
+    old = set((brun or {}).get("library_passed") or [])
+    return [c for c in run.get("library_passed") or [] if "[None:" in c and c not in old]
+
+
 def judge_case(m: SiteMutant, case: dict | None, base: dict | None) -> tuple[str, str]:
-    """(`raised here` | `clean` | `blocked`, why) for one case of mutant `m` against the release's."""
+    """(`raised here` | `clean` | `not reached` | `blocked`, why) for one case of mutant `m` against
+    the release's. `clean` needs a site's function entered: a case whose run never entered one says
+    nothing of the mutant (`not reached`)."""
     if case is None:
         return "blocked", "no record of the case"
     if case.get("error"):
         return "blocked", f"the replay could not build the {case.get('stage')}: {case['error']}"
     run = (case.get("runs") or [{}])[0]
     brun = ((base or {}).get("runs") or [{}])[0] if base and not base.get("error") else None
+    batch = case["case"]["batch"]
     files = {s["file"] for s in m.sites}
+    funcs = {f"{s['file']}:{s['function']}" for s in m.sites}
     lines = {f"{s['file']}:{s['line']}" for s in m.sites}
+    idle = _idle_raise(run)
+    if idle is not None and idle[0].rsplit(":", 1)[0] in files and _caused(m, None, idle[1]):
+        if brun is None or _idle_raise(brun) != idle:
+            return "raised here", f"{batch}: the idle runner path raised {idle[1]} at {idle[0]}"
     out = run.get("outcome")
     if out == "raised":
         at = run.get("raised_at") or ""
         msg = str(run.get("message"))
         same = brun is not None and brun.get("outcome") == "raised" and brun.get("raised_at") == at
         same = same and brun.get("message") == run.get("message")
-        cause = at in lines
-        if m.op in ("field removed", "guard removed"):
-            cause = cause or (run.get("exception") == "AttributeError" and f"'{m.attr}'" in msg)
-        else:
-            cause = cause or "NoneType" in msg
-        if at.rsplit(":", 1)[0] in files and cause and not same:
-            return "raised here", f"{case['case']['batch']}: {run.get('exception')}: {msg} at {at}"
+        if at.rsplit(":", 1)[0] in files and _caused(m, run.get("exception"), msg) and not same:
+            return "raised here", f"{batch}: {run.get('exception')}: {msg} at {at}"
         why = "as the release does" if same else "first"
-        return "blocked", f"{case['case']['batch']}: raised {why}: {_outcome(run)}"
+        return "blocked", f"{batch}: raised {why}: {_outcome(run)}"
     if out in ("completed", "not called"):
         if brun is not None and brun.get("outcome") not in ("completed", "not called"):
-            return "blocked", f"{case['case']['batch']}: the release itself ended {_outcome(brun)}"
+            return "blocked", f"{batch}: the release itself ended {_outcome(brun)}"
+        if m.op == "idle None" and _new_nones(run, brun):
+            return "blocked", f"{batch}: None handed to a GPU library stand-in: {'; '.join(_new_nones(run, brun))}"
+        entered = {e for e in run.get("entered") or [] if any(e == f or e.startswith(f + ".") for f in funcs)}
+        if not entered:
+            return "not reached", f"{batch}: {out}, the driver never entered {', '.join(sorted(funcs))}"
         ran = [w for w in run.get("ran") or [] if w in lines]
-        text = f"{case['case']['batch']}: {out}" + (
-            f", site line ran ({', '.join(ran)})" if ran else ", site never ran"
+        text = f"{batch}: {out}" + (
+            f", site line ran ({', '.join(ran)})" if ran else ", site function ran, site line did not"
         )
+        if run.get("library_passed"):
+            text += f" (after {len(run['library_passed'])} GPU library calls answered by CPU stand-ins)"
         return "clean", text
     if out == "library reached":
-        return "blocked", f"{case['case']['batch']}: reached {run.get('library_call')} first"
-    return "blocked", f"{case['case']['batch']}: {_outcome(run)}"
+        return "blocked", f"{batch}: reached {run.get('library_call')} first"
+    return "blocked", f"{batch}: {_outcome(run)}"
 
 
 def verdict(m: SiteMutant, judged: list[tuple[str, str]]) -> tuple[str, str]:
-    """The mutant's oracle verdict from its cases."""
+    """The mutant's oracle verdict from its cases: `confirmed` when a case raised here; `refuted` when
+    every case is clean or not reached and one is clean; `undecided` otherwise."""
     if not m.cases:
         return "undecided", m.undecided or "no case"
     text = "; ".join(t for _, t in judged)
     outs = [o for o, _ in judged]
     if "raised here" in outs:
         return "confirmed", text
-    if outs and all(o == "clean" for o in outs):
+    if "clean" in outs and all(o in ("clean", "not reached") for o in outs):
         return "refuted", text
     return "undecided", text
 
@@ -121,6 +169,18 @@ def lint_report(m: SiteMutant, lint: dict, family: dict) -> dict:
     }
 
 
+def _control_key(case: dict) -> str:
+    """The key of the release's own run of a mutant's case (a forward-batch mutant's case has its own key)."""
+    return case.get("control_key") or case["key"]
+
+
+def shares_process(m: SiteMutant) -> bool:
+    """Whether mutant `m` can share one replay process with the others like it: it edits only
+    `ForwardBatch.init_new`, which the driver never runs (its cases leave the field None on the
+    hand-built batch instead), so its cases run on the release's own sources."""
+    return bool(m.cases) and set(m.changes) == {MODES_FILE} and all(c.get("batch_none") for c in m.cases)
+
+
 def _case_index(result: dict) -> dict[str, dict]:
     return {c["case"]["key"]: c for c in result.get("cases", [])}
 
@@ -132,9 +192,10 @@ def release_oracle(
     cache: dict[str, dict],
     lint_only: bool = False,
     real_only: bool = False,
+    checkpoint: Callable[[], None] | None = None,
 ) -> dict:
     """Build, sample, replay and judge the mutants of one release; `cache` maps `release|name|digest`
-    to a mutant's stored outcome (reused, and filled)."""
+    to a mutant's stored outcome (reused, and filled; `checkpoint` is called after each new one)."""
     built = build_mutants(tree)
     mutants: list[SiteMutant] = built["mutants"]
     chosen = sample(mutants, tree.release or tree.label, per_kind, real_only)
@@ -142,14 +203,22 @@ def release_oracle(
     ctx.log(f"[{tree.label}] {len(mutants)} oracle mutants, {len(chosen)} sampled, {len(todo)} not cached")
     base_cases: dict[str, dict] = {}
     base_status, base_ok = None, True
+    shared_res: dict = {}
     if todo and not lint_only:
-        want = {c["key"]: c for m in todo for c in m.cases}
+        # the release as shipped: a case without its mutant's batch fields left None
+        want = {_control_key(c): {**c, "key": _control_key(c), "batch_none": []} for m in todo for c in m.cases}
         start = time.perf_counter()
         base = replay(ctx, tree, list(want.values()))
         base_status = f"{base['status']} ({round(time.perf_counter() - start, 1)} s): {base.get('message')}"
         base_cases = _case_index(base)
         base_ok = base["status"] == "ok"
         ctx.log(f"[{tree.label}] control replay of {len(want)} cases: {base_status}")
+        shared = [m for m in todo if shares_process(m)]
+        if shared:
+            start = time.perf_counter()
+            shared_res = replay(ctx, tree, [c for m in shared for c in m.cases])
+            took = round(time.perf_counter() - start, 1)
+            ctx.log(f"[{tree.label}] forward-batch mutants' {len(shared)} replays in one process: {took} s")
     records = []
     for i, m in enumerate(chosen, 1):
         key = f"{tree.release}|{m.name}|{m.digest()}"
@@ -157,17 +226,21 @@ def release_oracle(
             records.append({**cache[key], "cached": True})
             continue
         mtree = tree.with_changes(m.changes, f"{tree.label} [{m.name}]")
-        lint = analyse(mtree)
-        rep = lint_report(m, lint, analyse_family(mtree, lint))
         if lint_only:
             res, judged = {"status": "not run", "run_s": 0.0}, []
         else:
-            res = replay(ctx, mtree, m.cases)
+            res = shared_res if shares_process(m) else replay(ctx, mtree, m.cases)
             got = _case_index(res)
-            judged = [judge_case(m, got.get(c["key"]), base_cases.get(c["key"])) for c in m.cases]
+            judged = [judge_case(m, got.get(c["key"]), base_cases.get(_control_key(c))) for c in m.cases]
             if res["status"] != "ok":
                 judged.append(("blocked", f"the replay process ended {res['status']}: {res.get('message')}"))
         v, why = verdict(m, judged) if not lint_only else ("undecided", "lint only: not replayed")
+        if v == "undecided" and not lint_only:
+            # recall and precision count decided mutants only: the whole-tree lint is not run for the rest
+            rep = {"reported": None, "by": [], "lint_verdicts": [], "unreachable": False}
+        else:
+            lint = analyse(mtree)
+            rep = lint_report(m, lint, analyse_family(mtree, lint))
         rec = {
             "kind": m.kind,
             "op": m.op,
@@ -183,6 +256,8 @@ def release_oracle(
         }
         if not lint_only:
             cache[key] = rec
+            if checkpoint is not None:
+                checkpoint()
         records.append({**rec, "cached": False})
         ctx.log(f"[{tree.label}] {i}/{len(chosen)} {m.kind}: {m.name}: {v}, reported {rep['reported']}")
     return {
@@ -242,7 +317,8 @@ def oracle_recall(
     previous: Path | None = None,
     real_only: bool = False,
 ) -> dict:
-    """The oracle recall of every release; `previous` (an earlier `--json` output) seeds the cache."""
+    """The oracle recall of every release; `previous` (an earlier `--json` output) seeds the cache and
+    is rewritten with the cache after each replayed mutant (a run stopped early loses none)."""
     commit = workbench_commit()
     cache: dict[str, dict] = {}
     if previous is not None and previous.is_file():
@@ -250,9 +326,16 @@ def oracle_recall(
             cache = dict(json.loads(previous.read_text()).get("cache") or {})
         except ValueError as exc:
             raise ValueError(f"{previous}: not a recall --oracle JSON output ({exc})") from exc
+
+    def checkpoint() -> None:  # a run stopped early keeps what it replayed: the next run reuses it
+        if previous is not None:
+            previous.write_text(json.dumps({"partial": f"cache of an unfinished run: {command}", "cache": cache}))
+
     releases = {}
     for v in check_versions(ctx, versions):
-        releases[v] = release_oracle(ctx, release_tree(ctx, v), per_kind, cache, real_only=real_only)
+        releases[v] = release_oracle(
+            ctx, release_tree(ctx, v), per_kind, cache, real_only=real_only, checkpoint=checkpoint
+        )
     return {
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "workbench_commit": commit,

@@ -90,10 +90,13 @@ def _expect(be: dict, r: dict, cname: str, mode: str, lines: list[int], install:
     }
 
 
-def _removal(tree: SourceTree, cname: str, attr: str, files: dict[str, str]) -> dict[str, str]:
-    """`files` (path -> text, starting from the tree's) with `attr` removed from `cname`'s MRO."""
-    spec = {**tree.under(SPEC_DIR), **files}
-    own = collect(spec)
+def _removal(
+    tree: SourceTree, cname: str, attr: str, files: dict[str, str], own: dict[str, dict] | None = None
+) -> dict[str, str]:
+    """`files` (path -> text, starting from the tree's) with `attr` removed from `cname`'s MRO;
+    `own`: `collect` of the tree's spec sources with `files`, when the caller has it already."""
+    if own is None:
+        own = collect({**tree.under(SPEC_DIR), **files})
     out = dict(files)
     hit = False
     for k in mro(cname, own):

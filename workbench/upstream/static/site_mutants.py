@@ -7,14 +7,19 @@ Every spec-input / forward-batch read site in the covered folders is put in one 
   site) for a spec input that lacks the attribute;
 - `none-deref`: an unguarded `spec_info` site in `layers/attention/`; mutant: the field left None by
   the class's own `create_idle_input` (its keyword set to, or given, `None`);
-- `batch-none-deref`: a `forward_batch` site in `layers/attention/`; mutant: the field None on the
-  IDLE `ForwardBatch`. Enumerated, not built: the replay driver builds its batches by hand
-  (`wb_driver/batches.py`), never through `ForwardBatch.init_new`, so no edit of `init_new` reaches it;
-- `runner-none-deref`: a site in a runner file of `model_executor/` or `speculative/` (a name
-  containing `runner`); enumerated, not built: only the real runtime runs a runner's methods.
+- `batch-none-deref`: a `forward_batch` site in `layers/attention/`; mutant: `ForwardBatch.init_new`
+  leaves the field None on an IDLE batch (`ret.<field> = None` in its IDLE branch). The replay driver
+  builds its batch by hand (`wb_driver/batches.py`), not through `init_new`, so the case asks it to
+  leave the same field None where `init_new` returns (before the DP padding); a field the driver's
+  batch never sets (`DRIVER_BATCH_FIELDS`) is None in the control too, so its mutant is not run;
+- `runner-none-deref`: a `forward_batch` site in a runner file of `model_executor/` or `speculative/`
+  (a name containing `runner`), the same mutant. Only the runner file of the idle runner path the
+  driver runs (`IDLE_RUNNER_FILES`: `EagerRunner._execute_idle`, before 0.5.14
+  `ModelRunner.forward_idle`) is replayed (the triton backend on the padded IDLE batch); the other
+  runner files (the CUDA-graph runners) run only on CUDA, in the real runtime.
 
 Sites in other files of `model_executor/` and `speculative/` (workers, `forward_batch_info.py`, the
-spec inputs themselves) are counted as `outside` with the same reason as the runner files.
+spec inputs themselves) are counted as `outside`, with why.
 
 A built mutant carries the replay cases that judge it: for every backend class of the site's file
 (a class defining `init_forward_metadata`; the single-step class for a `*MultiStep*` one, which the
@@ -28,11 +33,12 @@ the backends and the cases do not ask the analyser.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 from dataclasses import dataclass, field
 
 from ..sources.trees import SourceTree
-from .classes import spec_input_classes
+from .classes import collect, spec_input_classes
 from .lint import MODES_FILE, SPEC_DIR, backend_name
 from .modes import parse_forward_modes
 from .mutate import MutationError, remove_guard, segment, splice
@@ -43,11 +49,41 @@ ATTN = "sglang/srt/layers/attention/"
 KINDS = ("missing-attribute", "none-deref", "batch-none-deref", "runner-none-deref")
 REAL = frozenset({"triton", "torch_native"})
 GPU_STUBS = ("aiter", "flashinfer", "sgl_kernel", "torch.ops.sgl_kernel", "wave_lang")
-BATCH_REASON = (
-    "not built: the replay driver builds its ForwardBatch by hand (wb_driver/batches.py), not through "
-    "ForwardBatch.init_new, so a field left None there never reaches it; only the real runtime does"
+# The ForwardBatch fields the replay driver's hand-built batch sets (wb_driver/batches.py make_batch,
+# before the DP padding): every other field is None in the control already.
+DRIVER_BATCH_FIELDS = frozenset(
+    {
+        "forward_mode",
+        "batch_size",
+        "req_pool_indices",
+        "seq_lens",
+        "seq_lens_sum",
+        "seq_lens_cpu",
+        "spec_info",
+        "capture_hidden_mode",
+        "input_ids",
+        "positions",
+        "out_cache_loc",
+    }
 )
-RUNNER_REASON = "runner-only path: the replay driver runs an attention backend's init_forward_metadata, not this file"
+# the kinds whose runnable mutants edit only ForwardBatch.init_new, so the oracle runs them all in one
+# replay process (`replay/oracle.py` shares_process): sampled SHARED_FACTOR times as many
+SHARED_KINDS = ("batch-none-deref", "runner-none-deref")
+SHARED_FACTOR = 4
+IDLE_RUNNER_FILES = ("sglang/srt/model_executor/runner/eager_runner.py", "sglang/srt/model_executor/model_runner.py")
+IDLE_BACKEND = ("sglang/srt/layers/attention/triton_backend.py", "TritonAttnBackend")
+BATCH_REASON = (
+    "the replay driver's hand-built ForwardBatch never sets this field (DRIVER_BATCH_FIELDS): it is None "
+    "in the control too, so leaving it None changes nothing the driver runs"
+)
+RUNNER_REASON = (
+    "runner-only path: the replay driver runs an attention backend's init_forward_metadata and the idle "
+    "runner path (IDLE_RUNNER_FILES), not this file; its methods (CUDA-graph capture and replay) run only "
+    "on CUDA, in the real runtime"
+)
+SPEC_RUNNER_REASON = (
+    "a spec_info read in a runner file: the driver's idle runner path hands the spec input through unread; not built"
+)
 _FIELD_HOWS = ("field", "field with default")
 
 
@@ -82,8 +118,10 @@ def classify_site(site: dict) -> str:
     return "runner-none-deref" if "runner" in f.rsplit("/", 1)[-1] else "outside"
 
 
+@functools.lru_cache(maxsize=512)
 def backend_classes(text: str, path: str) -> list[str]:
-    """Classes of one file that define `init_forward_metadata` (what the driver can run)."""
+    """Classes of one file that define `init_forward_metadata` (what the driver can run); memoised
+    (a file is asked once per site group and mutant)."""
     try:
         tree = ast.parse(text, filename=path)
     except SyntaxError:
@@ -120,6 +158,71 @@ def batch_kinds(cname: str, has_idle: bool, members: list[str]) -> list[tuple[st
         mode = next((m for m in ("DRAFT_EXTEND", "DRAFT_EXTEND_V2") if m in members), None)
         out += [(mode, mode)] if mode else []
     return out
+
+
+def is_dataclass_field(spec: dict[str, str], cinfo: dict, attr: str) -> bool:
+    """Whether `attr` is a field of a `@dataclass` class that defines it (a constructor keyword);
+    an annotated default on a plain class (`SpecInput`) is not."""
+    info = cinfo["attrs"].get(attr) or {}
+    if info.get("how") not in _FIELD_HOWS or info.get("file") not in spec:
+        return False
+    try:
+        tree = ast.parse(spec[info["file"]], filename=info["file"])
+    except SyntaxError:
+        return False
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == info.get("class")), None)
+    return node is not None and any("dataclass" in ast.unparse(d) for d in node.decorator_list)
+
+
+def batch_fields(text: str, path: str) -> tuple[set[str], set[str]]:
+    """(the annotated fields of `ForwardBatch`, those `ForwardBatch.init_new` sets: a `cls(...)`
+    keyword or a `ret.<field> = ...`)."""
+    tree = ast.parse(text, filename=path)
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ForwardBatch"), None)
+    if node is None:
+        return set(), set()
+    fields = {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+    init = next((b for b in node.body if isinstance(b, ast.FunctionDef) and b.name == "init_new"), None)
+    sets: set[str] = set()
+    for n in ast.walk(init) if init else []:
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "cls":
+            sets.update(k.arg for k in n.keywords if k.arg)
+        elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and getattr(n.value, "id", "") == "ret":
+            sets.add(n.attr)
+    return fields, sets & fields
+
+
+@functools.lru_cache(maxsize=256)
+def set_batch_idle_none(text: str, path: str, attr: str) -> str:
+    """`ForwardBatch.init_new` with `ret.<attr> = None` on an IDLE batch: in its `if
+    ret.forward_mode.is_idle():` block before that block's `return ret`, else such a block added
+    before its last `return ret`."""
+    tree = ast.parse(text, filename=path)
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ForwardBatch"), None)
+    init = None if node is None else next((b for b in node.body if getattr(b, "name", None) == "init_new"), None)
+    if init is None:
+        raise MutationError(f"{path}: ForwardBatch defines no init_new")
+    lines = text.splitlines(keepends=True)
+    for n in ast.walk(init):
+        if (
+            isinstance(n, ast.If)
+            and "forward_mode.is_idle()" in ast.unparse(n.test)
+            and not ast.unparse(n.test).startswith("not ")
+            and isinstance(n.body[-1], ast.Return)
+        ):
+            ret = n.body[-1]
+            indent = lines[ret.lineno - 1][: ret.col_offset]
+            lines.insert(ret.lineno - 1, f"{indent}ret.{attr} = None\n")
+            return "".join(lines)
+    rets = [
+        r for r in ast.walk(init) if isinstance(r, ast.Return) and isinstance(r.value, ast.Name) and r.value.id == "ret"
+    ]
+    if not rets:
+        raise MutationError(f"{path}: ForwardBatch.init_new has no `return ret`")
+    ret = max(rets, key=lambda r: r.lineno)
+    indent = lines[ret.lineno - 1][: ret.col_offset]
+    lines.insert(ret.lineno - 1, f"{indent}if ret.forward_mode.is_idle():\n{indent}    ret.{attr} = None\n")
+    return "".join(lines)
 
 
 def set_idle_none(text: str, path: str, cls: str, attr: str, is_field: bool) -> str:
@@ -163,6 +266,7 @@ def _case(site_file: str, bcls: str, cname: str, cfile: str, mode: str, kind: st
     traced = backend not in REAL
     return {
         "key": f"{site_file}:{bcls}|{kind}|{cname}",
+        "stand_in": traced,  # GPU library calls answered by CPU stand-ins (wb_driver/stubs.py), listed
         "backend_module": site_file[:-3].replace("/", "."),
         "backend_class": bcls,
         "backend": backend,
@@ -206,8 +310,10 @@ def _for_class(
     cinfo: dict,
     has_idle: bool,
     skipped: dict[str, str],
+    own: dict[str, dict],
 ) -> list[SiteMutant]:
-    """The mutants of one (file, attribute, guarded) site group for one spec class."""
+    """The mutants of one (file, attribute, guarded) site group for one spec class (`own`: the
+    spec sources' classes, `classes.collect`)."""
     short = fname.rsplit("/", 1)[-1]
     has = attr in cinfo["attrs"]
     out: list[SiteMutant] = []
@@ -223,7 +329,7 @@ def _for_class(
     elif not guarded and has:
         name = f"{short} {attr}: removed from {cname}"
         try:
-            changes = _removal(tree, cname, attr, {})
+            changes = _removal(tree, cname, attr, {}, own)
             out.append(SiteMutant("missing-attribute", "field removed", name, attr, cname, group, changes))
         except MutationError as exc:
             skipped[name] = str(exc)
@@ -231,7 +337,7 @@ def _for_class(
             name = f"{short} {attr}: None from {cname}.create_idle_input"
             path = cinfo["file"]
             try:
-                edited = set_idle_none(spec[path], path, cname, attr, cinfo["attrs"][attr].get("how") in _FIELD_HOWS)
+                edited = set_idle_none(spec[path], path, cname, attr, is_dataclass_field(spec, cinfo, attr))
                 out.append(SiteMutant("none-deref", "idle None", name, attr, cname, group, {path: edited}))
             except MutationError as exc:
                 skipped[name] = str(exc)
@@ -248,6 +354,7 @@ def build_mutants(tree: SourceTree) -> dict:
     fm = parse_forward_modes(modes_src) if modes_src else None
     members = fm.members if fm else []
     idle = {c: defines(spec[i["file"]], i["file"], c, "create_idle_input") for c, i in classes.items()}
+    own = collect(spec)
     mutants: list[SiteMutant] = []
     skipped: dict[str, str] = {}
     by_kind: dict[str, list[dict]] = {}
@@ -265,7 +372,7 @@ def build_mutants(tree: SourceTree) -> dict:
         for cname, cinfo in sorted(classes.items()):
             if cinfo["dynamic"]:
                 continue
-            made = _for_class(tree, spec, fname, attr, guarded, group, cname, cinfo, idle[cname], skipped)
+            made = _for_class(tree, spec, fname, attr, guarded, group, cname, cinfo, idle[cname], skipped, own)
             for m in made:
                 if why:
                     m.undecided = why
@@ -274,14 +381,7 @@ def build_mutants(tree: SourceTree) -> dict:
                     if not m.cases:
                         m.undecided = f"{cname}: no batch the driver builds for its role (by its name)"
             mutants += made
-    for kind, reason in (("batch-none-deref", BATCH_REASON), ("runner-none-deref", RUNNER_REASON)):
-        pairs: dict[tuple[str, str], list[dict]] = {}
-        for s in by_kind.get(kind, []):
-            if s["guard"] is None:
-                pairs.setdefault((s["file"], s["attr"]), []).append(s)
-        for (fname, attr), group in sorted(pairs.items()):
-            name = f"{fname.rsplit('/', 1)[-1]} {attr}: None on the IDLE batch"
-            mutants.append(SiteMutant(kind, "idle None", name, attr, None, group, undecided=reason))
+    mutants += _batch_mutants(tree, by_kind, classes, idle, skipped)
     return {
         "sites": {
             **{k: len(by_kind.get(k, [])) for k in (*KINDS, "outside")},
@@ -294,14 +394,85 @@ def build_mutants(tree: SourceTree) -> dict:
     }
 
 
+def _idle_spec(classes: dict, idle: dict[str, bool]) -> tuple[str, str] | None:
+    """(class, file) of the spec input an IDLE batch carries in the batch mutants' cases:
+    `EagleDraftInput` where it has `create_idle_input`, else the first class that has one."""
+    have = sorted(c for c, ok in idle.items() if ok and not classes[c]["dynamic"])
+    if not have:
+        return None
+    c = "EagleDraftInput" if "EagleDraftInput" in have else have[0]
+    return c, classes[c]["file"]
+
+
+def _batch_mutants(
+    tree: SourceTree, by_kind: dict[str, list[dict]], classes: dict, idle: dict[str, bool], skipped: dict[str, str]
+) -> list[SiteMutant]:
+    """The `batch-none-deref` and `runner-none-deref` mutants: one per (file, field) of the unguarded
+    `forward_batch` sites, `init_new` leaving the field None on an IDLE batch."""
+    modes = tree.get(MODES_FILE)
+    fields, sets = batch_fields(modes, MODES_FILE) if modes else (set(), set())
+    spec = _idle_spec(classes, idle)
+    runner_file = next((f for f in IDLE_RUNNER_FILES if f in tree.files), None)
+    out: list[SiteMutant] = []
+    for kind in ("batch-none-deref", "runner-none-deref"):
+        pairs: dict[tuple[str, str], list[dict]] = {}
+        for s in by_kind.get(kind, []):
+            if s["guard"] is None and s["receiver"] == "forward_batch":
+                pairs.setdefault((s["file"], s["attr"]), []).append(s)
+        for (fname, attr), group in sorted(pairs.items()):
+            name = f"{fname.rsplit('/', 1)[-1]} {attr}: None on the IDLE batch (init_new)"
+            if attr not in fields:
+                continue  # a method or property of ForwardBatch, or another object named `batch`
+            if attr not in sets:
+                skipped[name] = "ForwardBatch.init_new never sets it: None on IDLE already (an equivalent mutant)"
+                continue
+            try:
+                changes = {MODES_FILE: set_batch_idle_none(modes, MODES_FILE, attr)}
+            except MutationError as exc:
+                skipped[name] = str(exc)
+                continue
+            m = SiteMutant(kind, "idle None", name, attr, None, group, changes)
+            watch = [f"{s['file']}:{s['line']}" for s in group]
+            if attr not in DRIVER_BATCH_FIELDS:
+                m.undecided = BATCH_REASON
+            elif spec is None:
+                m.undecided = "no spec input of this release has create_idle_input: no IDLE batch to replay"
+            elif kind == "runner-none-deref" and fname != runner_file:
+                m.undecided = RUNNER_REASON
+            else:
+                if kind == "batch-none-deref":
+                    classes_here = [c for c in backend_classes(tree.files[fname], fname) if "MultiStep" not in c]
+                    own = sorted({s["function"].split(".", 1)[0] for s in group} & set(classes_here))
+                    targets = [(fname, b) for b in (own or classes_here[:1])]
+                else:
+                    targets = [IDLE_BACKEND]
+                m.cases = []
+                for f, b in targets:
+                    c = _case(f, b, spec[0], spec[1], "IDLE", "IDLE padded", watch)
+                    # its own key (the cases of every forward-batch mutant share one process), and the
+                    # key of the release's own run it is judged against
+                    m.cases.append({**c, "key": f"{c['key']}|{m.name}", "control_key": c["key"], "batch_none": [attr]})
+                if not m.cases:
+                    m.undecided = "no class of this file defines init_forward_metadata: the driver has no entry to run"
+            out.append(m)
+        for s in by_kind.get(kind, []):
+            if s["receiver"] == "spec_info" and kind == "runner-none-deref":
+                skipped.setdefault(f"{s['file'].rsplit('/', 1)[-1]} spec_info.{s['attr']}", SPEC_RUNNER_REASON)
+    return out
+
+
 def sample(mutants: list[SiteMutant], release: str, per_kind: int | None, real_only: bool = False) -> list[SiteMutant]:
-    """The runnable mutants to run: per kind, the first `per_kind` by sha256(release|name) (all when None);
-    `real_only`: only mutants whose every case runs a backend on real objects (`REAL`), not traced."""
-    out = []
+    """The runnable mutants to run: per kind, the first `per_kind` by sha256(release|name) (all when
+    None; `SHARED_FACTOR` times as many of the forward-batch kinds, whose mutants share one replay
+    process), in rounds (each kind's first, then each kind's second, ...) so that a run stopped early
+    has run every kind alike; `real_only`: only mutants whose every case runs a backend on real
+    objects (`REAL`), not traced."""
+    pools = []
     for kind in KINDS:
         pool = [m for m in mutants if m.kind == kind and m.cases]
         if real_only:
             pool = [m for m in pool if not any(c["trace"] for c in m.cases)]
         pool.sort(key=lambda m: hashlib.sha256(f"{release}|{m.name}".encode()).hexdigest())
-        out += pool if per_kind is None else pool[:per_kind]
-    return out
+        n = None if per_kind is None else per_kind * (SHARED_FACTOR if kind in SHARED_KINDS else 1)
+        pools.append(pool[:n])
+    return [p[i] for i in range(max(map(len, pools), default=0)) for p in pools if i < len(p)]

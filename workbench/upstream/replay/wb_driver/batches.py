@@ -44,8 +44,13 @@ def fill_rows(ctx, bundle: dict | None = None) -> None:
         pool.req_to_token[row, : len(slots)] = torch.tensor(slots, dtype=pool.req_to_token.dtype)
 
 
-def make_batch(ctx, mode: str, kind: str, spec, shape: dict, bundle: dict | None = None) -> tuple[object, list]:
-    """(a real ForwardBatch, notes) for `kind` in forward mode `mode`, spec_info `spec`."""
+def make_batch(
+    ctx, mode: str, kind: str, spec, shape: dict, bundle: dict | None = None, none: list[str] | tuple = ()
+) -> tuple[object, list]:
+    """(a real ForwardBatch, notes) for `kind` in forward mode `mode`, spec_info `spec`; the fields
+    `none` set to None where ``init_new`` returns the batch (before the DP padding), standing for an
+    ``init_new`` that leaves them None (the oracle's forward-batch mutants: this batch is built by
+    hand, not by ``init_new``)."""
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
 
     torch = ctx.torch
@@ -82,6 +87,11 @@ def make_batch(ctx, mode: str, kind: str, spec, shape: dict, bundle: dict | None
         batch.extend_seq_lens_cpu = [per] * len(seq)
         batch.extend_prefix_lens_cpu = prefix
         batch.extend_logprob_start_lens_cpu = [0] * len(seq)
+    for name in none:
+        if not hasattr(batch, name):
+            raise AttributeError(f"ForwardBatch has no field {name!r} to leave None")
+        setattr(batch, name, None)
+        notes.append(f"forward_batch.{name} = None (as the mutated init_new leaves it)")
     if kind == "IDLE padded":
         pad_idle(ctx, batch, notes)
     return batch, notes

@@ -48,7 +48,8 @@ def sglang_frames(tb) -> list[dict]:
 
 
 class LineWatch:
-    """Records which of the watched `file:line`s run (a trace function scoped to those files)."""
+    """Records which of the watched `file:line`s run, and which functions of those files were
+    entered (`file:qualname`), by a trace function scoped to those files."""
 
     def __init__(self, watch: list[str]):
         self.want: dict[str, set[int]] = {}
@@ -56,10 +57,14 @@ class LineWatch:
             f, _, line = w.rpartition(":")
             self.want.setdefault(f, set()).add(int(line))
         self.ran: set[str] = set()
+        self.entered: set[str] = set()
 
     def _global(self, frame, event, arg):
         f = rel(frame.f_code.co_filename)
-        return self._local if f in self.want else None
+        if f not in self.want:
+            return None
+        self.entered.add(f"{f}:{getattr(frame.f_code, 'co_qualname', frame.f_code.co_name)}")
+        return self._local
 
     def _local(self, frame, event, arg):
         if event == "line":
@@ -171,6 +176,8 @@ def _run_once(ctx, case: dict, backend_cls: type, bundle: dict | None, out: dict
     kind, mode = case["batch"], case["mode"]
     shape = {**shape_of(kind, bundle), "mode": mode, "spec_class": case["spec_class"]}
     fill_rows(ctx, bundle)
+    stubs.STATE.stand_in = bool(case.get("stand_in"))
+    stubs.STATE.passed.clear()
     redirect = CudaToCpu()
     out["stage"] = "backend"
     with redirect:
@@ -179,7 +186,7 @@ def _run_once(ctx, case: dict, backend_cls: type, bundle: dict | None, out: dict
         out["stage"] = "spec_info"
         spec, out["built_by"] = build(ctx, case["spec_module"], case["spec_class"], mode == "IDLE", shape, out)
         out["stage"] = "batch"
-        batch, out["notes"] = make_batch(ctx, mode, kind, spec, shape, bundle)
+        batch, out["notes"] = make_batch(ctx, mode, kind, spec, shape, bundle, case.get("batch_none") or [])
     if case.get("trace"):
         batch.spec_info = SpecProxy(spec)
     out["batch"] = {
@@ -219,6 +226,9 @@ def _run_once(ctx, case: dict, backend_cls: type, bundle: dict | None, out: dict
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
     run["ran"] = sorted(watch.ran)
+    run["entered"] = sorted(watch.entered)
+    if stubs.STATE.stand_in:
+        run["library_passed"] = list(stubs.STATE.passed)
     if case.get("trace"):
         run["reads"] = [
             f"{r['attr']}@{r['at']}" + (" (missing)" if r["missing"] else "") for r in reads_of(batch.spec_info)
@@ -249,7 +259,7 @@ def _execute(ctx, backend, batch, kind: str, run: dict) -> None:
     try:
         run["idle_path"] = run_idle(ctx.runner, backend, batch)
     except IdlePathError as exc:
-        run["idle_path"] = {"path": None, "error": str(exc)}
+        run["idle_path"] = {"path": None, "error": str(exc), "raised_at": exc.raised_at}
         if kind != "IDLE padded":
             run.update(outcome="error", exception="IdlePathError", message=str(exc))
             return

@@ -17,7 +17,23 @@ from types import SimpleNamespace
 
 
 class IdlePathError(RuntimeError):
-    """The idle runner path failed before reaching the metadata (the replay's runner lacks something)."""
+    """The idle runner path failed before reaching the metadata (the replay's runner lacks something);
+    `raised_at`: the innermost sglang `file:line` of the failure."""
+
+    def __init__(self, message: str, raised_at: str | None = None):
+        super().__init__(message)
+        self.raised_at = raised_at
+
+
+def _raised_at(exc: BaseException) -> str | None:
+    """The innermost `sglang/...py:LINE` of an exception's traceback."""
+    at, tb = None, exc.__traceback__
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+        if "/sglang/" in path:
+            at = "sglang/" + path.rsplit("/sglang/", 1)[1] + f":{tb.tb_lineno}"
+        tb = tb.tb_next
+    return at
 
 
 class _Model:
@@ -44,8 +60,9 @@ def idle_path():
 
 
 def run_idle(runner, backend, batch) -> dict:
-    """Run the idle path; {"path", "metadata_called", "after_metadata"}. Exceptions from the metadata
-    propagate; one before it is an `IdlePathError`; one after it is recorded, not raised."""
+    """Run the idle path; {"path", "metadata_called", "after_metadata", "after_at"}. Exceptions from
+    the metadata propagate; one before it is an `IdlePathError`; one after it is recorded (with
+    where it was raised), not raised."""
     os.environ["SGLANG_EAGER_INPUT_NO_COPY"] = "1"
     name, call = idle_path()
     calls: list[int] = []
@@ -65,7 +82,7 @@ def run_idle(runner, backend, batch) -> dict:
         if not hasattr(runner, key):
             setattr(runner, key, value)
     runner.attn_backend = backend
-    out = SimpleNamespace(path=name, after=None)
+    out = SimpleNamespace(path=name, after=None, at=None)
     try:
         with _forward_context(backend):
             call(runner, batch)
@@ -73,11 +90,13 @@ def run_idle(runner, backend, batch) -> dict:
         if _from_metadata(exc):
             raise
         if not calls:
-            raise IdlePathError(f"{name} failed before the metadata: {type(exc).__name__}: {exc}") from exc
-        out.after = f"{type(exc).__name__}: {exc}"
+            raise IdlePathError(
+                f"{name} failed before the metadata: {type(exc).__name__}: {exc}", _raised_at(exc)
+            ) from exc
+        out.after, out.at = f"{type(exc).__name__}: {exc}", _raised_at(exc)
     finally:
         del backend.init_forward_metadata
-    return {"path": name, "metadata_called": bool(calls), "after_metadata": out.after}
+    return {"path": name, "metadata_called": bool(calls), "after_metadata": out.after, "after_at": out.at}
 
 
 def _forward_context(backend):

@@ -7,6 +7,11 @@ wrapper, a planner), and is counted; once armed (around ``init_forward_metadata`
 raises ``GpuLibraryReached`` naming the library function and the sglang line that called it (reading
 an attribute of a library object counts as using it). A
 traced replay is therefore a statement about the metadata code path up to the first GPU call.
+
+A case may ask for CPU stand-ins instead (``STATE.stand_in``, the oracle's cases): once armed, a call
+returns another stub and goes on, each call listed in ``STATE.passed`` with its caller and which
+arguments were None (a None handed to a real library may crash there; a stand-in cannot say). What
+the code does after such a call is decided on a stub, never on what the library computes.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ class _State:
         self.built: list[str] = []  # library calls answered by a stand-in while not armed
         self.stubbed: set[str] = set()
         self.answered: set[str] = set()  # availability checks answered True for a stubbed library
+        self.stand_in = False  # armed calls answered by a stub instead of raising GpuLibraryReached
+        self.passed: list[str] = []  # the armed calls a stand-in answered: "name at line [None: args]"
 
 
 STATE = _State()
@@ -47,6 +54,17 @@ def caller(depth: int = 2) -> str | None:
     return None
 
 
+def _none_args(args: tuple, kwargs: dict) -> list[str]:
+    return [str(i) for i, a in enumerate(args) if a is None] + [k for k, v in kwargs.items() if v is None]
+
+
+def _stand_in(name: str, where: str | None, args: tuple = (), kwargs: dict | None = None) -> LibraryStub:
+    """The armed use of a stubbed library under `STATE.stand_in`: listed, answered by a stub."""
+    nones = _none_args(args, kwargs or {})
+    STATE.passed.append(f"{name} at {where}" + (f" [None: {', '.join(nones)}]" if nones else ""))
+    return LibraryStub(f"{name}()")
+
+
 class LibraryStub:
     """A name in a stubbed library: attributes are stubs; a call builds a stub, or raises when armed."""
 
@@ -56,7 +74,7 @@ class LibraryStub:
     def __getattr__(self, attr: str):
         if attr.startswith("__") and attr.endswith("__"):
             raise AttributeError(attr)
-        if STATE.armed:  # reading a library object's state is using the library too
+        if STATE.armed and not STATE.stand_in:  # reading a library object's state is using the library too
             raise GpuLibraryReached(f"{self._wb_name}.{attr}", caller())
         return LibraryStub(f"{self._wb_name}.{attr}")
 
@@ -64,6 +82,8 @@ class LibraryStub:
         object.__setattr__(self, attr, value)
 
     def __call__(self, *args, **kwargs):
+        if STATE.armed and STATE.stand_in:
+            return _stand_in(self._wb_name, caller(), args, kwargs)
         if STATE.armed:
             raise GpuLibraryReached(self._wb_name, caller())
         STATE.built.append(self._wb_name)
@@ -73,6 +93,8 @@ class LibraryStub:
         return (StubBase,)
 
     def _op(self, symbol: str):
+        if STATE.armed and STATE.stand_in:
+            return _stand_in(f"{self._wb_name} {symbol}", caller(3))
         if STATE.armed:
             raise GpuLibraryReached(f"{self._wb_name} {symbol}", caller(3))
         return LibraryStub(f"({self._wb_name} {symbol} ...)")
@@ -97,6 +119,9 @@ class StubBase:
     """What a class deriving from a stubbed library class derives from instead."""
 
     def __init__(self, *args, **kwargs):
+        if STATE.armed and STATE.stand_in:
+            _stand_in(type(self).__name__ + ".__init__", caller(), args, kwargs)
+            return
         if STATE.armed:
             raise GpuLibraryReached(type(self).__name__ + ".__init__", caller())
         STATE.built.append(type(self).__name__)
