@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "workbench" / "assets" / "command_times.json"
-NAMES = ("make report", "make test", "make venv", "workbench --help", "CI=true bash .ci/run")
+NAMES = ("make report", "make test", "make bench", "make venv", "workbench --help", "CI=true bash .ci/run")
 
 
 def argv_of(name: str, venv: Path) -> tuple[list[str], dict[str, str]]:
@@ -46,6 +46,7 @@ def _git(*args: str) -> str:
 def time_one(name: str, venv: Path) -> dict:
     """One timed run of `name`: its wall seconds, exit code and the box it ran on."""
     argv, env = argv_of(name, venv)
+    commit = _git("rev-parse", "--short=7", "HEAD")  # the code that runs, taken before it runs
     load0, t0 = os.getloadavg(), time.perf_counter()
     code = subprocess.run(argv, cwd=ROOT, env={**os.environ, **env}).returncode
     wall = time.perf_counter() - t0
@@ -54,7 +55,7 @@ def time_one(name: str, venv: Path) -> dict:
         "ran": " ".join([*(f"{k}={v}" for k, v in env.items()), *argv]),
         "wall_s": round(wall, 1),
         "exit": code,
-        "commit": _git("rev-parse", "--short=7", "HEAD"),
+        "commit": commit,
         "measured_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "load_before": round(load0[0], 1),
         "load_after": round(os.getloadavg()[0], 1),

@@ -114,7 +114,7 @@ def test_regenerate_without_the_network_leaves_those_out_and_names_them(capsys):
 
 def test_an_unknown_group_is_a_usage_error_naming_the_valid_ones(capsys):
     assert assets.main(["regenerate", "--groups", "nope", "--dry-run"]) == 2
-    assert "unknown group(s) nope; valid: models, engine, runtime" in capsys.readouterr().err
+    assert "unknown group(s) nope; valid: times, models, engine, runtime" in capsys.readouterr().err
 
 
 def test_make_assets_runs_the_catalogue_then_the_figures():
