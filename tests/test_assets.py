@@ -40,7 +40,7 @@ def test_every_measurement_and_model_has_a_command_and_curated_ones_say_who_made
     assert "upstream_snapshot.json" not in paths and not (assets.ASSETS / "upstream_snapshot.json").exists()
     by = {e["path"]: e for e in entries}
     assert by["upstream_replays.json"]["commands"] == ["python scripts/ship_upstream.py --parts seeds"]
-    assert "hand_edited" not in by["upstream_replays.json"]
+    assert "hand_edited" not in by["upstream_replays.json"] and "hand_edited" not in by["upstream_recall.json"]
 
 
 def _tiny(tmp_path: Path, commit: str, recorded_value: str) -> tuple[list[dict], Path]:
