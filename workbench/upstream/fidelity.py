@@ -4,8 +4,9 @@ Compares (1) which backends read ``spec_info.kv_indptr`` in decode/idle, observe
 with a spy spec_info, against the static survey of the release wheels; (2) which revisions'
 draft-extend class has the field against the releases that ship that class; (3) the seq_lens
 fallback metadata of a DP-padded idle batch against the real 0.5.14 backend's; (4) the crash our
-``pr-24860`` raises against the real 0.5.12 / 0.5.13 replays. Offline it uses the snapshot in
-``workbench/assets/upstream_snapshot.json``; given fresh survey / replay results it uses those.
+``pr-24860`` raises against the real 0.5.12 / 0.5.13 replays. Offline it uses the shipped survey and
+replays (``workbench/assets/upstream_survey.json``, ``upstream_replays.json``); given fresh survey /
+replay results it uses those.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import torch
 from workbench.backends import BackendContext, backend_names, create_backend
 from workbench.backends.fallback import seq_lens_kv_metadata
 from workbench.experiments.contracts import minimal_batch, probe, spec_cases
-from workbench.mem.pool import KVCache, ReqToTokenPool, TokenSlotAllocator
+from workbench.mem.pool import KVCache, ReqToTokenPool
 from workbench.speculative.spec_info import SpecInput, SpecInputType
 
-SNAPSHOT = Path(__file__).resolve().parent.parent / "assets" / "upstream_snapshot.json"
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
 UPSTREAM_FILE = {
     "triton": "triton_backend.py",
     "flashinfer": "flashinfer_backend.py",
@@ -59,19 +60,22 @@ def observed_reads(backend: str) -> dict[str, bool]:
     return out
 
 
-def padded_idle_table() -> torch.Tensor:
-    """req_to_token (4, 8) as the engine leaves it with two requests running: row 0 reserved for
-    padded IDLE rows (slot 0, the sink), rows 1-2 holding real slots from the allocator. A builder
-    that reads any other row or column than row 0 / column 0 yields a real slot number there."""
-    pool, slots = ReqToTokenPool(4, 8), TokenSlotAllocator(32)
-    pool.alloc(1)  # row 0: the padding row, reserved as the workers reserve it
-    for row, n in zip(pool.alloc(2), (5, 8), strict=False):
-        pool.req_to_token[row, :n] = slots.alloc(n).to(torch.int32)
-    return pool.req_to_token
+def padded_idle_table(rows: dict[str, list[int]]) -> torch.Tensor:
+    """req_to_token (4, 16) holding `rows` ({row: slots}, as the replay recorded the table it handed
+    the real backend): our fallback reads the same table the release's did. The rows hold distinct
+    real slot numbers, so a builder that reads another row or column than the real one differs."""
+    table = torch.zeros(4, 16, dtype=torch.int32)
+    for row, slots in rows.items():
+        table[int(row), : len(slots)] = torch.tensor(slots, dtype=torch.int32)
+    return table
 
 
-def load_snapshot(path: Path | None = None) -> dict:
-    return json.loads(Path(path or SNAPSHOT).read_text())
+def load_snapshot(assets: Path = ASSETS) -> dict:
+    """The snapshot of the shipped survey and seed replays (``upstream_survey.json``,
+    ``upstream_replays.json``, each written by its command; see ``catalogue.toml``)."""
+    survey = json.loads((assets / "upstream_survey.json").read_text())
+    replays = json.loads((assets / "upstream_replays.json").read_text())
+    return snapshot_from(survey, replays)
 
 
 def snapshot_from(survey: dict, replays: list[dict]) -> dict:
@@ -91,6 +95,7 @@ def snapshot_from(survey: dict, replays: list[dict]) -> dict:
                 "message": (x["crash"] or {}).get("message"),
                 "kv_indptr": (x.get("metrics") or {}).get("kv_indptr"),
                 "kv_indices": (x.get("metrics") or {}).get("kv_indices"),
+                "req_to_token_rows": ((x.get("metrics") or {}).get("padded_batch") or {}).get("req_to_token_rows"),
             }
             for x in replays
         },
@@ -132,13 +137,18 @@ def fidelity(snapshot: dict | None = None) -> dict:
             facts = survey.get(release, {}).get("spec_inputs", {})
             upstream = facts.get("EagleDraftExtendInput", facts.get("EagleDraftInput"))
             check(f"{rev} draft-extend spec_info has kv_indptr vs {release}", ours, upstream)
-    table = padded_idle_table()
-    kv_indptr, kv_indices = seq_lens_kv_metadata(
-        table, torch.zeros(2, dtype=torch.int64), torch.ones(2, dtype=torch.int64)
-    )
     real = snap["replay"].get("0.5.14", {})
-    check("seq_lens fallback kv_indptr, padded idle bs 2, vs real 0.5.14", kv_indptr.tolist(), real.get("kv_indptr"))
-    check("seq_lens fallback kv_indices, padded idle bs 2, vs real 0.5.14", kv_indices.tolist(), real.get("kv_indices"))
+    if real.get("req_to_token_rows"):
+        kv_indptr, kv_indices = seq_lens_kv_metadata(
+            padded_idle_table(real["req_to_token_rows"]),
+            torch.zeros(2, dtype=torch.int64),
+            torch.ones(2, dtype=torch.int64),
+        )
+        ours = {"kv_indptr": kv_indptr.tolist(), "kv_indices": kv_indices.tolist()}
+    else:  # a replay that did not record its table: nothing to run our fallback on
+        ours = {"kv_indptr": "no req_to_token rows recorded", "kv_indices": "no req_to_token rows recorded"}
+    for field in ("kv_indptr", "kv_indices"):
+        check(f"seq_lens fallback {field}, padded idle bs 2, vs real 0.5.14", ours[field], real.get(field))
     hole = probe(
         "triton", next(c for c in spec_cases("pr-24860") if c.name.endswith("(draft-extend)")), "IDLE (padded)"
     )

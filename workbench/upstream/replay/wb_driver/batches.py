@@ -36,12 +36,14 @@ def shape_of(kind: str, bundle: dict | None = None) -> dict:
     return {"seq_lens": [3, 2], "req_pool_indices": [0, 1], "per_req": 2}
 
 
-def fill_rows(ctx, bundle: dict | None = None) -> None:
-    """Real slot numbers in req_to_token (the bundle's rows at their row ids, else ROWS)."""
+def fill_rows(ctx, bundle: dict | None = None) -> dict[int, list[int]]:
+    """Real slot numbers in req_to_token (the bundle's rows at their row ids, else ROWS); returns the
+    rows written, {row: slots}, for the record."""
     torch, pool = ctx.torch, ctx.runner.req_to_token_pool
-    rows = zip(bundle["row_ids"], bundle["rows"], strict=False) if bundle else ROWS.items()
-    for row, slots in rows:
+    rows = dict(zip(bundle["row_ids"], bundle["rows"], strict=False)) if bundle else dict(ROWS)
+    for row, slots in rows.items():
         pool.req_to_token[row, : len(slots)] = torch.tensor(slots, dtype=pool.req_to_token.dtype)
+    return rows
 
 
 def make_batch(

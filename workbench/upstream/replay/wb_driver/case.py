@@ -175,7 +175,7 @@ def run_case(ctx, case: dict, bundle: dict | None = None) -> dict:
 def _run_once(ctx, case: dict, backend_cls: type, bundle: dict | None, out: dict) -> dict:
     kind, mode = case["batch"], case["mode"]
     shape = {**shape_of(kind, bundle), "mode": mode, "spec_class": case["spec_class"]}
-    fill_rows(ctx, bundle)
+    rows = fill_rows(ctx, bundle)
     stubs.STATE.stand_in = bool(case.get("stand_in"))
     stubs.STATE.passed.clear()
     redirect = CudaToCpu()
@@ -194,6 +194,7 @@ def _run_once(ctx, case: dict, backend_cls: type, bundle: dict | None, out: dict
         "seq_lens": batch.seq_lens.tolist(),
         "req_pool_indices": batch.req_pool_indices.tolist(),
         "batch_size": batch.batch_size,
+        "req_to_token_rows": {str(r): list(slots) for r, slots in rows.items()},
     }
     out["stage"] = "init_forward_metadata"
     run: dict = {"outcome": "completed"}

@@ -1,0 +1,273 @@
+"""The shipped measurements and models under ``workbench/assets``, by their catalogue
+(``workbench/assets/catalogue.json``): check it, or regenerate what it lists.
+
+    python scripts/assets.py check                 # exit 0 when every check holds, 1 otherwise
+    python scripts/assets.py regenerate [--net 0|1] [--groups G ...] [--dry-run]
+
+``check``: every file under ``workbench/assets`` is covered by an entry; every entry's path exists;
+each command parses (the command's own argument parser runs on it, the command does not); each
+commit is in this repository's history; where the asset records its commit, that record and the
+catalogue agree. ``regenerate`` runs the commands of the measurements and models (curated entries
+have none that writes them) in catalogue order from a clean tree, each group at most once, with
+``OUT`` a scratch folder whose ``collect`` files are copied into place, then writes each entry's
+commit into the catalogue (the commit the asset records, else the commit the run started at).
+``--net 0`` leaves out the entries that need the network. Exit codes: 0 done, 1 a check or a
+command failed (named on stderr), 2 a usage error (an unknown group, a dirty tree).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import runpy
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSETS = ROOT / "workbench" / "assets"
+CATALOGUE = ASSETS / "catalogue.json"
+KINDS = ("measurement", "model", "curated")
+HEX = re.compile(r"^[0-9a-f]{7,40}")
+
+
+def load_catalogue(path: Path = CATALOGUE) -> list[dict]:
+    """The catalogue's entries, each checked for the fields every entry has."""
+    entries = json.loads(path.read_text())["assets"]
+    for e in entries:
+        missing = {"path", "kind", "commands", "commit", "recorded", "network", "minutes", "group"} - set(e)
+        if missing:
+            raise ValueError(f"catalogue entry {e.get('path')!r} lacks {sorted(missing)}")
+        if e["kind"] not in KINDS:
+            raise ValueError(f"catalogue entry {e['path']!r}: kind {e['kind']!r}; valid: {', '.join(KINDS)}")
+    return entries
+
+
+def groups(entries: list[dict]) -> list[str]:
+    """The groups in catalogue order."""
+    return list(dict.fromkeys(e["group"] for e in entries))
+
+
+def uncovered(entries: list[dict], assets: Path = ASSETS) -> list[str]:
+    """Files under `assets` that no entry covers (the catalogue itself excepted)."""
+    covered = [assets / e["path"] for e in entries]
+    out = []
+    for f in sorted(p for p in assets.rglob("*") if p.is_file()):
+        if f.name == CATALOGUE.name and f.parent == assets or "__pycache__" in f.parts:
+            continue
+        if not any(f == c or c in f.parents for c in covered):
+            out.append(str(f.relative_to(assets)))
+    return out
+
+
+class _Parsed(Exception):
+    """Raised by the patched parser once the command's arguments are parsed: nothing runs after it."""
+
+
+def _argv(command: str, out: str) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment variables) of a catalogue command, OUT replaced by `out`."""
+    words = shlex.split(command)
+    env = {}
+    while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
+        k, v = words.pop(0).split("=", 1)
+        env[k] = v
+    words = [re.sub(r"^OUT(?=/|$)", out, w) for w in words]
+    if words[:1] == ["workbench"]:
+        return [sys.executable, "-m", "workbench", *words[1:]], env
+    if words[:1] == ["python"]:
+        return [sys.executable, *words[1:]], env
+    raise ValueError(f"command {command!r}: the program must be `workbench` or `python`")
+
+
+def parse_command(command: str) -> str | None:
+    """None when the command's own argument parser accepts it (the command does not run), else why
+    not. Runs the program in this process with ``ArgumentParser.parse_args`` stopping after parsing."""
+    argv, _ = _argv(command, "/nonexistent-scratch")
+    args = argv[1:]
+    original = argparse.ArgumentParser.parse_args
+
+    def stop(self: argparse.ArgumentParser, *a, **k) -> argparse.Namespace:
+        raise _Parsed(original(self, *a, **k))
+
+    saved_argv, err = sys.argv, io.StringIO()
+    argparse.ArgumentParser.parse_args = stop  # type: ignore[method-assign]
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            if args[0] == "-m":
+                sys.argv = [args[1], *args[2:]]
+                runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = list(args)
+                runpy.run_path(str(ROOT / args[0]), run_name="__main__")
+    except _Parsed:
+        return None
+    except SystemExit as exc:
+        return f"exit {exc.code}: {err.getvalue().strip()[-500:]}"
+    finally:
+        argparse.ArgumentParser.parse_args = original  # type: ignore[method-assign]
+        sys.argv = saved_argv
+    return "the program returned without parsing its arguments"
+
+
+def in_history(commit: str) -> bool:
+    """Is `commit` a commit of this repository's history (an ancestor of HEAD)?"""
+    ok = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True)
+    if ok.returncode:
+        return False
+    anc = subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor", commit, "HEAD"], capture_output=True)
+    return anc.returncode == 0
+
+
+def _field(doc: object, path: list[str]) -> list[object]:
+    if not path:
+        return [doc]
+    head, rest = path[0], path[1:]
+    if head == "*":
+        items = doc.values() if isinstance(doc, dict) else doc if isinstance(doc, list) else []
+        return [v for item in items for v in _field(item, rest)]
+    if isinstance(doc, dict) and head in doc:
+        return _field(doc[head], rest)
+    return []
+
+
+def recorded_commits(entry: dict, assets: Path = ASSETS) -> dict[str, list[str]]:
+    """{spec: the commits the asset records there (hex, 7 characters)} for each `recorded` spec."""
+    out = {}
+    for spec in entry["recorded"]:
+        file, _, field = spec.rpartition(":")
+        base = assets / entry["path"]
+        files = sorted(base.glob(file)) if file else [base]
+        values = [v for f in files for v in _field(json.loads(f.read_text()), field.split("."))]
+        found = [HEX.match(str(v)) for v in values]
+        out[spec] = [m.group(0)[:7] for m in found if m] + [
+            f"unreadable: {v!r}" for v, m in zip(values, found, strict=True) if not m
+        ]
+    return out
+
+
+def check(entries: list[dict], assets: Path = ASSETS) -> list[str]:
+    """Every problem of the catalogue, one line each (empty: it holds)."""
+    problems = [f"{f}: not in the catalogue" for f in uncovered(entries, assets)]
+    for e in entries:
+        name = e["path"]
+        if not (assets / name).exists():
+            problems.append(f"{name}: catalogued but missing")
+            continue
+        if e["kind"] != "curated" and not e["commands"]:
+            problems.append(f"{name}: a {e['kind']} needs the command that regenerates it")
+        if e["kind"] == "curated" and not e.get("made_by"):
+            problems.append(f"{name}: a curated asset needs `made_by`")
+        for command in e["commands"]:
+            why = parse_command(command)
+            if why:
+                problems.append(f"{name}: command does not parse: {command}: {why}")
+        if not e["commit"]:
+            problems.append(f"{name}: no commit")
+        problems += [f"{name}: commit {c} is not in this history" for c in e["commit"] if not in_history(c)]
+        recorded = recorded_commits(e, assets)
+        problems += [f"{name}: records no commit at {spec}" for spec, got in recorded.items() if not got]
+        seen = {c for got in recorded.values() for c in got}
+        if recorded and seen != {c[:7] for c in e["commit"]}:
+            problems.append(f"{name}: records {sorted(seen)}, the catalogue says {e['commit']}")
+    return problems
+
+
+def _head() -> str:
+    return subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def _dirty() -> str:
+    return subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    ).stdout.strip()
+
+
+def regenerate(entries: list[dict], net: bool, chosen: list[str], dry_run: bool = False) -> int:
+    """Runs the commands of the chosen groups' measurements and models; 0 when all ended 0."""
+    head = _head()
+    done: set[str] = set()
+    for e in entries:
+        if e["group"] not in chosen or e["kind"] == "curated":
+            continue
+        if e["network"] and not net:
+            print(f"[assets] {e['path']}: needs the network, left out (--net 0)", flush=True)
+            continue
+        key = "\n".join(e["commands"])
+        if key not in done:  # one run writes several entries (the models and prompts.json)
+            done.add(key)
+            print(f"[assets] {e['path']}: about {e['minutes']} min", flush=True)
+            scratch = tempfile.mkdtemp(prefix="wb-assets-")
+            try:
+                for command in e["commands"]:
+                    argv, env = _argv(command, scratch)
+                    print(f"[assets]   {command}", flush=True)
+                    if (
+                        not dry_run
+                        and subprocess.run(argv, cwd=ROOT, env={**os.environ, **e.get("env", {}), **env}).returncode
+                    ):
+                        print(f"[assets] {e['path']}: failed: {command}", file=sys.stderr)
+                        return 1
+                for src, dst in e.get("collect", {}).items():
+                    if not dry_run:
+                        shutil.copyfile(Path(scratch) / src, ASSETS / dst)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+        if not dry_run:
+            got = sorted({c for cs in recorded_commits(e).values() for c in cs})
+            e["commit"] = got or [head]
+    if not dry_run:
+        doc = json.loads(CATALOGUE.read_text())
+        by_path = {e["path"]: e["commit"] for e in entries}
+        for e in doc["assets"]:
+            e["commit"] = by_path[e["path"]]
+        CATALOGUE.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = ap.add_subparsers(dest="what", required=True)
+    ck = sub.add_parser("check", help="check the catalogue against the files, the parsers and the history")
+    ck.add_argument("--assets", type=Path, default=ASSETS, help="the assets folder, holding its catalogue.json")
+    rg = sub.add_parser("regenerate", help="run the catalogued commands (from a clean tree)")
+    rg.add_argument(
+        "--net", type=int, choices=(0, 1), default=1, help="1 (default): also the entries needing the network"
+    )
+    rg.add_argument("--groups", nargs="+", default=None, metavar="G", help="only these groups (default: every group)")
+    rg.add_argument("--dry-run", action="store_true", help="print the commands, run none")
+    args = ap.parse_args(argv)
+    if args.what == "check":
+        entries = load_catalogue(args.assets / CATALOGUE.name)
+        problems = check(entries, args.assets)
+        for p in problems:
+            print(p, file=sys.stderr)
+        print(f"{len(entries)} catalogued assets, {len(problems)} problem(s)")
+        return 1 if problems else 0
+    entries = load_catalogue()
+    known = groups(entries)
+    chosen = args.groups or known
+    bad = [g for g in chosen if g not in known]
+    if bad:
+        print(f"unknown group(s) {', '.join(bad)}; valid: {', '.join(known)}", file=sys.stderr)
+        return 2
+    if _dirty() and not args.dry_run:
+        print(
+            "the tree has uncommitted changes: commit first, each asset records the commit it ran at", file=sys.stderr
+        )
+        return 2
+    return regenerate(entries, bool(args.net), chosen, args.dry_run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

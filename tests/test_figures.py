@@ -1,0 +1,88 @@
+"""``docs/figures.md`` is what ``python scripts/figures.py`` writes from the shipped assets (no figure
+in it typed by hand), its ``--check`` fails on a stale file, and the README and docs/ point to it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("wb_figures_script", ROOT / "scripts" / "figures.py")
+figures = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(figures)
+
+
+def test_the_committed_figures_are_what_the_command_writes():
+    assert (ROOT / "docs" / "figures.md").read_text() == figures.render(), "run: python scripts/figures.py"
+    readme = (ROOT / "README.md").read_text()
+    assert figures.readme(readme) == readme, "run: python scripts/figures.py"
+    assert "| `make report` |" in readme.split(figures.BEGIN, 1)[1].split(figures.END, 1)[0]
+
+
+def test_check_exits_1_on_a_stale_file_and_0_on_a_fresh_one(tmp_path, monkeypatch, capsys):
+    out, readme = tmp_path / "figures.md", tmp_path / "README.md"
+    monkeypatch.setattr(figures, "OUT", out)
+    monkeypatch.setattr(figures, "README", readme)
+    out.write_text(figures.render())
+    readme.write_text(f"# x\n{figures.BEGIN} note -->\n| `make test` | typed by hand | 1 s |\n{figures.END}\nrest\n")
+    assert figures.main(["--check"]) == 1
+    assert "README.md differ(s): run python scripts/figures.py" in capsys.readouterr().out
+    assert figures.main([]) == 0 and figures.main(["--check"]) == 0
+    assert "typed by hand" not in readme.read_text() and readme.read_text().endswith("\nrest\n")
+    readme.write_text("# no markers\n")
+    with pytest.raises(ValueError, match="lacks the quick-start markers"):
+        figures.main(["--check"])
+
+
+def test_every_section_names_its_catalogued_asset_and_the_figures_follow_the_asset(tmp_path, monkeypatch):
+    text = figures.render()
+    for anchor, _title, path, _section in figures.SECTIONS:
+        assert f'<a id="{anchor}"></a>' in text and f"From `workbench/assets/{path}` (commit " in text
+    # a changed measurement changes the page: the replay table reads the shipped record
+    fake = tmp_path / "assets"
+    fake.mkdir()
+    recs = json.loads((figures.ASSETS / "upstream_replays.json").read_text())
+    recs[2]["metrics"]["kv_indptr"] = [0, 7, 9]
+    (fake / "upstream_replays.json").write_text(json.dumps(recs))
+    monkeypatch.setattr(figures, "ASSETS", fake)
+    assert "| 0.5.14 | ok | – | – | [0, 7, 9] |" in "\n".join(figures.replays())
+
+
+def test_readme_and_docs_point_to_the_generated_figures():
+    assert "docs/figures.md" in (ROOT / "README.md").read_text()
+    for doc in ("upstream-guard.md", "real-runtime.md"):
+        assert "figures.md" in (ROOT / "docs" / doc).read_text(), doc
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"wb_{name}_script", ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_report_picture_needs_a_report_and_says_so(tmp_path, capsys):
+    shot = _script("screenshot_report")
+    assert shot.main(["--report", str(tmp_path / "none.html"), "--out", str(tmp_path / "r.png")]) == 2
+    assert "run `make report` first" in capsys.readouterr().err
+    png = ROOT / "docs" / "images" / "report.png"
+    assert (
+        png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "(docs/images/report.png)" in (ROOT / "README.md").read_text()
+    )
+
+
+def test_timed_commands_run_the_make_target_without_rebuilding_the_venv(tmp_path):
+    times = _script("time_commands")
+    venv = tmp_path / "venv"
+    assert times.argv_of("make report", venv) == (
+        ["make", "-o", str(venv / ".installed"), f"VENV={venv}", "report"],
+        {},
+    )
+    assert times.argv_of("make venv", venv) == (["make", f"VENV={venv}", "venv"], {})
+    assert times.argv_of("CI=true bash .ci/run", venv) == (["bash", ".ci/run"], {"CI": "true"})
+    assert times.argv_of("workbench --help", venv) == ([str(venv / "bin" / "workbench"), "--help"], {})
+    with pytest.raises(SystemExit):
+        times.main(["make nothing"])
