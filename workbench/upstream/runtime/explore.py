@@ -610,14 +610,13 @@ def load_shipped(path: Path = SHIPPED_EXPLORE) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m workbench.upstream.runtime.explore --merge PART.json ... --json OUT [--html OUT]``: one
+    """``python -m workbench.upstream.runtime.explore --merge PART.json ... --json OUT``: one
     exploration from parts that ``workbench upstream explore`` wrote for one release (``merge``)."""
     import argparse
 
     ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("--merge", nargs="+", type=Path, required=True, metavar="PART")
-    ap.add_argument("--json", type=Path, required=True, dest="json_out")
-    ap.add_argument("--html", type=Path, default=None, dest="html_out")
+    ap.add_argument("--merge", nargs="+", type=Path, required=True, metavar="PART", help="the parts' --json files")
+    ap.add_argument("--json", type=Path, required=True, dest="json_out", help="write the one exploration here")
     args = ap.parse_args(argv)
     try:
         result = merge([json.loads(p.read_text()) for p in args.merge])
@@ -625,10 +624,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot merge {[str(p) for p in args.merge]}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     args.json_out.write_text(json.dumps(result, indent=1) + "\n")
-    if args.html_out:
-        from workbench.views.explore import explore_html
-
-        args.html_out.write_text(explore_html(result))
     print(f"{len(result['cells'])} cells, {result['counts']}")
     return 0
 
