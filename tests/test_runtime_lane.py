@@ -14,12 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
+from upstream_fixtures import in_release
 
-from workbench.upstream.runtime import launch, record, shim_guard, shims
+from workbench.upstream.in_release import shims
+from workbench.upstream.runtime import launch, record, shim_guard
 from workbench.upstream.runtime.fixes import FIXES
 from workbench.upstream.runtime.run import RuntimeConfigError, validate
 
-RUNTIME = Path(shims.__file__).resolve().parent
+RUNTIME = Path(launch.__file__).resolve().parent
 
 
 SHIPPED = json.loads((RUNTIME.parents[1] / "assets" / "runtime_runs.json").read_text())["runs"]
@@ -123,8 +125,7 @@ def test_shim_lines_are_found_in_a_release_tree(tmp_path: Path) -> None:
 
 GUARD_SCRIPT = """
 import sys
-sys.path[:0] = [{root!r}, {runtime!r}]
-import shim_guard
+{boot}from wb_upstream.runtime import shim_guard
 from sglang.srt.model_executor import forward_batch_info as fbi
 from sglang.srt.speculative import eagle_info
 before = shim_guard.check()
@@ -150,7 +151,7 @@ def _fake_sglang(root: Path) -> None:
 @pytest.mark.parametrize("replace", [False, True])
 def test_guard_flags_code_replaced_from_elsewhere(tmp_path: Path, replace: bool) -> None:
     _fake_sglang(tmp_path)
-    script = GUARD_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME), replace=replace)
+    script = GUARD_SCRIPT.format(boot=in_release(str(tmp_path)), replace=replace)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path)
     before, after = eval(out.stdout)  # noqa: S307 - our own repr of plain dicts
     assert before["functions"] == 2 and before["violations"] == []
@@ -164,8 +165,7 @@ def test_guard_flags_code_replaced_from_elsewhere(tmp_path: Path, replace: bool)
 
 FIX_SCRIPT = """
 import sys, dataclasses
-sys.path[:0] = [{root!r}, {runtime!r}]
-import fixes
+{boot}from wb_upstream.runtime import fixes
 from sglang.srt.speculative.eagle_info import EagleVerifyInput, EagleDraftExtendInput
 out = fixes.apply({names!r})
 v = EagleVerifyInput(draft_token=[1])
@@ -191,13 +191,13 @@ def test_fixes_add_the_optional_field_in_place(tmp_path: Path) -> None:
             """
         )
     )
-    script = FIX_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME), names=["verify-input", "pr-28221"])
+    script = FIX_SCRIPT.format(boot=in_release(str(tmp_path)), names=["verify-input", "pr-28221"])
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     applied, fields, value, extend_has, text = eval(out.stdout)  # noqa: S307
     assert fields == ["draft_token", "topk", "kv_indptr"] and value is None and "kv_indptr=None" in text
     assert [a["applied"] for a in applied] == [True, False] and extend_has
     assert applied[1]["note"] == "the release already declares the field"
-    bad = FIX_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME), names=["nope"])
+    bad = FIX_SCRIPT.format(boot=in_release(str(tmp_path)), names=["nope"])
     res = subprocess.run([sys.executable, "-c", bad], capture_output=True, text=True)
     assert res.returncode != 0 and "unknown fix ['nope']" in res.stderr and "verify-input" in res.stderr
 
@@ -216,8 +216,7 @@ class TritonAttnBackend:
 
 FALLBACK_SCRIPT = """
 import sys
-sys.path[:0] = [{root!r}, {runtime!r}]
-import fixes, shim_guard
+{boot}from wb_upstream.runtime import fixes, shim_guard
 from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 
 class Mode:
@@ -262,7 +261,7 @@ def test_triton_idle_fallback_takes_the_releases_seq_lens_branch(tmp_path: Path,
         (tmp_path / sub / "__init__.py").write_text("")
     test = "spec_info is None or spec_info.kv_indptr is None" if has_fallback else "spec_info is None"
     (tmp_path / "sglang/srt/layers/attention/triton_backend.py").write_text(FALLBACK_BACKEND.format(test=test))
-    script = FALLBACK_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME))
+    script = FALLBACK_SCRIPT.format(boot=in_release(str(tmp_path)))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     before, applied, got, guard_fixed, guard_plain = eval(out.stdout)  # noqa: S307 - our own repr
     missing = ("'Without' object has no attribute 'kv_indptr'", "triton_backend.py")
@@ -448,7 +447,7 @@ def test_a_guard_violation_or_an_unheld_rank_ends_the_run_with_status_error() ->
 
 FAKE_RANK = """#!{python}
 import json, sys, time
-cfg = json.load(open(sys.argv[2]))
+cfg = json.load(open(sys.argv[-1]))  # the boot's last argument: the config
 if cfg["rank"] == 1:
     time.sleep(0.5)
     json.dump({{"status": "crashed", "rank": 1, "exception": "AttributeError", "message": "m",
