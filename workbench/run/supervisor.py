@@ -162,26 +162,23 @@ def _wait_all(procs: list[subprocess.Popen], until: float) -> None:
 
 
 def _alive(pid: int) -> bool:
-    """The process group ``pid`` (or the process ``pid``) still has a live member."""
+    """A live process (not a zombie waiting for its reaper) in the process group ``pid``, or ``pid`` itself."""
     try:
-        os.killpg(pid, 0)
-        return True
-    except ProcessLookupError:
-        pass
-    except PermissionError:
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return _not_zombie(pid)
-
-
-def _not_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:  # no /proc: ask the kernel (a zombie counts as alive here)
+        try:
+            os.killpg(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                state, _ppid, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue
+        if (int(entry) == pid or int(pgrp) == pid) and state != "Z":
+            return True
+    return False
