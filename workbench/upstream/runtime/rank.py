@@ -210,11 +210,12 @@ def main() -> None:
         from ..in_release import shims  # inside the try: a failed import is this rank's record
 
         applied = shims.apply(cfg["version"])
+        # after the shims, which must be in place before anything imports sglang
         from . import fixes
         from .rank_io import ipc, make_port_args, request
 
         fixed = fixes.apply(cfg.get("fixes", []))
-        from . import equivalences
+        from . import equivalences  # applied third, after the shims and the fixes, as every rank does
 
         equivalent = equivalences.apply(cfg["version"])
         extra = _extra_shims(cfg.get("extra_shims", []))
@@ -235,7 +236,7 @@ def main() -> None:
         scheduler = _scheduler(Scheduler, server_args, port_args, rank, cfg["dp"])
         timings["scheduler_init_s"] = round(time.time() - t0 - timings["import_s"], 2)
         state["stage"] = "shim-guard"
-        from . import shim_guard
+        from . import shim_guard  # once the scheduler is built: it holds the modules the rank imported
 
         def hold() -> dict:
             return shim_guard.check(
