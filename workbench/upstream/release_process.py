@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -98,7 +99,7 @@ def start_in_release(
     env: dict[str, str],
     log_path: Path,
     paths: list[str] | tuple[str, ...] = (),
-):
+) -> subprocess.Popen:
     """Start ``target`` on ``config_path`` under ``sup``, stdout and stderr to ``log_path``; the Popen."""
     with open(log_path, "w") as log:
         return sup.start(command(python, target, config_path, paths), env=env, cwd=config_path.parent, stdout=log)
