@@ -1,6 +1,12 @@
 """Run matrix cells as papermill child processes, at most ``jobs`` at once, with a progress line per
 cell; collect how each cell's execution ended and its notebook record, and judge it (``ci.expect``)
-into a ``ci.results.CellResult``."""
+into a ``ci.results.CellResult``.
+
+Each job runs under its own ``workbench.run.supervisor.Supervisor`` (its own process group, the
+per-notebook limit, SIGTERM then SIGKILL), with ``tree=True``: the notebook's kernel may start
+processes in sessions of their own (the real-runtime lane's ranks), which the end reaches too. The
+runner keeps its own scheduling loop (a queue of jobs, several at once), so it uses the
+supervisor's start, deadline and end, not its polling wait."""
 
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from ci.results import CellResult
 from workbench.notebook import load_record  # the notebook face loads the engine; a shard merge has no torch
 from workbench.run.dp import LOG_DIR_ENV
 from workbench.run.serialise import RecordError, from_dict
+from workbench.run.supervisor import Supervisor
 
 POLL_S = 0.2
 HEARTBEAT_S = 60.0
@@ -33,6 +40,7 @@ class Job:
     parameters: dict
     paths: dict[str, str]  # relative to the output folder: notebook, record, log, job, result
     proc: subprocess.Popen | None = None
+    sup: Supervisor | None = None
     started: float = 0.0
     log: TextIO | None = None
 
@@ -89,6 +97,7 @@ def thread_env(jobs: int) -> dict[str, str]:
 
 
 def _start(job: Job, matrix: Matrix, root: Path, out: Path, threads: dict[str, str], kernel: str) -> None:
+    job.sup = Supervisor(matrix.notebook_timeout_s, tree=True)
     for key in ("notebook", "record", "log", "job"):
         (out / job.paths[key]).parent.mkdir(parents=True, exist_ok=True)
     (out / job.paths["tmp"]).mkdir(exist_ok=True)
@@ -134,33 +143,10 @@ def _start(job: Job, matrix: Matrix, root: Path, out: Path, threads: dict[str, s
         **jupyter,
     }
     job.log = open(out / job.paths["log"], "w")
-    job.proc = subprocess.Popen(
-        [sys.executable, "-m", "ci.execute", str(out / job.paths["job"])],
-        cwd=root,
-        env=env,
-        stdout=job.log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
+    job.proc = job.sup.start(
+        [sys.executable, "-m", "ci.execute", str(out / job.paths["job"])], cwd=root, env=env, stdout=job.log
     )
     job.started = time.perf_counter()
-
-
-def kill_tree(pid: int) -> None:
-    """Kill a process and every descendant (the kernel runs in its own session, DP ranks under it)."""
-    import psutil
-
-    try:
-        parent = psutil.Process(pid)
-        procs = parent.children(recursive=True) + [parent]
-    except psutil.NoSuchProcess:
-        return
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(procs, timeout=5)
 
 
 def _finish(job: Job, out: Path, wall_limit_hit: bool) -> CellResult:
@@ -264,12 +250,10 @@ def run_cells(
                 running.append(job)
             time.sleep(POLL_S)
             for job in list(running):
-                over = time.perf_counter() - job.started > matrix.notebook_timeout_s
+                over = job.sup.over()
                 if job.proc.poll() is None and not over:
                     continue
-                if over and job.proc.poll() is None:
-                    kill_tree(job.proc.pid)
-                job.proc.wait()
+                job.sup.end()  # the papermill process and what it left (a kernel, its ranks)
                 running.remove(job)
                 results[job.cell.name] = res = _finish(job, out, over)
                 done += 1
@@ -285,6 +269,6 @@ def run_cells(
                 )
     finally:
         for job in running:  # interrupted: the children run in their own sessions and would outlive us
-            kill_tree(job.proc.pid)
+            job.sup.end()
             shutil.rmtree(out / job.paths["tmp"], ignore_errors=True)
     return [results[name] for name in order]

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from upstream_fixtures import in_release
 
 from workbench.debug.bundle import BundleError
 from workbench.debug.sglang_bundle import load_rank_bundle
 from workbench.upstream.runtime import record as record_mod
 
-RUNTIME = Path(__file__).resolve().parents[1] / "workbench" / "upstream" / "runtime"
 STANDIN = {  # the stand-in sglang: only what the writer and fixes.py touch
     "sglang/__init__.py": "STANDIN = 'eagle-workbench test stand-in, not SGLang'\n",
     "sglang/srt/__init__.py": "",
@@ -93,8 +93,7 @@ STANDIN = {  # the stand-in sglang: only what the writer and fixes.py touch
 }
 WRITE = """
 import sys, types, torch
-sys.path[:0] = [{standin!r}, {runtime!r}]
-import rank_bundle
+{boot}from wb_upstream.runtime import rank_bundle
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 from sglang.srt.speculative.eagle_info import EagleVerifyInput
 from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
@@ -131,7 +130,7 @@ def bundle(tmp_path_factory) -> Path:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(textwrap.dedent(text))
     out = tmp_path_factory.mktemp("bundles")
-    script = WRITE.format(standin=str(root), runtime=str(RUNTIME), out=str(out))
+    script = WRITE.format(boot=in_release(str(root)), standin=str(root), out=str(out))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return Path(proc.stdout.strip().splitlines()[-1])

@@ -13,9 +13,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from workbench.upstream.runtime import equivalences
+from upstream_fixtures import in_release
 
-RUNTIME = Path(equivalences.__file__).resolve().parent
+from workbench.upstream.runtime import equivalences
 
 # Stand-ins for 0.5.23's eagle_utils.default_tree_mask_mode and ForwardBatch._pad_inputs_to_size: the
 # same branch written the same way, in files laid out as sglang's.
@@ -45,10 +45,9 @@ class ForwardBatch:
 WORKER = "from sglang.srt.speculative.eagle_utils import default_tree_mask_mode\n"
 SCRIPT = """
 import sys, json, types
-sys.path[:0] = [{root!r}, {runtime!r}]
-from sglang.srt.speculative import eagle_utils
+{boot}from sglang.srt.speculative import eagle_utils
 from sglang.srt.model_executor import forward_batch_info as fbi
-import equivalences
+from wb_upstream.runtime import equivalences
 code = eagle_utils.default_tree_mask_mode.__code__
 applied = equivalences.apply("stand-in")
 from sglang.srt.speculative import worker
@@ -81,7 +80,7 @@ def _stand_in(root: Path, extra: str = "", pad: str = FORWARD_BATCH_INFO) -> Non
 
 
 def _run(root: Path) -> dict:
-    script = SCRIPT.format(root=str(root), runtime=str(RUNTIME))
+    script = SCRIPT.format(boot=in_release(str(root)))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=root)
     return json.loads(out.stdout)
 
@@ -109,7 +108,8 @@ def test_an_importer_loaded_before_is_rebound(tmp_path: Path) -> None:
     script = SCRIPT.replace(
         "import equivalences\n", "import equivalences\nfrom sglang.srt.speculative import worker\n", 1
     )
-    script = script.format(root=str(tmp_path), runtime=str(RUNTIME))
+    assert script != SCRIPT
+    script = script.format(boot=in_release(str(tmp_path)))
     out = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout)
     by_name = {a["name"]: a for a in out["applied"]}
     assert by_name["verify-tree-mask-mode"]["rebound"] == ["sglang.srt.speculative.worker.default_tree_mask_mode"]
@@ -137,11 +137,10 @@ def test_a_function_binding_a_global_is_refused(tmp_path: Path) -> None:
 
 
 def _run_refused(root: Path) -> list:
-    script = textwrap.dedent(
-        f"""
-        import sys, json
-        sys.path[:0] = [{str(root)!r}, {str(RUNTIME)!r}]
-        import equivalences
+    script = in_release(str(root)) + textwrap.dedent(
+        """
+        import json
+        from wb_upstream.runtime import equivalences
         print(json.dumps(equivalences.apply("stand-in")))
         """
     )
@@ -166,8 +165,7 @@ def test_every_equivalence_names_both_branches_and_why() -> None:
 
 FIELD_SCRIPT = """
 import sys, dataclasses
-sys.path[:0] = [{runtime!r}]
-import fixes
+{boot}from wb_upstream.runtime import fixes
 from dataclasses import dataclass, field
 class SpecInput:  # stand-in for 0.5.23's SpecInput, whose custom_mask defaults to None
     custom_mask = None
@@ -188,7 +186,7 @@ print(repr(([f.name for f in dataclasses.fields(EagleVerifyInput)], repr(EagleVe
 
 
 def test_verify_input_keeps_a_field_declared_required_required() -> None:
-    script = FIELD_SCRIPT.format(runtime=str(RUNTIME))
+    script = FIELD_SCRIPT.format(boot=in_release())
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     names, text, required = eval(out.stdout)  # noqa: S307 - our own repr of plain values
     assert names == ["draft_token", "custom_mask", "positions", "topk", "kv_indptr"]

@@ -14,13 +14,15 @@ import time
 from pathlib import Path
 
 import pytest
+from upstream_fixtures import in_release
 
 from workbench.run.serialise import RecordError, from_dict, to_dict
-from workbench.upstream.runtime import launch, record, shim_guard, shims
+from workbench.upstream.in_release import shims
+from workbench.upstream.runtime import launch, record, shim_guard
 from workbench.upstream.runtime.fixes import FIXES
 from workbench.upstream.runtime.run import RuntimeConfigError, validate
 
-RUNTIME = Path(shims.__file__).resolve().parent
+RUNTIME = Path(launch.__file__).resolve().parent
 
 
 SHIPPED = json.loads((RUNTIME.parents[1] / "assets" / "runtime_runs.json").read_text())["runs"]
@@ -124,8 +126,7 @@ def test_shim_lines_are_found_in_a_release_tree(tmp_path: Path) -> None:
 
 GUARD_SCRIPT = """
 import sys
-sys.path[:0] = [{root!r}, {runtime!r}]
-import shim_guard
+{boot}from wb_upstream.runtime import shim_guard
 from sglang.srt.model_executor import forward_batch_info as fbi
 from sglang.srt.speculative import eagle_info
 before = shim_guard.check()
@@ -151,7 +152,7 @@ def _fake_sglang(root: Path) -> None:
 @pytest.mark.parametrize("replace", [False, True])
 def test_guard_flags_code_replaced_from_elsewhere(tmp_path: Path, replace: bool) -> None:
     _fake_sglang(tmp_path)
-    script = GUARD_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME), replace=replace)
+    script = GUARD_SCRIPT.format(boot=in_release(str(tmp_path)), replace=replace)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path)
     before, after = eval(out.stdout)  # noqa: S307 - our own repr of plain dicts
     assert before["functions"] == 2 and before["violations"] == []
@@ -165,8 +166,7 @@ def test_guard_flags_code_replaced_from_elsewhere(tmp_path: Path, replace: bool)
 
 FIX_SCRIPT = """
 import sys, dataclasses
-sys.path[:0] = [{root!r}, {runtime!r}]
-import fixes
+{boot}from wb_upstream.runtime import fixes
 from sglang.srt.speculative.eagle_info import EagleVerifyInput, EagleDraftExtendInput
 out = fixes.apply({names!r})
 v = EagleVerifyInput(draft_token=[1])
@@ -192,13 +192,13 @@ def test_fixes_add_the_optional_field_in_place(tmp_path: Path) -> None:
             """
         )
     )
-    script = FIX_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME), names=["verify-input", "pr-28221"])
+    script = FIX_SCRIPT.format(boot=in_release(str(tmp_path)), names=["verify-input", "pr-28221"])
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     applied, fields, value, extend_has, text = eval(out.stdout)  # noqa: S307
     assert fields == ["draft_token", "topk", "kv_indptr"] and value is None and "kv_indptr=None" in text
     assert [a["applied"] for a in applied] == [True, False] and extend_has
     assert applied[1]["note"] == "the release already declares the field"
-    bad = FIX_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME), names=["nope"])
+    bad = FIX_SCRIPT.format(boot=in_release(str(tmp_path)), names=["nope"])
     res = subprocess.run([sys.executable, "-c", bad], capture_output=True, text=True)
     assert res.returncode != 0 and "unknown fix ['nope']" in res.stderr and "verify-input" in res.stderr
 
@@ -217,8 +217,7 @@ class TritonAttnBackend:
 
 FALLBACK_SCRIPT = """
 import sys
-sys.path[:0] = [{root!r}, {runtime!r}]
-import fixes, shim_guard
+{boot}from wb_upstream.runtime import fixes, shim_guard
 from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 
 class Mode:
@@ -263,7 +262,7 @@ def test_triton_idle_fallback_takes_the_releases_seq_lens_branch(tmp_path: Path,
         (tmp_path / sub / "__init__.py").write_text("")
     test = "spec_info is None or spec_info.kv_indptr is None" if has_fallback else "spec_info is None"
     (tmp_path / "sglang/srt/layers/attention/triton_backend.py").write_text(FALLBACK_BACKEND.format(test=test))
-    script = FALLBACK_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME))
+    script = FALLBACK_SCRIPT.format(boot=in_release(str(tmp_path)))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     before, applied, got, guard_fixed, guard_plain = eval(out.stdout)  # noqa: S307 - our own repr
     missing = ("'Without' object has no attribute 'kv_indptr'", "triton_backend.py")
@@ -291,9 +290,7 @@ class TorchNativeAttnBackend(AttentionBackend):
 """
 
 FILL_VALUE_SCRIPT = """
-import sys
-sys.path[:0] = [{root!r}, {runtime!r}]
-import fixes, shim_guard
+{boot}from wb_upstream.runtime import fixes, shim_guard
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 
 try:
@@ -315,7 +312,7 @@ def test_torch_native_fill_value_fix_defines_the_method_and_the_guard_lists_it(t
     for sub in ("sglang/srt/layers", "sglang/srt/layers/attention"):
         (tmp_path / sub / "__init__.py").write_text("")
     (tmp_path / "sglang/srt/layers/attention/torch_native_backend.py").write_text(FILL_VALUE_BACKEND)
-    script = FILL_VALUE_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME))
+    script = FILL_VALUE_SCRIPT.format(boot=in_release(str(tmp_path)))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     before, applied, again, got, guard_fixed, guard_plain = eval(out.stdout)  # noqa: S307 - our own repr
     assert (before, got) == ("NotImplementedError", 1)
@@ -341,9 +338,8 @@ class LlamaModel(torch.nn.Module):
 """
 
 EAGLE_IDLE_SCRIPT = """
-import sys, types, torch
-sys.path[:0] = [{root!r}, {runtime!r}]
-import fixes
+{boot}import types, torch
+from wb_upstream.runtime import fixes
 from sglang.srt.models.llama_eagle import LlamaModel
 
 def batch(n):
@@ -368,7 +364,7 @@ def test_eagle_idle_batch_fix_returns_the_fc_output_for_an_empty_batch_only(tmp_
     (tmp_path / "sglang/srt/models").mkdir(parents=True)
     (tmp_path / "sglang/srt/models/__init__.py").write_text("")
     (tmp_path / "sglang/srt/models/llama_eagle.py").write_text(EAGLE_MODEL)
-    script = EAGLE_IDLE_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME))
+    script = EAGLE_IDLE_SCRIPT.format(boot=in_release(str(tmp_path)))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     before, applied, after, changes = eval(out.stdout)  # noqa: S307 - our own repr
     assert before == ["RuntimeError", (3, 2, 2)]
@@ -630,7 +626,7 @@ def test_a_guard_violation_or_an_unheld_rank_ends_the_run_with_status_error() ->
 
 FAKE_RANK = """#!{python}
 import json, sys, time
-cfg = json.load(open(sys.argv[2]))
+cfg = json.load(open(sys.argv[-1]))  # the boot's last argument: the config
 if cfg["rank"] == 1:
     time.sleep(0.5)
     json.dump({{"status": "crashed", "rank": 1, "exception": "AttributeError", "message": "m",

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from upstream_fixtures import in_release
 
 from workbench.upstream.context import UpstreamContext
 from workbench.upstream.runtime.suite import between_prs_checkout
@@ -178,12 +179,11 @@ def test_runtime_cli_refuses_before_starting(capsys: pytest.CaptureFixture) -> N
 
 # 0.5.23: the device equivalences' values on the release's own objects, and its three runs.
 EQUIVALENCE_PROBE = """
-import dataclasses, json, sys, types
-sys.path[:0] = [{src_root!r}, {runtime!r}]
-import shims
+import dataclasses, json, types
+{boot}from wb_upstream.in_release import shims
 shims.apply("0.5.23")
 import torch
-import equivalences
+from wb_upstream.runtime import equivalences
 from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
 from sglang.srt.model_executor import forward_batch_info as fbi
 from sglang.srt.speculative import eagle_utils
@@ -236,13 +236,13 @@ def test_runtime_0_5_23_equivalences_equal_the_cuda_branch_on_the_release(tmp_pa
     branch's FULL_MASK, both evaluated here from the expressions the equivalences name."""
     import subprocess
 
-    from workbench.upstream.runtime import equivalences, shims
+    from workbench.upstream.in_release import shims
     from workbench.upstream.runtime.run import TREE_KERNELS_FILE
     from workbench.upstream.sources.envs import ensure_env, ensure_sources
 
     ctx = UpstreamContext()
     env = ensure_env(ctx, "0.5.23")
-    script = EQUIVALENCE_PROBE.format(src_root=str(env.src_root), runtime=str(Path(equivalences.__file__).parent))
+    script = EQUIVALENCE_PROBE.format(boot=in_release(str(env.src_root)))
     settings = {"SGLANG_USE_CPU_ENGINE": "1", "TRITON_INTERPRET": "1", "TORCH_COMPILE_DISABLE": "1"}
     tree = {shims.SPEC_TREE_ENV: str(ensure_sources(ctx, "0.5.23") / TREE_KERNELS_FILE)}
     proc = subprocess.run(

@@ -14,10 +14,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from upstream_fixtures import in_release
 
-from workbench.upstream.runtime import shims
-
-RUNTIME = Path(shims.__file__).resolve().parent
+from workbench.upstream.in_release import shims
 
 EAGLE_INFO = """
 import enum
@@ -114,8 +113,7 @@ class TritonAttnBackend:
 
 GUARD_SCRIPT = """
 import sys, functools, dataclasses
-sys.path[:0] = [{root!r}, {runtime!r}]
-import shim_guard, fixes
+{boot}from wb_upstream.runtime import shim_guard, fixes
 from sglang.srt.speculative import eagle_info as ei
 from sglang.srt.layers.attention import triton_backend as tb
 changes = []
@@ -199,7 +197,7 @@ def _tree(root: Path) -> None:
 
 def _guard(tmp_path: Path, mutation: str) -> dict:
     _tree(tmp_path)
-    script = GUARD_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME), mutation=mutation)
+    script = GUARD_SCRIPT.format(boot=in_release(str(tmp_path)), mutation=mutation)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     return eval(out.stdout)  # noqa: S307 - our own repr of plain dicts
@@ -237,7 +235,7 @@ def test_a_declared_device_equivalence_is_listed_not_a_violation(tmp_path: Path)
         "print(repr(shim_guard.check(changes, (), (), (), eq)))\n"
         "raise SystemExit(0)"
     )
-    script = GUARD_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME), mutation=mutation)
+    script = GUARD_SCRIPT.format(boot=in_release(str(tmp_path)), mutation=mutation)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     got = eval(out.stdout)  # noqa: S307 - our own repr of plain dicts
@@ -312,8 +310,7 @@ def verify_tree_greedy_triton(**k):
 
 BOUNDARY_SCRIPT = """
 import sys, os, importlib, importlib.util, types, json
-sys.path[:0] = [{root!r}, {runtime!r}]
-import torch, triton, triton.language
+{boot}import torch, triton, triton.language
 for dirpath, _, files in os.walk(os.path.join({root!r}, "sglang")):
     for f in files:
         rel = os.path.relpath(os.path.join(dirpath, f), {root!r})[:-3].replace(os.sep, ".")
@@ -347,7 +344,7 @@ def snapshot():
         out.update({{f"sgl_kernel.{{n}}": 1 for n in names if not n.startswith("__") and n != "WORKBENCH_STANDIN"}})
     return out
 
-import shims
+from wb_upstream.in_release import shims
 changed = {{}}
 for shim in shims.SHIMS:
     before = snapshot()
@@ -371,7 +368,7 @@ def test_each_shim_changes_exactly_what_it_declares(tmp_path: Path) -> None:
         (d / "__init__.py").touch()
     spec_tree = tmp_path / "spec_tree.py"
     spec_tree.write_text(SPEC_TREE)
-    script = BOUNDARY_SCRIPT.format(root=str(tmp_path), runtime=str(RUNTIME))
+    script = BOUNDARY_SCRIPT.format(root=str(tmp_path), boot=in_release(str(tmp_path)))
     env = {**os.environ, "WB_SPEC_TREE_SRC": str(spec_tree), "TRITON_INTERPRET": "1", "PYTHONPATH": ""}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -96,10 +96,11 @@ def test_the_driver_writes_its_temp_files_in_its_own_folder(tmp_path: Path, monk
     monkeypatch.setenv("TMPDIR", str(caller_tmp))
     monkeypatch.setattr("tempfile.tempdir", None)  # gettempdir() reads TMPDIR again
     fake = tmp_path / "python"
-    fake.write_text(
-        "#!/bin/sh\n"
-        'mkdir "$TMPDIR/torchinductor_test"\n'
-        'echo "WB_RESULT {\\"tmpdir\\": \\"$TMPDIR\\", \\"cwd\\": \\"$(pwd)\\"}"\n'
+    fake.write_text(  # a stand-in interpreter: the config (its last argument) names the result file
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        "os.mkdir(os.path.join(os.environ['TMPDIR'], 'torchinductor_test'))\n"
+        "cfg = json.load(open(sys.argv[-1]))\n"
+        "json.dump({'tmpdir': os.environ['TMPDIR'], 'cwd': os.getcwd()}, open(cfg['result_path'], 'w'))\n"
     )
     fake.chmod(0o755)
     run = run_driver(UpstreamContext(cache_dir=tmp_path, log=quiet), fake, {})

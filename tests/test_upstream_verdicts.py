@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from workbench.upstream.context import UpstreamContext, quiet
+from workbench.upstream.in_release import stubs
+from workbench.upstream.in_release.devices import CudaToCpu
 from workbench.upstream.replay.cases import batch_kind, case_key, plan
 from workbench.upstream.replay.verdicts import decide, judge
-from workbench.upstream.replay.wb_driver import stubs
 from workbench.upstream.replay.wb_driver.case import LineWatch
-from workbench.upstream.replay.wb_driver.devices import CudaToCpu
 from workbench.upstream.replay.wb_driver.proxy import SpecProxy, reads_of
 
 TRITON = "sglang/srt/layers/attention/triton_backend.py"

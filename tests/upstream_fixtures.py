@@ -8,6 +8,7 @@ import time
 import zipfile
 from pathlib import Path
 
+from workbench.upstream.release_process import REGISTER, UPSTREAM
 from workbench.upstream.sources.trees import SourceTree, memory_tree
 
 SPEC_DIR = "sglang/srt/speculative/"
@@ -144,3 +145,10 @@ def toy_tree(with_field: bool) -> SourceTree:
         f"{ATTN_DIR}toy_backend.py": BACKEND,
     }
     return memory_tree(files, "toy")
+
+
+def in_release(*first: str) -> str:
+    """Python source that sets a plain interpreter up as ``release_process``'s boot sets up a release's:
+    ``first`` first on ``sys.path``, the in-release modules importable as ``wb_upstream.runtime.*`` and
+    ``wb_upstream.in_release.*`` by their own relative imports."""
+    return REGISTER + f"import sys\nsys.path[:0] = {list(first)!r}\nwb_register({str(UPSTREAM)!r}, 'runtime')\n"

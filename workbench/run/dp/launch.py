@@ -2,7 +2,10 @@
 
 A crash on any rank is reported with its traceback and ends every rank; a rank that dies
 without a word (a signal) is reported as such; the overall timeout ends everything; what the
-ranks streamed before the end (latencies, accept lengths) stays in the record.
+ranks streamed before the end (latencies, accept lengths) stays in the record. The ranks run under
+the one ``Supervisor`` (each rank its own process group, the run's deadline, SIGTERM then SIGKILL);
+this module reads their event streams itself, so it uses the supervisor's start, deadline and end,
+not its polling wait.
 
 The ranks' job file and logs live in a ``wb-dp-*`` temporary directory that is removed when the
 run ends, however it ends. With a log directory (``log_dir``, or ``$WB_LOG_DIR``) the rank logs are
@@ -30,6 +33,7 @@ from workbench.run.dp import LOG_DIR_ENV
 from workbench.run.dp.collect import Collector
 from workbench.run.dp.policy import assign
 from workbench.run.events import OnEvent
+from workbench.run.supervisor import Supervisor
 
 PORT_ATTEMPTS = 3  # launches when the rendezvous port was taken before rank 0 bound it
 GRACE_S = 2.0
@@ -90,6 +94,7 @@ def _port_taken(rec: dict) -> bool:
 
 def _run_ranks(cfg: RunConfig, prompts: list[str], workdir: Path, on_event: OnEvent | None) -> dict:
     t0, started = time.perf_counter(), time.time()
+    sup = Supervisor(cfg.timeout_s, grace_s=GRACE_S)
     plan = assign(len(prompts), cfg.dp, cfg.dp_policy, cfg.max_running)
     init = f"tcp://127.0.0.1:{free_port()}"
     job = workdir / "job.json"
@@ -109,16 +114,14 @@ def _run_ranks(cfg: RunConfig, prompts: list[str], workdir: Path, on_event: OnEv
     col = Collector(cfg)
     first_crash_at: float | None = None
     status = None
-    deadline = t0 + cfg.timeout_s
     try:
         for r in range(cfg.dp):
             logs.append(open(workdir / f"rank{r}.log", "w"))
             procs.append(
-                subprocess.Popen(
+                sup.start(
                     [sys.executable, "-m", "workbench.run.dp.rank", str(job), str(r), str(cfg.dp), init],
                     stdout=subprocess.PIPE,
                     stderr=logs[-1],
-                    stdin=subprocess.DEVNULL,
                     text=True,
                     env={**os.environ, "PYTHONUNBUFFERED": "1"},
                 )
@@ -129,8 +132,8 @@ def _run_ranks(cfg: RunConfig, prompts: list[str], workdir: Path, on_event: OnEv
             now = time.perf_counter()
             if first_crash_at is not None and now > first_crash_at + CAUSE_WINDOW_S:
                 break
-            if now > deadline:
-                status = "timeout"
+            if sup.over():
+                status = sup.stop("timeout")
                 break
             try:
                 kind, rank, payload = q.get(timeout=0.05)
@@ -144,16 +147,8 @@ def _run_ranks(cfg: RunConfig, prompts: list[str], workdir: Path, on_event: OnEv
                 on_event(kind, rank, payload)
             if col.feed(kind, rank, payload):
                 first_crash_at = first_crash_at or time.perf_counter()
-    finally:
-        for p in procs:
-            if p.poll() is None and (col.crashes or status == "timeout" or len(col.results) < cfg.dp):
-                p.kill()
-        for p in procs:
-            try:
-                p.wait(timeout=GRACE_S)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+    finally:  # a run that ended well lets its ranks exit for GRACE_S; any other ends them at once
+        sup.end(wait_s=0.0 if col.crashes or status == "timeout" or len(col.results) < cfg.dp else GRACE_S)
         for log in logs:
             log.close()
     return col.record(

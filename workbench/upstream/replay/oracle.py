@@ -22,7 +22,7 @@ A case of a mutant is judged against the same case on the release (`judge_case`)
   built; a None field handed to a GPU library stand-in, which cannot say what the library does), with why.
 
 A traced case (a backend whose metadata calls a GPU library) runs with CPU stand-ins for the library
-calls (`wb_driver/stubs.py`): each call is answered by a stub and listed, so a site behind the first
+calls (`in_release/stubs.py`): each call is answered by a stub and listed, so a site behind the first
 call is reached; a clean verdict there says so.
 
 A mutant is `confirmed` when a case raised here, `refuted` when every case is clean or not reached

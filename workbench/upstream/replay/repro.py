@@ -17,11 +17,9 @@ import ast
 import datetime as _dt
 import difflib
 import json
-import os
 import pprint
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -29,6 +27,7 @@ from workbench.run.provenance import workbench_commit
 
 from ..context import UpstreamContext
 from ..guard import check_tree
+from ..release_process import run_in_release
 from ..sources.envs import EnvBuildError, ensure_env
 from ..sources.releases import check_versions, known_releases
 from ..sources.trees import SourceTree, release_tree
@@ -92,31 +91,20 @@ def run_script(ctx: UpstreamContext, script: Path, version: str, src_root: Path 
         env = ensure_env(ctx, version)
     except EnvBuildError as exc:
         return {"outcome": "error", "error": f"environment of {version}: {exc}"}
-    env_vars = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env_vars.update(PYTHONPATH=str(src_root or env.src_root), TRITON_INTERPRET="1", PYTHONWARNINGS="ignore")
-    with tempfile.TemporaryDirectory(prefix="wb-repro-") as cwd:
-        env_vars["TMPDIR"] = cwd  # torch's torchinductor_<user> goes there, removed with cwd
-        try:
-            proc = subprocess.run(
-                [str(env.python), str(script)],
-                capture_output=True,
-                text=True,
-                cwd=cwd,
-                env=env_vars,
-                timeout=ctx.timeout_s,
-            )
-        except subprocess.TimeoutExpired:
-            return {"outcome": "error", "error": f"ran past {ctx.timeout_s} s"}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPRO ")]
-    if not lines:
-        tail = (proc.stderr or proc.stdout)[-800:]
+    run = run_in_release(
+        env.python, str(script), {}, ctx.timeout_s, paths=[str(src_root or env.src_root)], name="repro"
+    )
+    if run.timed_out:
+        return {"outcome": "error", "error": f"ran past {ctx.timeout_s} s"}
+    if run.result is None:
+        tail = run.output[-800:]
         return {
             "outcome": "error",
-            "rc": proc.returncode,
-            "error": tail.strip().splitlines()[-1] if tail else "",
+            "rc": run.exit_code,
+            "error": tail.strip().splitlines()[-1] if tail.strip() else "",
             "tail": tail,
         }
-    return {**json.loads(lines[-1][len("REPRO ") :]), "rc": proc.returncode}
+    return {**run.result, "rc": run.exit_code}
 
 
 def make_reproducer(ctx: UpstreamContext, tree: SourceTree, f: dict, out: Path, range_versions: list[str] = ()) -> dict:

@@ -1,8 +1,9 @@
 """Jupyter kernels bound to a release's replay environment: ``workbench upstream kernel --sglang V``.
 
 The kernelspec runs ``release_kernel.py`` with the release's cached dependency venv (the
-environments cache stays the one copy: nothing is copied), the release's (or a checkout's) sources
-first on the path, and the lane's settings and CPU shims, so a crash bundle of ``workbench upstream
+environments cache stays the one copy: nothing is copied) through ``release_process``'s boot (the
+release's or a checkout's sources first on the path), with the lane's settings and CPU shims, so a
+crash bundle of ``workbench upstream
 run`` replays there in the release's own code (``workbench.debug.sglang_replay``). ipykernel is
 added to that venv in place when it lacks it. ``metadata.debugger`` lets JupyterLab's visual
 debugger attach. Removing deletes only a kernelspec this module wrote (``metadata.workbench``).
@@ -21,11 +22,12 @@ from workbench.upstream.sources.envs import add_packages, ensure_env, ensure_sou
 from workbench.upstream.sources.releases import check_version, known_releases
 from workbench.upstream.sources.trees import source_root
 
+from ..release_process import command
 from .run import TREE_KERNELS_FILE, TREE_KERNELS_RELEASE
 
 HERE = Path(__file__).resolve().parent
 WORKBENCH_ROOT = HERE.parents[2]  # the folder holding workbench/
-BOOT = HERE / "release_kernel.py"
+TARGET = "runtime.release_kernel"
 IPYKERNEL = "ipykernel==7.4.0"  # as constraints.txt pins it for the workbench's own venv
 SETTINGS = {"SGLANG_USE_CPU_ENGINE": "1", "TRITON_INTERPRET": "1", "TORCH_COMPILE_DISABLE": "1"}
 
@@ -62,7 +64,7 @@ def register(ctx: UpstreamContext, version: str, sglang_src: Path | str | None =
     name = kernel_name(version, src)
     folder = kernels_dir() / name
     spec = {
-        "argv": [str(env.python), str(BOOT), "-f", "{connection_file}"],
+        "argv": command(env.python, TARGET, "-f", [str(env.src_root)]) + ["{connection_file}"],
         "display_name": f"SGLang {version}{' checkout ' + str(src) if src else ''} (workbench CPU runtime)",
         "language": "python",
         "env": {
@@ -72,7 +74,6 @@ def register(ctx: UpstreamContext, version: str, sglang_src: Path | str | None =
             "WB_WORKBENCH_ROOT": str(WORKBENCH_ROOT),
             "WB_WORKBENCH_PYTHON": sys.executable,  # the workbench's own Python, for `workbench upstream run`
             "WB_SPEC_TREE_SRC": str(tree_src),
-            "PYTHONUNBUFFERED": "1",
             # torch's torchinductor_<user> and the debugger's cell files stay with the kernelspec, not in /tmp
             "TMPDIR": str(folder / "tmp"),
         },

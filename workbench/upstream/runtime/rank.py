@@ -1,10 +1,12 @@
-"""One rank of the real SGLang runtime, run inside a release's replay environment as a script.
+"""One rank of the real SGLang runtime, run inside a release's replay environment.
 
-Never imported by the workbench (it runs on the replay environment's own Python and imports
-nothing of the workbench but its sibling files: ``shims.py`` and what it builds on, ``fixes.py``,
-``shim_guard.py``, ``rank_io.py``, ``rank_bundle.py``). Usage:
+Never imported by the workbench; started by ``release_process`` (target ``runtime.rank``) on the
+replay environment's own Python, the release's sources first on ``sys.path``. It imports its
+siblings (``fixes``, ``equivalences``, ``shim_guard``, ``rank_io``, ``rank_bundle``) and the stub
+system (``in_release.shims``) by relative imports, nothing else of the workbench. Usage (through
+the launcher's boot):
 
-    python rank.py CONFIG_JSON
+    main(): the config at sys.argv[1]
 
 The config names the rank, the world, the sources, the server arguments, the fixes and the
 requests this rank receives. The rank applies the CPU shims and the requested fixes, builds the
@@ -28,14 +30,7 @@ import threading
 import time
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _write(path: str, obj: dict) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f)
-    os.replace(tmp, path)
+from ..in_release.results import write as _write
 
 
 def _frames(tb) -> list:
@@ -82,7 +77,7 @@ def _bundle(cfg: dict, exc: BaseException, state: dict, applied: list, fixed: li
     if state["stage"] != "event_loop" or not cfg.get("bundle_dir"):
         return {}
     try:
-        import rank_bundle
+        from . import rank_bundle  # on use: only a crash in the event loop writes a bundle
 
         code_state = {
             "shims": [s["name"] for s in applied if s.get("installed")],
@@ -211,17 +206,16 @@ def main() -> None:
     equivalent: list = []
     extra: list = []
     guard: dict = {}
-    sys.path.insert(0, cfg["src_root"])
-    sys.path.insert(0, HERE)
     try:
-        import shims
+        from ..in_release import shims  # inside the try: a failed import is this rank's record
 
         applied = shims.apply(cfg["version"])
-        import fixes
-        from rank_io import ipc, make_port_args, request
+        # after the shims, which must be in place before anything imports sglang
+        from . import fixes
+        from .rank_io import ipc, make_port_args, request
 
         fixed = fixes.apply(cfg.get("fixes", []))
-        import equivalences
+        from . import equivalences  # applied third, after the shims and the fixes, as every rank does
 
         equivalent = equivalences.apply(cfg["version"])
         extra = _extra_shims(cfg.get("extra_shims", []))
@@ -242,7 +236,7 @@ def main() -> None:
         scheduler = _scheduler(Scheduler, server_args, port_args, rank, cfg["dp"])
         timings["scheduler_init_s"] = round(time.time() - t0 - timings["import_s"], 2)
         state["stage"] = "shim-guard"
-        import shim_guard
+        from . import shim_guard  # once the scheduler is built: it holds the modules the rank imported
 
         def hold() -> dict:
             return shim_guard.check(
@@ -335,7 +329,3 @@ def main() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(3)
-
-
-if __name__ == "__main__":
-    main()

@@ -146,7 +146,7 @@ def _fixed(backend_frame, fb, spec: dict | None, tensors: dict) -> dict | None:
     applied: what the fixed run computes for this batch (None where no fix names the class)."""
     if spec is None or "kv_indptr" not in spec["missing"] or spec["class"] not in FIX_FOR or backend_frame is None:
         return None
-    import fixes
+    from . import fixes  # on use: only a crash the fix names runs it again
 
     name = FIX_FOR[spec["class"]]
     fixes.apply([name])

@@ -1,15 +1,18 @@
 """HF transformers' greedy tokens for the lane's target, run inside the replay environment.
 
-Never imported by the workbench. Usage: ``python reference.py CONFIG_JSON`` with
-``{"model_path", "prompts": [[ids]], "max_new_tokens", "result_path"}``. Loads the target with
+Never imported by the workbench; started by ``release_process`` (target ``runtime.reference``) on a
+config ``{"model_path", "prompts": [[ids]], "max_new_tokens", "result_path"}``. Loads the target with
 ``AutoModelForCausalLM`` in float32 (the weights the runtime loads) and decodes each prompt
 greedily without a cache: the full sequence is re-run at every step, so nothing of SGLang (paged
-KV, spec decoding, DP) is involved. Writes ``{"outputs": [[ids]], "transformers": version}``.
+KV, spec decoding, DP) is involved. Writes ``{"outputs": [[ids]], "transformers": version}`` to
+``result_path`` (``in_release.results``).
 """
 
 import json
 import sys
 import time
+
+from ..in_release.results import write
 
 
 def main() -> None:
@@ -38,9 +41,4 @@ def main() -> None:
         "architecture": type(model).__name__,
         "reference_s": round(time.time() - t0, 2),
     }
-    with open(cfg["result_path"], "w") as f:
-        json.dump(out, f)
-
-
-if __name__ == "__main__":
-    main()
+    write(cfg["result_path"], out)

@@ -1,9 +1,10 @@
 """An IPython kernel in a release's environment, set up as the real-runtime lane's ranks are.
 
-The kernelspec ``workbench upstream kernel --sglang V`` registers runs this file with the release's
-dependency venv (no workbench import before the set-up): it puts the release's (or a checkout's)
-sources first on ``sys.path``, this folder next (``shims.py``, ``fixes.py``), the workbench's folder
-last, applies the CPU shims the ranks apply (``shims.apply``; settings come from the kernelspec's
+The kernelspec ``workbench upstream kernel --sglang V`` registers runs this module with the release's
+dependency venv through ``release_process``'s boot (target ``runtime.release_kernel``; the release's
+or a checkout's sources first on ``sys.path``; no workbench import before the set-up): it puts the
+workbench's folder last on ``sys.path``, applies the CPU shims the ranks apply
+(``in_release.shims.apply``; settings come from the kernelspec's
 environment) and the device equivalences the ranks install (``equivalences.apply``) once ipykernel
 has bound its sockets, records them in ``CODE_STATE`` (this module is
 importable as ``release_kernel``), then runs the kernel. Fixes are not applied here: a replay
@@ -16,20 +17,18 @@ Environment: ``WB_SGLANG_VERSION``, ``WB_SGLANG_SRC`` (the folder holding ``sgla
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from ..in_release import shims
+from . import equivalences
+
 CODE_STATE: dict = {}
 
 
 def setup() -> dict:
-    """Paths, shims and device equivalences (module docstring); returns ``CODE_STATE``."""
+    """The workbench's folder, shims and device equivalences (module docstring); returns ``CODE_STATE``."""
     version, src = os.environ["WB_SGLANG_VERSION"], os.environ["WB_SGLANG_SRC"]
-    sys.path[:] = [src, HERE] + [p for p in sys.path if p not in (src, HERE)]
     root = os.environ.get("WB_WORKBENCH_ROOT")
     if root and root not in sys.path:
         sys.path.append(root)
-    import equivalences
-    import shims
-
     applied = shims.apply(version)
     equivalent = equivalences.apply(version)
     CODE_STATE.update(
@@ -53,7 +52,3 @@ def main() -> None:
     app.initialize()
     setup()
     app.start()
-
-
-if __name__ == "__main__":
-    main()

@@ -19,6 +19,7 @@ from pathlib import Path
 from workbench.debug.bundle import new_bundle_dir
 from workbench.run.serialise import to_dict
 from workbench.upstream.context import UpstreamContext
+from workbench.upstream.release_process import release_env, run_in_release
 from workbench.upstream.sources.envs import EnvBuildError, ensure_env, ensure_sources
 from workbench.upstream.sources.releases import check_version, known_releases
 from workbench.upstream.sources.trees import source_root
@@ -204,27 +205,12 @@ def traceback_modules() -> list[str]:
 
 
 def _reference(python: Path, run_dir: Path, prompts: list[list[int]], max_new_tokens: int, timeout_s: float) -> dict:
-    import subprocess
-
-    cfg = {
-        "model_path": str(MODELS / "target"),
-        "prompts": prompts,
-        "max_new_tokens": max_new_tokens,
-        "result_path": str(run_dir / "reference.json"),
-        "threads": 2,
-    }
-    (run_dir / "reference.cfg.json").write_text(json.dumps(cfg))
-    proc = subprocess.run(
-        [str(python), str(Path(__file__).with_name("reference.py")), str(run_dir / "reference.cfg.json")],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        cwd=run_dir,
-        env={**os.environ, "TMPDIR": str(run_dir)},  # torch makes torchinductor_<user> there, removed with the run
-    )
-    if proc.returncode != 0:
-        return {"error": proc.stderr.strip()[-800:]}
-    return json.loads((run_dir / "reference.json").read_text())
+    """HF transformers' greedy tokens (``reference.py``, in the release's interpreter, in ``run_dir``)."""
+    cfg = {"model_path": str(MODELS / "target"), "prompts": prompts, "max_new_tokens": max_new_tokens, "threads": 2}
+    run = run_in_release(python, "runtime.reference", cfg, timeout_s, run_dir=run_dir, name="reference")
+    if run.exit_code != 0 or run.result is None:
+        return {"error": run.output.strip()[-800:] or f"the reference ended by {run.cause}"}
+    return run.result
 
 
 def _keep_logs(run_dir: Path, dp: int) -> str | None:
@@ -338,16 +324,15 @@ def run_runtime(
     run_dir = Path(tempfile.mkdtemp(prefix="wb-rt-"))
     try:
         configs = _rank_configs(cfg, run_dir, prompts, env.src_root)
-        proc_env = {
-            **os.environ,
-            "SGLANG_USE_CPU_ENGINE": "1",
-            "TRITON_INTERPRET": "1",
-            "TORCH_COMPILE_DISABLE": "1",
-            "SGLANG_CPU_OMP_THREADS_BIND": thread_binding(dp),
-            "WB_SPEC_TREE_SRC": str(tree_src),
-            "TMPDIR": str(run_dir),
-            "PYTHONUNBUFFERED": "1",
-        }
+        proc_env = release_env(
+            run_dir,  # torch makes torchinductor_<user> there, removed with the run
+            {
+                "SGLANG_USE_CPU_ENGINE": "1",
+                "TORCH_COMPILE_DISABLE": "1",
+                "SGLANG_CPU_OMP_THREADS_BIND": thread_binding(dp),
+                "WB_SPEC_TREE_SRC": str(tree_src),
+            },
+        )
         rec.env["settings"] = {
             k: proc_env[k] for k in ("SGLANG_USE_CPU_ENGINE", "TRITON_INTERPRET", "SGLANG_CPU_OMP_THREADS_BIND")
         }

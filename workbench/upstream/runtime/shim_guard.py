@@ -32,10 +32,7 @@ import sysconfig
 import types
 from collections.abc import Collection, Iterable
 
-try:  # a package module for the workbench's tests, a script's sibling in the rank
-    from .guard_source import NO_LITERAL, SourceModel
-except ImportError:
-    from guard_source import NO_LITERAL, SourceModel
+from .guard_source import NO_LITERAL, SourceModel
 
 AREAS = (
     r"^sglang\.srt\.speculative(\.|$)",

@@ -266,7 +266,7 @@ def _case(site_file: str, bcls: str, cname: str, cfile: str, mode: str, kind: st
     traced = backend not in REAL
     return {
         "key": f"{site_file}:{bcls}|{kind}|{cname}",
-        "stand_in": traced,  # GPU library calls answered by CPU stand-ins (wb_driver/stubs.py), listed
+        "stand_in": traced,  # GPU library calls answered by CPU stand-ins (in_release/stubs.py), listed
         "backend_module": site_file[:-3].replace("/", "."),
         "backend_class": bcls,
         "backend": backend,

@@ -19,9 +19,9 @@ import signal
 import sys
 import traceback
 
-from . import stubs
+from ...in_release import stubs
+from ...in_release.devices import CudaToCpu
 from .batches import fill_rows, make_batch, shape_of
-from .devices import CudaToCpu
 from .idle import IdlePathError, idle_path, run_idle
 from .inputs import build, spec_class
 from .proxy import SpecProxy, reads_of

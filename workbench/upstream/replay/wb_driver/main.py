@@ -1,5 +1,6 @@
-"""Entry point: ``main(cfg_path)`` runs every case of the config and prints one line
-``WB_RESULT {json}``. TRITON_INTERPRET=1 must be set by the caller (the host's ``replay.driver``)."""
+"""Entry point: ``main()`` runs every case of the config at ``sys.argv[1]`` and writes one result to the
+config's ``result_path`` (``in_release.results``). Started by ``release_process`` (target
+``replay.wb_driver.main``), which sets TRITON_INTERPRET=1 and puts the sources first on ``sys.path``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import sys
 import time
 import traceback
 
-MARK = "WB_RESULT "
+from ...in_release.results import write
+from .case import run_case, sglang_frames
+from .setup import setup
 
 
 def _versions() -> dict:
@@ -31,15 +34,9 @@ def _versions() -> dict:
     return out
 
 
-def main(cfg_path: str) -> None:
-    with open(cfg_path) as fh:
+def main() -> None:
+    with open(sys.argv[1]) as fh:
         cfg = json.load(fh)
-    if cfg.get("src_root"):
-        sys.path.insert(0, cfg["src_root"])
-    # after the release's sources go first on sys.path (case and setup import sglang)
-    from .case import run_case, sglang_frames
-    from .setup import setup
-
     state: dict = {"stage": "start"}
     start = time.perf_counter()
     result: dict = {"env": {}, "cases": []}
@@ -68,5 +65,4 @@ def main(cfg_path: str) -> None:
         result["env"] = _versions()
     except Exception as exc:  # noqa: BLE001
         result["env"] = {"error": repr(exc)}
-    sys.stdout.flush()
-    print(MARK + json.dumps(result, default=str), flush=True)
+    write(cfg["result_path"], result)

@@ -8,7 +8,7 @@ real instance (``__class__`` answers the real class). Writes go to the real inst
 
 from __future__ import annotations
 
-from .stubs import caller
+from ...in_release.stubs import caller
 
 _OWN = frozenset({"_wb_target", "_wb_reads"})
 

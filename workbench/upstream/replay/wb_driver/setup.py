@@ -196,7 +196,7 @@ def _hybrid_pool(cfg: dict, model_config, rows: int):
     built as the model runner builds it, its CUDA tensors on the CPU."""
     from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
 
-    from .devices import CudaToCpu  # on use: only the hybrid profile builds CUDA tensors
+    from ...in_release.devices import CudaToCpu  # on use: only the hybrid profile builds CUDA tensors
 
     params = model_config.hf_config.mamba2_cache_params
     kwargs = dict(

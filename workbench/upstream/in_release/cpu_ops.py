@@ -10,10 +10,7 @@ with ctypes on the pointers it is given. ``rotate_input_ids_cpu`` (multi-layer E
 
 import ctypes
 
-try:
-    from .shim_support import stub
-except ImportError:
-    from shim_support import stub
+from .shim_support import stub
 
 
 def _pow2(n: int) -> int:

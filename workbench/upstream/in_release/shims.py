@@ -15,17 +15,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-try:  # imported by the workbench (its tests) as a package module, by rank.py as a script's sibling
-    from .shim_support import SglKernelFinder, load_functions
-except ImportError:
-    from shim_support import SglKernelFinder, load_functions
+from .shim_support import SglKernelFinder, load_functions
 
 
 def _cpu_ops() -> dict:
-    try:
-        from .cpu_ops import OPS  # on use: only releases importing sgl_kernel's CPU ops need it
-    except ImportError:
-        from cpu_ops import OPS
+    from .cpu_ops import OPS  # on use: only releases importing sgl_kernel's CPU ops need it
+
     return OPS
 
 
