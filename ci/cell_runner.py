@@ -1,5 +1,5 @@
 """Run matrix cells as papermill child processes, at most ``jobs`` at once, with a progress line per
-cell; collect each cell's execution outcome and notebook record and judge it (``ci.expect``)."""
+cell; collect each cell's execution outcome and notebook record and judge it (``workbench_ci.expect``)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from ci.execute import execution_result
-from ci.expect import check_cell, describe
-from ci.kernelspec import kernel_name
-from ci.matrix import Cell, Matrix, MatrixError, notebook_expect
 from workbench.notebook import load_record  # the notebook face loads the engine; a shard merge has no torch
 from workbench.run.dp import LOG_DIR_ENV
+from workbench_ci.execute import execution_result
+from workbench_ci.expect import check_cell, describe
+from workbench_ci.kernelspec import kernel_name
+from workbench_ci.matrix import Cell, Matrix, MatrixError, notebook_expect
 
 POLL_S = 0.2
 HEARTBEAT_S = 60.0
@@ -132,7 +132,7 @@ def _start(job: Job, matrix: Matrix, root: Path, out: Path, threads: dict[str, s
     }
     job.log = open(out / job.paths["log"], "w")
     job.proc = subprocess.Popen(
-        [sys.executable, "-m", "ci.execute", str(out / job.paths["job"])],
+        [sys.executable, "-m", "workbench_ci.execute", str(out / job.paths["job"])],
         cwd=root,
         env=env,
         stdout=job.log,

@@ -8,8 +8,8 @@ import html
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from ci.expect import describe, describe_expect
-from ci.lane import lane_line
+from workbench_ci.expect import describe, describe_expect
+from workbench_ci.lane import lane_line
 
 
 def export_html(out: Path, cells: list[dict]) -> None:
@@ -100,7 +100,7 @@ def write_junit(out: Path, summary: dict, cells: list[dict]) -> Path:
             "expected: " + "; ".join(f"{r}: {describe_expect(w)}" for r, w in c["expect"].items()) + "\ngot: " + _got(c)
         )
     for p in problems:
-        case = ET.SubElement(suite, "testcase", classname="ci.nightly", name="(merge)")
+        case = ET.SubElement(suite, "testcase", classname="workbench_ci.nightly", name="(merge)")
         ET.SubElement(case, "failure", message=p).text = p
     path = out / "junit.xml"
     ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)

@@ -9,9 +9,9 @@ import pytest
 
 
 def pytest_configure(config):
-    import kernels
+    import workbench_kernels
 
-    kernels.setup()  # the session's entry point chooses where the Triton kernels run
+    workbench_kernels.setup()  # the session's entry point chooses where the Triton kernels run
 
 
 # `make test` runs the suite on pytest-xdist workers with `--dist loadfile`: a test file is one unit of

@@ -17,9 +17,9 @@ import papermill
 import pytest
 import yaml
 
-from ci.kernelspec import KernelSpecError, kernel_name
 from workbench.notebook import load_record
 from workbench.views import plots
+from workbench_ci.kernelspec import KernelSpecError, kernel_name
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -304,7 +304,7 @@ def test_notebooks_run_on_the_venvs_own_kernel(tmp_path, monkeypatch):
     with pytest.raises(KernelSpecError, match=f"runs '/usr/bin/python3', not this interpreter '{sys.executable}'"):
         kernel_name()
     # the nightly refuses too, as a usage error, before any notebook starts
-    from ci import nightly
+    from workbench_ci import nightly
 
     matrix = tmp_path / "m.json"
     matrix.write_text(

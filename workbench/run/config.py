@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import kernels
+import workbench_kernels
 from workbench.backends import backend_names
 from workbench.models.loader import load_prompts
 from workbench.run.dp.policy import POLICIES as DP_POLICIES
@@ -179,12 +179,13 @@ class RunConfig:
 
 
 def check_kernels(cfg: RunConfig) -> None:
-    """After ``kernels.setup``: the triton backend's kernels must run where the tensors are.
+    """After ``workbench_kernels.setup``: the triton backend's kernels must run where the tensors are.
     Compiled Triton (set up for cuda earlier in this process) refuses CPU tensors."""
-    if cfg.backend == "triton" and cfg.device == "cpu" and not kernels.interpreted():
+    if cfg.backend == "triton" and cfg.device == "cpu" and not workbench_kernels.interpreted():
         raise ConfigError(
             "invalid device 'cpu' for backend triton in this process: its Triton kernels were set up compiled "
-            "for cuda; valid: cuda here, or cpu in a fresh process (kernels.setup('cpu') picks the interpreter)"
+            "for cuda; valid: cuda here, or cpu in a fresh process (workbench_kernels.setup('cpu') picks the "
+            "interpreter)"
         )
 
 
