@@ -192,6 +192,7 @@ def test_02_fix_is_lossless_and_undo_brings_the_crash_back(tmp_path):
     assert not undo["config"]["apply_fix_in_place"]
 
 
+@pytest.mark.nightly  # the longest notebook test; the nightly's papermill shards run notebook 03's cells too
 def test_03_compares_backends_with_labelled_plots(tmp_path):
     record, nb = _run(
         "03_backend_comparison",

@@ -298,9 +298,9 @@ def plan_network(r: Run) -> None:
     r.step("Network cells", env, ".venv: -m workbench_ci.nightly")
     assert (r.ws / "network-1" / "cells" / "results.json").is_file()
     shards = []
-    for i in (1, 2, 3):  # every network test, collected (not run) in each shard: the dev venv imports them all
+    for i in (1, 2, 3):  # every network and nightly test, collected (not run) per shard: the dev venv imports them
         env = {"TESTS": "tests/", "SHARD": f"{i}/3", "JUNIT": f"network-{i}/network-tests.xml"}
-        env |= {"WB_NETWORK_TESTS": "1", "PIP_NO_CACHE_DIR": "1"}
+        env |= {"WB_NETWORK_TESTS": "1", "WB_NIGHTLY_TESTS": "1", "PIP_NO_CACHE_DIR": "1"}
         res = r.step("Network tests", env, ".venv: -m pytest", extra={"PYTEST_ADDOPTS": "--collect-only"})
         shards.append({x for x in res.stdout.splitlines() if x.startswith("tests/")})
         assert (r.ws / env["JUNIT"]).is_file()
