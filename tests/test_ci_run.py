@@ -75,6 +75,8 @@ def test_the_network_tests_ci_run_leaves_out_run_in_the_nightly():
         "tests/test_upstream_family.py",  # the family's 0.5.12 finding, confirmed by replay and end to end
         "tests/test_runtime_explore_network.py",  # a subset of the explore matrix on a release
         "tests/test_upstream_oracle.py",  # the oracle recall on a real release's subset
+        "tests/test_runtime_bundle_network.py",  # rank bundles in the release kernel, notebook 07 (~3 min)
+        "tests/test_lab_browser_runtime.py",  # the same in JupyterLab at a breakpoint
     }, left_out
     nightly = yaml.safe_load((ROOT / ".github" / "workflows" / "nightly.yml").read_text())["jobs"]["network"]
     [step] = [s for s in nightly["steps"] if '-m "network or nightly"' in s.get("run", "")]
