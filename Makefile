@@ -49,7 +49,7 @@ venv: $(STAMP)
 # upstream cache (labelled with its age when older than this night; one line saying so when neither exists).
 UPSTREAM_CACHE := $(or $(WB_UPSTREAM_CACHE),$(HOME)/.cache/eagle-workbench/upstream)
 report: $(STAMP)
-	$(BIN)/python -m ci.nightly --matrix ci/matrix.yaml --out artifacts/nightly \
+	$(BIN)/python -m workbench_ci.nightly --matrix ci/matrix.yaml --out artifacts/nightly \
 	  --lane artifacts/upstream-lane --lane-history $(UPSTREAM_CACHE)/lane_history.jsonl
 
 # The suite on TEST_JOBS pytest-xdist workers (default auto: one per core). Each test file is one unit of

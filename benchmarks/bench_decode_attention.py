@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-import kernels
+import workbench_kernels
 
 PEAK_GBPS = {"H200": 4800.0, "H100": 3350.0, "A100": 2039.0}
 GPU_SHAPES = [
@@ -80,10 +80,10 @@ def _bench_shape(shape: Shape, dtype: torch.dtype, device: torch.device, repeats
         attn_logits=torch.empty(bs, hq, MAX_KV_SPLITS, d, device=device, dtype=torch.float32),
         attn_lse=torch.empty(bs, hq, MAX_KV_SPLITS, device=device, dtype=torch.float32),
     )
-    splits = kernels.get_num_kv_splits(seq_lens, MAX_KV_SPLITS)
+    splits = workbench_kernels.get_num_kv_splits(seq_lens, MAX_KV_SPLITS)
 
     def triton_call() -> None:
-        kernels.decode_attention_fwd(
+        workbench_kernels.decode_attention_fwd(
             o=o, num_kv_splits=splits, max_kv_splits=MAX_KV_SPLITS, sm_scale=sm_scale, **p, **scratch
         )
 
@@ -109,17 +109,17 @@ def _peak_gbps(device: torch.device, override: float | None) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    kernels.setup()
+    workbench_kernels.setup()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=None, help="timed calls per shape (median reported)")
     parser.add_argument("--peak-gbps", type=float, default=None, help="the card's peak bandwidth, GB/s")
     args = parser.parse_args(argv)
-    on_gpu = not kernels.interpreted()
+    on_gpu = not workbench_kernels.interpreted()
     device = torch.device("cuda" if on_gpu else "cpu")
     dtype = torch.bfloat16 if on_gpu else torch.float32
     repeats = args.repeats or (20 if on_gpu else 2)
     peak = _peak_gbps(device, args.peak_gbps)
-    print(f"kernel: {kernels.kernel_label()}  dtype: {dtype}  max_kv_splits: {MAX_KV_SPLITS}")
+    print(f"kernel: {workbench_kernels.kernel_label()}  dtype: {dtype}  max_kv_splits: {MAX_KV_SPLITS}")
     if not on_gpu:
         print("NOTE: no GPU - the Triton kernel runs in Triton's interpreter (numpy, one program at a time).")
         print("      Its times measure the interpreter, not the kernel; they say nothing about GPU speed.")

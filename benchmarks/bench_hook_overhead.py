@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 import torch
 
-import kernels
+import workbench_kernels
 from workbench.backends.base import AttentionBackend
 from workbench.engine.forward_batch import ForwardBatch
 from workbench.engine.forward_mode import ForwardMode
@@ -122,7 +122,7 @@ def main() -> None:
     ap.add_argument("--forwards", type=int, default=40, help="forwards per worker per round")
     ap.add_argument("--seam-only", action="store_true", help="only the seam's own calls (no model)")
     args = ap.parse_args()
-    kernels.setup()
+    workbench_kernels.setup()
     torch.set_num_threads(1)
     cfg = RunConfig(backend="torch_native", mode="greedy").validate()
     seam = {

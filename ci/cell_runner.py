@@ -1,6 +1,6 @@
 """Run matrix cells as papermill child processes, at most ``jobs`` at once, with a progress line per
-cell; collect how each cell's execution ended and its notebook record, and judge it (``ci.expect``)
-into a ``ci.results.CellResult``.
+cell; collect how each cell's execution ended and its notebook record, and judge it (``workbench_ci.expect``)
+into a ``workbench_ci.results.CellResult``.
 
 Each job runs under its own ``workbench.run.supervisor.Supervisor`` (its own process group, the
 per-notebook limit, SIGTERM then SIGKILL), with ``tree=True``: the notebook's kernel may start
@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from ci.execute import Execution, execution_result
-from ci.expect import check_cell, describe
-from ci.kernelspec import kernel_name
-from ci.matrix import Cell, Matrix, MatrixError, notebook_expect
-from ci.results import CellResult
 from workbench.notebook import load_record  # the notebook face loads the engine; a shard merge has no torch
 from workbench.run.dp import LOG_DIR_ENV
 from workbench.run.serialise import RecordError, from_dict
 from workbench.run.supervisor import Supervisor
+from workbench_ci.execute import Execution, execution_result
+from workbench_ci.expect import check_cell, describe
+from workbench_ci.kernelspec import kernel_name
+from workbench_ci.matrix import Cell, Matrix, MatrixError, notebook_expect
+from workbench_ci.results import CellResult
 
 POLL_S = 0.2
 HEARTBEAT_S = 60.0
@@ -144,7 +144,7 @@ def _start(job: Job, matrix: Matrix, root: Path, out: Path, threads: dict[str, s
     }
     job.log = open(out / job.paths["log"], "w")
     job.proc = job.sup.start(
-        [sys.executable, "-m", "ci.execute", str(out / job.paths["job"])], cwd=root, env=env, stdout=job.log
+        [sys.executable, "-m", "workbench_ci.execute", str(out / job.paths["job"])], cwd=root, env=env, stdout=job.log
     )
     job.started = time.perf_counter()
 

@@ -1,4 +1,4 @@
-"""One notebook through papermill, in its own process: ``python -m ci.execute JOB.json``.
+"""One notebook through papermill, in its own process: ``python -m workbench_ci.execute JOB.json``.
 
 The job names the input and output notebooks, the parameters, the working directory, the kernel
 (``kernel_name``; ``eagle-workbench`` from the runner) and the timeouts; how it ended goes to the

@@ -8,13 +8,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ci.history import params_of
-from ci.matrix import EXPECT_FIELDS, PRIMARY
 from workbench.run.record import CRASH_FIELDS as RECORD_CRASH_FIELDS
+from workbench_ci.history import params_of
+from workbench_ci.matrix import EXPECT_FIELDS, PRIMARY
 
 if TYPE_CHECKING:
-    from ci.execute import Execution
-    from ci.results import CellResult
+    from workbench_ci.execute import Execution
+    from workbench_ci.results import CellResult
 
 # compared with the record's crash as is; raised_at (a dict in the record) by its "file:line"
 CRASH_FIELDS = tuple(f for f in EXPECT_FIELDS if f in RECORD_CRASH_FIELDS and f != "raised_at")
@@ -170,7 +170,7 @@ def check_accept_length(
     cells: list[CellResult], previous: dict[tuple[str, str, str], tuple[float, str]], tolerance: float
 ) -> dict[str, list[str]]:
     """Mean accept length of each ok EAGLE3 run may fall at most ``tolerance`` below the last
-    night that ran the same cell and role with the same parameters and models (``ci.history.params_of``);
+    night that ran the same cell and role with the same parameters and models (``workbench_ci.history.params_of``);
     a run whose parameters or models changed has no such night and starts a new baseline."""
     reasons: dict[str, list[str]] = defaultdict(list)
     for cell, role, rec in ok_runs(cells):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ci.results import CellResult
+    from workbench_ci.results import CellResult
 
 BUSY_TIMEOUT_S = 120.0
 SCHEMA = """

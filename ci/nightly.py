@@ -1,4 +1,4 @@
-"""Nightly runner: ``python -m ci.nightly --matrix ci/matrix.yaml --out artifacts/nightly``.
+"""Nightly runner: ``python -m workbench_ci.nightly --matrix ci/matrix.yaml --out artifacts/nightly``.
 
 Runs every matrix cell's notebook through papermill (``min(cores, cells)`` at once), judges each
 against its expectation, checks output parity and accept length against the history, writes
@@ -23,17 +23,17 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ci import expect
-from ci.cell_runner import default_jobs, prepare_all, run_cells, thread_env, usable_cores
-from ci.history import History
-from ci.kernelspec import KernelSpecError
-from ci.lane import lane_problems, latest_lane
-from ci.matrix import MatrixError, load_matrix, parse_shard
-from ci.publish import export_html
-from ci.report import write_report
-from ci.results import CellResult
 from workbench.run.provenance import workbench_commit
 from workbench.run.serialise import from_dict, to_dict
+from workbench_ci import expect
+from workbench_ci.cell_runner import default_jobs, prepare_all, run_cells, thread_env, usable_cores
+from workbench_ci.history import History
+from workbench_ci.kernelspec import KernelSpecError
+from workbench_ci.lane import lane_problems, latest_lane
+from workbench_ci.matrix import MatrixError, load_matrix, parse_shard
+from workbench_ci.publish import export_html
+from workbench_ci.report import write_report
+from workbench_ci.results import CellResult
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = "results.json"
@@ -241,7 +241,7 @@ def finalize(
 def build_parser() -> argparse.ArgumentParser:
     """The command line (see the module docstring)."""
     ap = argparse.ArgumentParser(
-        prog="python -m ci.nightly", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m workbench_ci.nightly", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--matrix", default="ci/matrix.yaml", help="matrix file, YAML or JSON (default %(default)s)")
     ap.add_argument("--out", default="artifacts/nightly", help="artifact folder (default %(default)s)")
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _merge(args) if args.merge else _run(args)
     except (MatrixError, KernelSpecError, OSError) as e:
-        print(f"ci.nightly: error: {e}", file=sys.stderr)
+        print(f"workbench_ci.nightly: error: {e}", file=sys.stderr)
         return 2
 
 

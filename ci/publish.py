@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from xml.etree import ElementTree as ET
 
-from ci.expect import describe, describe_expect
-from ci.lane import lane_line
+from workbench_ci.expect import describe, describe_expect
+from workbench_ci.lane import lane_line
 
 if TYPE_CHECKING:
-    from ci.results import CellResult
+    from workbench_ci.results import CellResult
 
 
 def export_html(out: Path, cells: list[CellResult]) -> None:
@@ -103,7 +103,7 @@ def write_junit(out: Path, summary: dict, cells: list[CellResult]) -> Path:
             "expected: " + "; ".join(f"{r}: {describe_expect(w)}" for r, w in c.expect.items()) + "\ngot: " + _got(c)
         )
     for p in problems:
-        case = ET.SubElement(suite, "testcase", classname="ci.nightly", name="(merge)")
+        case = ET.SubElement(suite, "testcase", classname="workbench_ci.nightly", name="(merge)")
         ET.SubElement(case, "failure", message=p).text = p
     path = out / "junit.xml"
     ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)

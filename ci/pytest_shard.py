@@ -1,4 +1,4 @@
-"""pytest plugin: ``pytest -p ci.pytest_shard --shard i/N`` runs one shard of the selected tests.
+"""pytest plugin: ``pytest -p workbench_ci.pytest_shard --shard i/N`` runs one shard of the selected tests.
 
 The nightly workflow's network jobs split the network tests this way (one job per shard, the count
 written once in the workflow). After every other selection (``-m``, ``-k``), the tests are sorted by
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from ci.matrix import MatrixError, parse_shard
+from workbench_ci.matrix import MatrixError, parse_shard
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -10,14 +10,14 @@ import json
 import re
 from pathlib import Path
 
-from ci.expect import describe, describe_expect, parity_groups
-from ci.lane import lane_section
-from ci.publish import shipped_note, write_junit, write_markdown
-from ci.results import CellResult
 from workbench.run.labels import record_label
 from workbench.run.serialise import to_dict
 from workbench.views import plots
 from workbench.views.comparison import comparison_section, headlines
+from workbench_ci.expect import describe, describe_expect, parity_groups
+from workbench_ci.lane import lane_section
+from workbench_ci.publish import shipped_note, write_junit, write_markdown
+from workbench_ci.results import CellResult
 
 CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:12px}
 td,th{border:1px solid #ddd;padding:4px 6px;vertical-align:top;text-align:left}th{background:#f5f5f5}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ci.execute import Execution
+from workbench_ci.execute import Execution
 
 Verdict = Literal["expected", "unexpected"]
 

@@ -1,8 +1,8 @@
 """Triton kernels of the `triton` backend, each with its launcher and its torch reference.
 
-Importing this package has no effect: ``kernels.setup()`` (called by the entry points) picks
+Importing this package has no effect: ``workbench_kernels.setup()`` (called by the entry points) picks
 Triton's interpreter on a machine without a CUDA GPU, and the kernel modules load on first use,
-after it (see ``kernels.runtime``). No public function falls back to torch; the ``*_ref``
+after it (see ``workbench_kernels.runtime``). No public function falls back to torch; the ``*_ref``
 functions are the torch references the kernels are tested against.
 """
 

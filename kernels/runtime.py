@@ -47,9 +47,9 @@ def setup(device: str = "cpu") -> bool:
     else:
         if "triton" in sys.modules and flag is None:
             raise RuntimeError(
-                "triton was imported before kernels.setup() without TRITON_INTERPRET, so its language library "
-                "was built for the compiler and the Triton kernels cannot run on CPU tensors. Call "
-                "kernels.setup() before importing triton, or set TRITON_INTERPRET=1."
+                "triton was imported before workbench_kernels.setup() without TRITON_INTERPRET, so its language "
+                "library was built for the compiler and the Triton kernels cannot run on CPU tensors. Call "
+                "workbench_kernels.setup() before importing triton, or set TRITON_INTERPRET=1."
             )
         os.environ.setdefault("TRITON_INTERPRET", "1")
         if os.environ["TRITON_INTERPRET"].strip().lower() in _FALSE:

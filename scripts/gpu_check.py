@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import kernels  # noqa: E402
+import workbench_kernels  # noqa: E402
 
 
 def main() -> int:
@@ -28,7 +28,7 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    kernels.setup("cuda")
+    workbench_kernels.setup("cuda")
     from workbench.models.loader import load_prompts
     from workbench.run.api import reproduce
 

@@ -1,5 +1,7 @@
 """Shared fixtures. Tests marked ``network`` need the package registries and a large install;
-they run only with WB_NETWORK_TESTS=1 (the nightly sets it) and say so when skipped."""
+they run only with WB_NETWORK_TESTS=1 (the nightly sets it) and say so when skipped. Tests marked
+``nightly`` need neither, but are long: they run only with WB_NIGHTLY_TESTS=1, which the nightly
+workflow's network shards set (`make test` leaves them to it, and says so)."""
 
 from __future__ import annotations
 
@@ -9,28 +11,23 @@ import pytest
 
 
 def pytest_configure(config):
-    import kernels
+    import workbench_kernels
 
-    kernels.setup()  # the session's entry point chooses where the Triton kernels run
+    workbench_kernels.setup()  # the session's entry point chooses where the Triton kernels run
 
 
 # `make test` runs the suite on pytest-xdist workers with `--dist loadfile`: a test file is one unit of
 # work (its module fixtures run once), except the tests below, each a unit of its own so that it runs
 # beside the rest of its file (each is most of its file's time; `--durations` of make test).
 OWN_UNITS = {
-    "tests/test_engine.py::test_every_backend_gives_the_greedy_output_on_the_shipped_prompts[triton]",
     "tests/test_dp.py::test_good_revisions_pass_everywhere_with_identical_outputs[pr-28221]",
-    "tests/test_dp.py::test_good_revisions_pass_everywhere_with_identical_outputs[pre-24860]",
     "tests/test_dp.py::test_in_place_fix_turns_the_crash_into_ok_and_undo_brings_it_back",
-    "tests/test_notebooks.py::test_03_compares_backends_with_labelled_plots",
     "tests/test_notebooks.py::test_02_fix_is_lossless_and_undo_brings_the_crash_back",
     "tests/test_compare.py::test_a_failed_run_is_kept_as_a_failed_row_and_the_rest_is_shown",
 }
 # The longest units, longest first: they start first, so no worker begins one while the others finish.
 # Only the order changes (`--no-loadscope-reorder` keeps it); other units follow in file order.
 LONG_FIRST = (
-    "tests/test_notebooks.py::test_03_compares_backends_with_labelled_plots",
-    "tests/test_engine.py::test_every_backend_gives_the_greedy_output_on_the_shipped_prompts[triton]",
     "tests/test_dp.py",
     "tests/test_notebooks.py::test_02_fix_is_lossless_and_undo_brings_the_crash_back",
     "tests/test_dp.py::test_good_revisions_pass_everywhere_with_identical_outputs[pr-28221]",
@@ -41,7 +38,6 @@ LONG_FIRST = (
     "tests/test_nightly.py",
     "tests/test_dp.py::test_in_place_fix_turns_the_crash_into_ok_and_undo_brings_it_back",
     "tests/test_engine.py",
-    "tests/test_dp.py::test_good_revisions_pass_everywhere_with_identical_outputs[pre-24860]",
 )
 
 
@@ -69,15 +65,22 @@ def pytest_collection_modifyitems(config, items):
     if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker collects the same order: the units' order
         rank = {unit: i for i, unit in enumerate(LONG_FIRST)}
         items.sort(key=lambda item: rank.get(work_unit(item.nodeid), len(rank)))
-    if os.environ.get("WB_NETWORK_TESTS") == "1":
-        return
-    skip = pytest.mark.skip(
-        reason="network test: needs the package registries and a large install; "
-        "set WB_NETWORK_TESTS=1 to run it (the nightly does)"
-    )
-    for item in items:
-        if "network" in item.keywords:
-            item.add_marker(skip)
+    skips = {
+        "network": (
+            "WB_NETWORK_TESTS",
+            "network test: needs the package registries and a large install; "
+            "set WB_NETWORK_TESTS=1 to run it (the nightly does)",
+        ),
+        "nightly": (
+            "WB_NIGHTLY_TESTS",
+            "nightly test: long, run by the nightly workflow's network shards; set WB_NIGHTLY_TESTS=1 to run it here",
+        ),
+    }
+    for mark, (var, reason) in skips.items():
+        if os.environ.get(var) != "1":
+            for item in items:
+                if mark in item.keywords:
+                    item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session", autouse=True)

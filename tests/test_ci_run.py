@@ -5,6 +5,7 @@ shard runs which: tests/test_workflow_jobs.py)."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -74,10 +75,35 @@ def test_the_network_tests_ci_run_leaves_out_run_in_the_nightly():
         "tests/test_upstream_family.py",  # the family's 0.5.12 finding, confirmed by replay and end to end
         "tests/test_runtime_explore_network.py",  # a subset of the explore matrix on a release
         "tests/test_upstream_oracle.py",  # the oracle recall on a real release's subset
+        "tests/test_runtime_bundle_network.py",  # rank bundles in the release kernel, notebook 07 (~3 min)
+        "tests/test_lab_browser_runtime.py",  # the same in JupyterLab at a breakpoint
     }, left_out
     nightly = yaml.safe_load((ROOT / ".github" / "workflows" / "nightly.yml").read_text())["jobs"]["network"]
-    [step] = [s for s in nightly["steps"] if "-m network" in s.get("run", "")]
+    [step] = [s for s in nightly["steps"] if '-m "network or nightly"' in s.get("run", "")]
     # the network shards select with -m network alone over all of tests/: every test left out above
     assert " -k " not in step["run"] and step["env"]["TESTS"] == "tests/", (
         "the nightly does not take every network test"
     )
+
+
+def test_the_tests_make_test_leaves_to_the_nightly_run_there_and_only_there():
+    """A test marked ``nightly`` is skipped by `make test` (saying where it runs) and selected by the nightly
+    workflow's network shards, with the variable that lets it run there."""
+    moved = collect(["-m", "nightly", "tests/"])
+    assert moved, "no test is marked nightly: this test would check nothing"
+    nightly = yaml.safe_load((ROOT / ".github" / "workflows" / "nightly.yml").read_text())["jobs"]["network"]
+    [step] = [s for s in nightly["steps"] if s.get("name", "").startswith("Network tests")]
+    assert '-m "network or nightly"' in step["run"] and step["env"]["WB_NIGHTLY_TESTS"] == "1"
+    assert step["env"]["TESTS"] == "tests/" and " -k " not in step["run"]
+    files = sorted({x.split("::")[0] for x in moved})
+    env = {k: v for k, v in os.environ.items() if k != "WB_NIGHTLY_TESTS"}
+    res = subprocess.run(  # as make test runs them: skipped, each with the reason
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "nightly", "-rs", *files],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode == 0 and f"{len(moved)} skipped" in res.stdout, res.stdout[-3000:]
+    assert res.stdout.count("nightly test: long, run by the nightly workflow's network shards") >= 1, res.stdout

@@ -16,15 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from ci import nightly
 from workbench.cli import build_parser, flags, main
 from workbench.cli.upstream import _bundle_conclusive
+from workbench_ci import nightly
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"```[^\n]*\n(.*?)```", re.S)
 SPAN = re.compile(r"`([^`\n]+)`")
-PROGRAMS = {"workbench": "workbench", ".venv/bin/workbench": "workbench", "python -m ci.nightly": "ci.nightly"}
+PROGRAMS = {
+    "workbench": "workbench",
+    ".venv/bin/workbench": "workbench",
+    "python -m workbench_ci.nightly": "workbench_ci.nightly",
+}
 
 
 def _command(text: str) -> tuple[str, list[str]] | None:
@@ -77,7 +81,7 @@ RUN = {
 
 def test_the_docs_hold_commands():
     programs = {p for _, p, _ in COMMANDS}
-    assert len(COMMANDS) > 20 and programs == {"workbench", "ci.nightly"}, COMMANDS
+    assert len(COMMANDS) > 20 and programs == {"workbench", "workbench_ci.nightly"}, COMMANDS
     listed = {" ".join(["workbench", *argv]) for _, p, argv in COMMANDS if p == "workbench"}
     assert set(RUN) <= listed, f"RUN names commands the docs no longer show: {set(RUN) - listed}"
 

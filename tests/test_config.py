@@ -121,12 +121,12 @@ def test_cuda_is_refused_without_a_gpu_and_at_dp_above_one(monkeypatch):
 
 def test_a_cpu_triton_run_is_refused_where_the_kernels_were_compiled(monkeypatch):
     """On a GPU machine whose process set the kernels up compiled, CPU tensors cannot reach them."""
-    import kernels.runtime
+    import workbench_kernels.runtime
     from workbench.run.config import check_kernels
 
-    monkeypatch.setitem(kernels.runtime._STATE, "interpreted", False)
+    monkeypatch.setitem(workbench_kernels.runtime._STATE, "interpreted", False)
     with pytest.raises(ConfigError, match="invalid device 'cpu' for backend triton in this process"):
         check_kernels(make_config(backend="triton"))
     check_kernels(make_config(backend="torch_native"))  # torch paths do not use the kernels
-    monkeypatch.setitem(kernels.runtime._STATE, "interpreted", True)
+    monkeypatch.setitem(workbench_kernels.runtime._STATE, "interpreted", True)
     check_kernels(make_config(backend="triton"))

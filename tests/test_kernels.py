@@ -15,12 +15,12 @@ from collections.abc import Callable
 import pytest
 import torch
 
-import kernels
-from kernels import decode_attention, extend_attention, kv_indices, spec_helpers
+import workbench_kernels
+from workbench_kernels import decode_attention, extend_attention, kv_indices, spec_helpers
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
 CPU_ONLY = not torch.cuda.is_available()
-DEVICE = "cpu" if kernels.interpreted() else "cuda"
+DEVICE = "cpu" if workbench_kernels.interpreted() else "cuda"
 
 
 Pair = tuple[torch.Tensor, torch.Tensor]
@@ -84,8 +84,8 @@ def _seed() -> None:
 def test_cpu_only_machine_uses_the_interpreter() -> None:
     from triton.runtime.interpreter import InterpretedFunction
 
-    assert kernels.interpreted()
-    assert kernels.kernel_label() == "triton (interpreter, CPU)"
+    assert workbench_kernels.interpreted()
+    assert workbench_kernels.kernel_label() == "triton (interpreter, CPU)"
     assert isinstance(decode_attention._decode_split_kernel, InterpretedFunction)
 
 
@@ -105,20 +105,22 @@ def test_importing_the_kernels_has_no_effect_and_a_foreign_triton_first_is_a_cle
     """The workbench's imports touch neither triton nor the environment; the first kernel module
     to load sets up the interpreter. triton imported by someone else first is a RuntimeError."""
     ok = _fresh_python(
-        "import os, sys, torch, kernels, workbench.backends.triton, workbench.engine.ops\n"
+        "import os, sys, torch, workbench_kernels, workbench.backends.triton, workbench.engine.ops\n"
         "assert 'triton' not in sys.modules and 'TRITON_INTERPRET' not in os.environ\n"
-        "from kernels import kv_indices\n"
+        "from workbench_kernels import kv_indices\n"
         "out = torch.empty(3, dtype=torch.int64)\n"
-        "kernels.build_kv_indices(req_to_token=torch.arange(8, dtype=torch.int32).view(2, 4),"
+        "workbench_kernels.build_kv_indices(req_to_token=torch.arange(8, dtype=torch.int32).view(2, 4),"
         " req_pool_indices=torch.tensor([1]), seq_lens=torch.tensor([3]), kv_indptr=torch.tensor([0, 3]),"
         " kv_indices=out)\n"
-        "print(out.tolist(), kernels.kernel_label(), type(kv_indices._build_kv_indices_kernel).__name__)"
+        "print(out.tolist(), workbench_kernels.kernel_label(), type(kv_indices._build_kv_indices_kernel).__name__)"
     )
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.strip() == "[4, 5, 6] triton (interpreter, CPU) InterpretedFunction", ok.stdout
-    off = _fresh_python("import triton\nimport kernels\nkernels.setup()")
+    off = _fresh_python("import triton\nimport workbench_kernels\nworkbench_kernels.setup()")
     assert off.returncode != 0 and "RuntimeError" in off.stderr
-    assert "triton was imported before kernels.setup()" in off.stderr and "set TRITON_INTERPRET=1" in off.stderr
+    assert (
+        "triton was imported before workbench_kernels.setup()" in off.stderr and "set TRITON_INTERPRET=1" in off.stderr
+    )
 
 
 class _LaunchSpy:
@@ -178,8 +180,10 @@ def _check_decode(
     kv_indptr, kv_idx = _paged(lens, k_buffer.shape[0], padded)
     q = torch.randn(bs, hq, d, device=DEVICE).to(dtype)
     o = torch.full((bs, hq, dv), float("nan"), device=DEVICE).to(dtype)
-    num_splits = kernels.get_num_kv_splits(_ints(lens), max_splits) if splits is None else _ints(splits, torch.int32)
-    kernels.decode_attention_fwd(
+    num_splits = (
+        workbench_kernels.get_num_kv_splits(_ints(lens), max_splits) if splits is None else _ints(splits, torch.int32)
+    )
+    workbench_kernels.decode_attention_fwd(
         q=q,
         k_buffer=k_buffer,
         v_buffer=v_buffer,
@@ -192,7 +196,7 @@ def _check_decode(
         attn_logits=torch.empty(bs, hq, max_splits, dv, device=DEVICE),
         attn_lse=torch.empty(bs, hq, max_splits, device=DEVICE),
     )
-    ref = kernels.decode_attention_ref(
+    ref = workbench_kernels.decode_attention_ref(
         q=q, k_buffer=k_buffer, v_buffer=v_buffer, kv_indptr=kv_indptr, kv_indices=kv_idx, sm_scale=d**-0.5
     )
     assert _max_error(o, ref) <= TOL[dtype]
@@ -246,8 +250,8 @@ def test_decode_attention_batch_size_zero_is_a_no_op() -> None:
 
 
 def test_get_num_kv_splits() -> None:
-    assert kernels.get_num_kv_splits(torch.zeros(0, dtype=torch.int64), 8).shape == (0,)
-    splits = kernels.get_num_kv_splits(torch.tensor([0, 1, 256, 257, 100_000]), 8)
+    assert workbench_kernels.get_num_kv_splits(torch.zeros(0, dtype=torch.int64), 8).shape == (0,)
+    splits = workbench_kernels.get_num_kv_splits(torch.tensor([0, 1, 256, 257, 100_000]), 8)
     assert splits.tolist() == [1, 1, 1, 2, 8] and splits.dtype == torch.int32
 
 
@@ -290,8 +294,8 @@ def _check_extend(
         sm_scale=d**-0.5,
     )
     o = torch.full((tokens, hq, d), float("nan"), device=DEVICE).to(dtype)
-    kernels.extend_attention_fwd(o_extend=o, max_len_extend=max(q_lens, default=0), **args)
-    ref = kernels.extend_attention_ref(**args)
+    workbench_kernels.extend_attention_fwd(o_extend=o, max_len_extend=max(q_lens, default=0), **args)
+    ref = workbench_kernels.extend_attention_ref(**args)
     assert _max_error(o, ref) <= TOL[dtype]
 
 
@@ -348,7 +352,7 @@ def _check_build_kv_indices(*, with_start: bool) -> None:
         start = _ints([2, 0, 150, 9, 0][: len(lens)]) if with_start else None
         kv_indptr = _indptr(lens)
         out = torch.full((sum(lens),), -1, dtype=torch.int64, device=DEVICE)
-        kernels.build_kv_indices(
+        workbench_kernels.build_kv_indices(
             req_to_token=req_to_token,
             req_pool_indices=pool_idx,
             seq_lens=seq_lens,
@@ -357,7 +361,7 @@ def _check_build_kv_indices(*, with_start: bool) -> None:
             kv_start_idx=start,
         )
         ref = torch.full_like(out, -1)
-        kernels.build_kv_indices_ref(
+        workbench_kernels.build_kv_indices_ref(
             req_to_token=req_to_token,
             req_pool_indices=pool_idx,
             seq_lens=seq_lens,
@@ -384,8 +388,8 @@ def _check_assign_req_to_token_pool() -> None:
         )
         table = torch.randint(0, 10_000, (6, 512), dtype=torch.int32, device=DEVICE)
         expected = table.clone()
-        kernels.assign_req_to_token_pool(req_to_token=table, **args)
-        kernels.assign_req_to_token_pool_ref(req_to_token=expected, **args)
+        workbench_kernels.assign_req_to_token_pool(req_to_token=table, **args)
+        workbench_kernels.assign_req_to_token_pool_ref(req_to_token=expected, **args)
         assert torch.equal(table, expected)
         at = 0
         for row, first, n in zip(reqs, starts, counts, strict=False):  # and both against the definition
@@ -402,9 +406,9 @@ def _check_draft_extend_positions_and_bonus() -> None:
         )
         positions = torch.full((sum(accepted),), -7, dtype=torch.int64, device=DEVICE)
         bonus = torch.full((len(accepted),), -7, dtype=torch.int64, device=DEVICE)
-        kernels.draft_extend_positions_and_bonus(positions=positions, bonus_tokens=bonus, **args)
+        workbench_kernels.draft_extend_positions_and_bonus(positions=positions, bonus_tokens=bonus, **args)
         ref_positions, ref_bonus = torch.full_like(positions, -7), torch.full_like(bonus, -7)
-        kernels.draft_extend_positions_and_bonus_ref(positions=ref_positions, bonus_tokens=ref_bonus, **args)
+        workbench_kernels.draft_extend_positions_and_bonus_ref(positions=ref_positions, bonus_tokens=ref_bonus, **args)
         assert torch.equal(positions, ref_positions) and torch.equal(bonus, ref_bonus)
         at = 0
         for i, (b, n) in enumerate(zip(before, accepted, strict=False)):  # and both against the definition

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-import kernels
+import workbench_kernels
 from workbench import reproduce
 from workbench.backends.triton import TritonBackend
 from workbench.engine.forward_mode import ForwardMode
@@ -25,7 +25,7 @@ def test_triton_kernels_match_reference_on_real_drafts(monkeypatch: pytest.Monke
         out = ext(self, q, k, v, layer_id, fb)
         md = fb.attn_metadata
         k_buf, v_buf = fb.kv_cache.get_kv(layer_id)
-        ref = kernels.extend_attention_ref(
+        ref = workbench_kernels.extend_attention_ref(
             q_extend=q,
             k_extend=k,
             v_extend=v,
@@ -50,7 +50,7 @@ def test_triton_kernels_match_reference_on_real_drafts(monkeypatch: pytest.Monke
         out = dec(self, q, layer_id, fb)
         md = fb.attn_metadata
         k_buf, v_buf = fb.kv_cache.get_kv(layer_id)
-        ref = kernels.decode_attention_ref(
+        ref = workbench_kernels.decode_attention_ref(
             q=q,
             k_buffer=k_buf,
             v_buffer=v_buf,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ci.expect import check_run
-from ci.matrix import load_matrix
+from workbench_ci.expect import check_run
+from workbench_ci.matrix import load_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 ALL = [c for c in load_matrix(str(ROOT / "ci" / "matrix-network.yaml")).cells if c.name.startswith("06_real")]

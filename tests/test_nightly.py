@@ -16,11 +16,11 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from ci import nightly
-from ci.execute import execution_result
-from ci.expect import check_lossless
-from ci.history import History
-from ci.results import CellResult
+from workbench_ci import nightly
+from workbench_ci.execute import execution_result
+from workbench_ci.expect import check_lossless
+from workbench_ci.history import History
+from workbench_ci.results import CellResult
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -110,7 +110,7 @@ def test_shards_merge_into_one_report(tmp_path, capsys):
     assert "report:" in capsys.readouterr().out
     # the merge alone needs no torch (a CI merge job does not install it)
     no_torch = (
-        "import sys; sys.modules['torch'] = None; from ci import nightly; "
+        "import sys; sys.modules['torch'] = None; from workbench_ci import nightly; "
         f"sys.exit(nightly.main(['--merge', {str(tmp_path / 's1')!r}, {str(tmp_path / 's2')!r}, "
         f"'--out', {str(tmp_path / 'merged-no-torch')!r}]))"
     )
@@ -214,10 +214,10 @@ def test_accept_length_drop_against_previous_night(tmp_path, capsys):
 
 APPEND = """
 import json, sys, time
-from ci.execute import execution_result
-from ci.history import History
-from ci.results import CellResult
-from ci.results import CellResult
+from workbench_ci.execute import execution_result
+from workbench_ci.history import History
+from workbench_ci.results import CellResult
+from workbench_ci.results import CellResult
 path, tag, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
 run = json.loads(sys.argv[4])
 cells = [CellResult(f"cell{i}", "nb", {}, {}, {}, execution_result("ok"), {"runs": {"run": run}}) for i in range(40)]
@@ -292,7 +292,7 @@ def test_a_missing_notebook_or_unknown_parameter_is_a_usage_error_before_anythin
 
 
 def test_report_reads_the_comparison_from_the_cell_record_the_runner_writes(tmp_path):
-    """The report's comparison headline and section come from the key ``ci.cell_runner`` writes
+    """The report's comparison headline and section come from the key ``workbench_ci.cell_runner`` writes
     (``notebook_record``): a cell in that shape gives its headline and an HTML section naming it."""
     from workbench.views.comparison import headlines
 

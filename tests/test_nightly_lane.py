@@ -7,9 +7,9 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from ci import lane as ci_lane
-from ci.lane import CURRENT_H, lane_line, lane_problems, lane_section, latest_lane
 from workbench.upstream import lane as wb_lane
+from workbench_ci import lane as ci_lane
+from workbench_ci.lane import CURRENT_H, lane_line, lane_problems, lane_section, latest_lane
 
 NOW = datetime(2026, 12, 4, 3, 0, tzinfo=UTC)
 FAILING_KEY = "triton|IDLE|NewInput|kv_indptr|TritonAttnBackend.init_forward_metadata"

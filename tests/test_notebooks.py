@@ -17,9 +17,9 @@ import papermill
 import pytest
 import yaml
 
-from ci.kernelspec import KernelSpecError, kernel_name
 from workbench.notebook import load_record
 from workbench.views import plots
+from workbench_ci.kernelspec import KernelSpecError, kernel_name
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -192,6 +192,7 @@ def test_02_fix_is_lossless_and_undo_brings_the_crash_back(tmp_path):
     assert not undo["config"]["apply_fix_in_place"]
 
 
+@pytest.mark.nightly  # the longest notebook test; the nightly's papermill shards run notebook 03's cells too
 def test_03_compares_backends_with_labelled_plots(tmp_path):
     record, nb = _run(
         "03_backend_comparison",
@@ -304,7 +305,7 @@ def test_notebooks_run_on_the_venvs_own_kernel(tmp_path, monkeypatch):
     with pytest.raises(KernelSpecError, match=f"runs '/usr/bin/python3', not this interpreter '{sys.executable}'"):
         kernel_name()
     # the nightly refuses too, as a usage error, before any notebook starts
-    from ci import nightly
+    from workbench_ci import nightly
 
     matrix = tmp_path / "m.json"
     matrix.write_text(

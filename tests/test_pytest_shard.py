@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ci.pytest_shard import shard_of
+from workbench_ci.pytest_shard import shard_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,7 +24,17 @@ def test_shards_partition_the_selection(n):
 
 @pytest.mark.parametrize("bad", ["4/3", "0/3", "x", "1/0"])
 def test_a_bad_shard_is_a_usage_error(bad):
-    args = ["-m", "pytest", "--collect-only", "-q", "--noconftest", "-p", "no:cacheprovider", "-p", "ci.pytest_shard"]
+    args = [
+        "-m",
+        "pytest",
+        "--collect-only",
+        "-q",
+        "--noconftest",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "workbench_ci.pytest_shard",
+    ]
     res = subprocess.run(
         [sys.executable, *args, "--shard", bad, "tests/test_style.py"],
         cwd=ROOT,
@@ -36,7 +46,17 @@ def test_a_bad_shard_is_a_usage_error(bad):
 
 
 def test_a_shard_keeps_its_share_of_a_real_selection():
-    args = ["-m", "pytest", "--collect-only", "-q", "--noconftest", "-p", "no:cacheprovider", "-p", "ci.pytest_shard"]
+    args = [
+        "-m",
+        "pytest",
+        "--collect-only",
+        "-q",
+        "--noconftest",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "workbench_ci.pytest_shard",
+    ]
     picked = []
     for i in (1, 2):
         res = subprocess.run(

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ci.execute import Execution, execution_result
-from ci.expect import CRASH_FIELDS as CHECKED_FIELDS
-from ci.expect import check_cell, check_run
-from ci.matrix import EXPECT_FIELDS
 from workbench.run.record import CRASH_FIELDS, STATUSES, crash_from_exception, crash_record
 from workbench.run.serialise import RecordError, from_dict, to_dict
+from workbench_ci.execute import Execution, execution_result
+from workbench_ci.expect import CRASH_FIELDS as CHECKED_FIELDS
+from workbench_ci.expect import check_cell, check_run
+from workbench_ci.matrix import EXPECT_FIELDS
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGE = "'EagleDraftExtendInput' object has no attribute 'kv_indptr'"

@@ -203,12 +203,15 @@ def test_each_shard_count_is_written_once(job):
 
 
 def test_the_network_shards_run_every_network_test_and_every_network_cell():
-    """.ci/run runs the quick network tests; every network test (the rest too) runs in a network shard."""
+    """.ci/run runs the quick network tests; every network test (the rest too) and every nightly test (the
+    long ones make test leaves out) runs in a network shard."""
     network = _jobs(NIGHTLY)["network"]
     steps = {s.get("name", ""): s for s in network["steps"]}
     [tests] = [s for n, s in steps.items() if n.startswith("Network tests")]
     assert tests["env"]["TESTS"] == "tests/" and tests["env"]["WB_NETWORK_TESTS"] == "1"
-    assert "-m network" in tests["run"] and "-p ci.pytest_shard" in tests["run"] and " -k " not in tests["run"]
+    assert tests["env"]["WB_NIGHTLY_TESTS"] == "1"  # and every test make test leaves to the nightly
+    assert '-m "network or nightly"' in tests["run"] and "-p workbench_ci.pytest_shard" in tests["run"]
+    assert " -k " not in tests["run"]
     [cells] = [s for n, s in steps.items() if n.startswith("Network cells")]
     assert cells["env"]["MATRIX"] == "ci/matrix-network.yaml"
     assert "make venv\n" in _runs(network) + "\n"  # the dev extras: pytest

@@ -6,8 +6,12 @@ entry points run there on small inputs, most as the step's own `run:` text with 
 ones its plan ran must be the same set, but for the few NOT_RUN names with the reason.
 
 The venvs are kept between runs in WB_JOB_VENVS (default ~/.cache/eagle-workbench/job-venvs), one folder
-per install and a hash of everything that decides it (Makefile, pyproject.toml, constraints.txt, the
-checkout's path, the Python): the first run builds them (minutes, from pip's cache), later runs reuse them.
+per install and a hash of what decides its contents (the job's package list, Makefile, pyproject.toml,
+constraints.txt, the Python), not of the checkout's path: the first run on a machine builds them (minutes,
+from pip's cache); every later run, from any clone with the same contents, reuses them. A `.venv` job's
+workspace holds a copy of the checkout (its editable install points into the workspace, so one venv
+serves every clone), refreshed from the checkout at each run. Building one removes those of its kind unused
+for PRUNE_AFTER_S.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,13 +34,14 @@ import pytest
 import yaml
 from upstream_fixtures import toy_tree, write_fake_cache
 
-from ci import nightly
+from workbench_ci import nightly
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
 FIXTURES = ROOT / "tests" / "fixtures"
 CACHE = Path(os.environ.get("WB_JOB_VENVS") or Path.home() / ".cache" / "eagle-workbench" / "job-venvs")
 KEEP = {".venv", ".git", "artifacts", "build", "runs", ".cache", ".ruff_cache", ".pytest_cache"}
+PRUNE_AFTER_S = 2 * 86400  # a venv of CACHE unused this long is removed when one of its kind is built
 # entry points a job has that its plan does not run, and why
 NOT_RUN = {
     ("nightly.yml", "guard", ".venv: workbench upstream nightly"): "needs PyPI's newest release and its replay venv "
@@ -104,10 +110,11 @@ def _clean_env(**extra: str) -> dict:
 
 
 def _key(*parts: str) -> str:
+    """A hash of what decides a venv's contents: the files that say what is installed, the Python, ``parts``."""
     h = hashlib.sha256()
     for p in ("Makefile", "pyproject.toml", "constraints.txt"):
         h.update((ROOT / p).read_bytes())
-    h.update("\0".join([str(ROOT), sys.version, *parts]).encode())
+    h.update("\0".join([sys._base_executable, sys.version, *parts]).encode())
     return h.hexdigest()[:12]
 
 
@@ -116,29 +123,44 @@ def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        os.utime(lock.fileno())  # the lock's mtime is the venv's last use (_prune keeps the newest)
         yield
 
 
 def _prune(keep: Path) -> None:
-    """Remove this checkout's venvs of the same kind as ``keep`` built for other contents (older keys)."""
+    """Remove the venvs of ``keep``'s kind (its name less the key) unused for PRUNE_AFTER_S: built for other
+    contents (an older constraints.txt, another clone's edit). A venv is used under its lock (``_locked``),
+    whose mtime is its last use; one in use now is never removed."""
     prefix = keep.name[: -len(_key())]
     for old in keep.parent.glob(prefix + "*"):
-        marker = old / "checkout"
-        if old != keep and re.fullmatch(re.escape(prefix) + "[0-9a-f]{12}", old.name) and marker.is_file():
-            if marker.read_text() == str(ROOT):
-                shutil.rmtree(old, ignore_errors=True)
-                old.with_suffix(".lock").unlink(missing_ok=True)
+        lock_path = old.with_suffix(".lock")
+        if old == keep or not old.is_dir() or not re.fullmatch(re.escape(prefix) + "[0-9a-f]{12}", old.name):
+            continue
+        if lock_path.exists() and time.time() - lock_path.stat().st_mtime < PRUNE_AFTER_S:
+            continue
+        with open(lock_path, "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # another test run is using it
+            shutil.rmtree(old, ignore_errors=True)
+            lock_path.unlink(missing_ok=True)
 
 
-def _link_checkout(ws: Path) -> None:
-    """ws mirrors the checkout (a symlink per top-level entry) around its own .venv; job outputs are removed."""
+def _copy_checkout(ws: Path) -> None:
+    """ws holds a copy of the checkout (less KEEP) around its own .venv; the previous copy and job outputs go.
+    A copy, not links: the editable install resolves links, and would then import the first clone's code."""
     for p in list(ws.iterdir()):
-        if p.name in (".venv", "checkout") or p.name.endswith(".egg-info"):
+        if p.name == ".venv" or p.name.endswith(".egg-info"):
             continue
         shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
     for p in ROOT.iterdir():
-        if p.name not in KEEP and not p.name.endswith(".egg-info"):
-            (ws / p.name).symlink_to(p)
+        if p.name in KEEP or p.name.endswith(".egg-info"):
+            continue
+        if p.is_symlink():  # workbench_ci, workbench_kernels: links to the folders, kept as links
+            (ws / p.name).symlink_to(os.readlink(p))
+        else:
+            shutil.copytree(p, ws / p.name, symlinks=True) if p.is_dir() else shutil.copy2(p, ws / p.name)
 
 
 def _python_venv(packages: tuple[str, ...]) -> Path:
@@ -149,7 +171,6 @@ def _python_venv(packages: tuple[str, ...]) -> Path:
             shutil.rmtree(venv, ignore_errors=True)
             _prune(venv)
             subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, timeout=300)
-            (venv / "checkout").write_text(str(ROOT))
             if packages:
                 pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-c", "constraints.txt", *packages]
                 subprocess.run(pip, cwd=ROOT, env=_clean_env(), check=True, timeout=1800)
@@ -202,24 +223,34 @@ class Run:
 
 @contextmanager
 def job_run(job: Job, tmp: Path) -> Iterator[Run]:
-    """The job's venvs (built once per install, then reused) and a clean workspace, emptied afterwards."""
+    """The job's venvs (built once per contents, then reused) and a fresh workspace, emptied afterwards."""
     python = _python_venv(job.pip or ())
-    ws = CACHE / f"ws-{job.venv_extras}-{_key(str(job.venv_extras))}" if job.venv_extras is not None else tmp / "ws"
+    if job.venv_extras is None:
+        ws = tmp / "ws"
+        ws.mkdir()
+        for p in ROOT.iterdir():  # no .venv here: links to the checkout are the checkout
+            if p.name not in KEEP and not p.name.endswith(".egg-info"):
+                (ws / p.name).symlink_to(p)
+        yield Run(job, ws, python, tmp)
+        return
+    ws = CACHE / f"ws-{job.venv_extras}-{_key(str(job.venv_extras))}"
     with _locked(ws):
         ws.mkdir(parents=True, exist_ok=True)
-        _link_checkout(ws)
-        if job.venv_extras is not None and not (ws / ".venv" / ".installed").is_file():
+        _copy_checkout(ws)
+        stamp = ws / ".venv" / ".installed"
+        if stamp.is_file():  # the key is the stamp's inputs' contents: the copies' newer mtimes change nothing
+            stamp.touch()
+        else:
             _prune(ws)
-            (ws / "checkout").write_text(str(ROOT))
             make = ["make", "venv", f"EXTRAS={job.venv_extras}"]
             res = subprocess.run(make, cwd=ws, env=_clean_env(), capture_output=True, text=True, timeout=3600)
             assert res.returncode == 0, f"{job.name}: {make}: exit {res.returncode}\n{res.stderr[-5000:]}"
         try:
             yield Run(job, ws, python, tmp)
         finally:
-            for p in ws.iterdir():  # the job's outputs go; the venv and the links stay
-                if not (p.name in (".venv", "checkout") or p.name.endswith(".egg-info") or p.is_symlink()):
-                    shutil.rmtree(p) if p.is_dir() else p.unlink()
+            for p in ws.iterdir():  # the job's outputs and the copy go; the venv stays
+                if not (p.name == ".venv" or p.name.endswith(".egg-info")):
+                    shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
 
 
 # ---- small inputs
@@ -252,7 +283,11 @@ def shard_results(out: Path, matrix: Path, n: int) -> None:
 def plan_shard(r: Run) -> None:
     matrix = tiny_matrix(r.tmp / "matrix.json")
     for i in (1, 2):
-        r.step("Run shard", {"MATRIX": str(matrix), "SHARD": f"{i}/2", "OUT": f"shard-{i}"}, ".venv: -m ci.nightly")
+        r.step(
+            "Run shard",
+            {"MATRIX": str(matrix), "SHARD": f"{i}/2", "OUT": f"shard-{i}"},
+            ".venv: -m workbench_ci.nightly",
+        )
         doc = json.loads((r.ws / f"shard-{i}" / "results.json").read_text())
         assert doc["shard"] == f"{i}/2" and all(c["verdict"] == "expected" for c in doc["cells"])
 
@@ -260,12 +295,12 @@ def plan_shard(r: Run) -> None:
 def plan_network(r: Run) -> None:
     matrix = tiny_matrix(r.tmp / "matrix.json", n=2)
     env = {"MATRIX": str(matrix), "SHARD": "1/1", "OUT": "network-1/cells", "PIP_NO_CACHE_DIR": "1"}
-    r.step("Network cells", env, ".venv: -m ci.nightly")
+    r.step("Network cells", env, ".venv: -m workbench_ci.nightly")
     assert (r.ws / "network-1" / "cells" / "results.json").is_file()
     shards = []
-    for i in (1, 2, 3):  # every network test, collected (not run) in each shard: the dev venv imports them all
+    for i in (1, 2, 3):  # every network and nightly test, collected (not run) per shard: the dev venv imports them
         env = {"TESTS": "tests/", "SHARD": f"{i}/3", "JUNIT": f"network-{i}/network-tests.xml"}
-        env |= {"WB_NETWORK_TESTS": "1", "PIP_NO_CACHE_DIR": "1"}
+        env |= {"WB_NETWORK_TESTS": "1", "WB_NIGHTLY_TESTS": "1", "PIP_NO_CACHE_DIR": "1"}
         res = r.step("Network tests", env, ".venv: -m pytest", extra={"PYTEST_ADDOPTS": "--collect-only"})
         shards.append({x for x in res.stdout.splitlines() if x.startswith("tests/")})
         assert (r.ws / env["JUNIT"]).is_file()
@@ -306,11 +341,11 @@ def plan_merge(r: Run) -> None:
     (r.ws / "history").mkdir()  # the history restore step's mkdir (its gh calls need GitHub)
     (r.ws / "lane").mkdir()
     shutil.copy(FIXTURES / "upstream_lane.json", r.ws / "lane" / "upstream_lane.json")  # the recorded lane night
-    r.step("Merge shards", {}, "python: -m ci.nightly")
+    r.step("Merge shards", {}, "python: -m workbench_ci.nightly")
     report = (r.ws / "nightly" / "report.html").read_text()
     assert "Upstream guard lane: sglang 0.5.23 PASS" in report and (r.ws / "nightly" / "junit.xml").is_file()
     assert json.loads((r.ws / "nightly" / "summary.json").read_text())["shards"] == ["1/2", "2/2"]
-    r.step("Merge the network shards", {}, "python: -m ci.nightly")
+    r.step("Merge the network shards", {}, "python: -m workbench_ci.nightly")
     assert json.loads((r.ws / "nightly" / "network" / "summary.json").read_text())["verdict"] == "pass"
 
 
@@ -357,7 +392,7 @@ def test_the_old_merge_install_fails_here(tmp_path: Path) -> None:
     with job_run(old, tmp_path) as r:
         shard_results(r.ws / "shards", tiny_matrix(tmp_path / "matrix.json", n=1), 1)
         (r.ws / "history").mkdir()
-        res = r.step("Merge shards", {}, "python: -m ci.nightly", expect_rc=1)
+        res = r.step("Merge shards", {}, "python: -m workbench_ci.nightly", expect_rc=1)
     assert re.search(r"ModuleNotFoundError: No module named '(pygments|tqdm)'", res.stderr), res.stderr[-2000:]
 
 

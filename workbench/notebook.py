@@ -7,8 +7,8 @@ write notebook records through it.
 
 A notebook writes one *notebook record* (``save_record``) at its ``record_path``: its parameters
 and every run record it made, by role (e.g. ``run``; ``reference`` / ``fixed`` / ``undo``;
-``eagle/triton``), with one role named primary. ``ci.nightly`` reads it back with ``load_record``. (A *crash bundle* is
-another thing: the batch a forward raised on, ``workbench.debug``.)
+``eagle/triton``), with one role named primary. ``workbench_ci.nightly`` reads it back with ``load_record``.
+(A *crash bundle* is another thing: the batch a forward raised on, ``workbench.debug``.)
 """
 
 from __future__ import annotations

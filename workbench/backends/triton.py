@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-import kernels
+import workbench_kernels
 from workbench.backends.base import AttentionBackend
 from workbench.backends.fallback import seq_lens_kv_metadata
 from workbench.engine.forward_batch import ForwardBatch
@@ -41,7 +41,7 @@ class TritonBackend(AttentionBackend):
 
     @property
     def kernel(self) -> str:
-        return kernels.kernel_label()
+        return workbench_kernels.kernel_label()
 
     def init_forward_metadata(self, forward_batch: ForwardBatch) -> None:
         fb = forward_batch
@@ -60,7 +60,7 @@ class TritonBackend(AttentionBackend):
             fb.attn_metadata = TritonMetadata(
                 kv_indptr,
                 kv_indices,
-                num_kv_splits=kernels.get_num_kv_splits(kv_indptr[1:] - kv_indptr[:-1], MAX_KV_SPLITS),
+                num_kv_splits=workbench_kernels.get_num_kv_splits(kv_indptr[1:] - kv_indptr[:-1], MAX_KV_SPLITS),
                 attn_logits=torch.empty(bs, h, MAX_KV_SPLITS, d, dtype=torch.float32),
                 attn_lse=torch.empty(bs, h, MAX_KV_SPLITS, dtype=torch.float32),
             )
@@ -79,7 +79,7 @@ class TritonBackend(AttentionBackend):
         md: TritonMetadata = forward_batch.attn_metadata
         k_buf, v_buf = forward_batch.kv_cache.get_kv(layer_id)
         o = torch.empty_like(q)
-        kernels.decode_attention_fwd(
+        workbench_kernels.decode_attention_fwd(
             q=q.contiguous(),
             k_buffer=k_buf,
             v_buffer=v_buf,
@@ -100,7 +100,7 @@ class TritonBackend(AttentionBackend):
         md: TritonMetadata = forward_batch.attn_metadata
         k_buf, v_buf = forward_batch.kv_cache.get_kv(layer_id)
         o = torch.empty_like(q)
-        kernels.extend_attention_fwd(
+        workbench_kernels.extend_attention_fwd(
             q_extend=q.contiguous(),
             k_extend=k.contiguous(),
             v_extend=v.contiguous(),

@@ -1,7 +1,7 @@
 """The ``workbench`` command line: one argparse tree, one module per command family.
 
 Each family module has ``register(sub)``, which adds its sub-commands (with their flags, help and
-``func``) to the tree; ``main`` parses, picks where the Triton kernels run (``kernels.setup``, this
+``func``) to the tree; ``main`` parses, picks where the Triton kernels run (``workbench_kernels.setup``, this
 process's entry point) before any command starts, and calls ``func``. Each command imports what it
 runs when it runs (matplotlib, the engine and the upstream code take seconds to load), so a usage
 error answers before any of it loads.
@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:  # imports on use (module docstr
     from workbench.run.config import ConfigError
 
     if getattr(args, "kernels", True):
-        import kernels
+        import workbench_kernels
 
-        kernels.setup(getattr(args, "device", None) or "cpu")  # where the Triton kernels run, chosen once
+        workbench_kernels.setup(getattr(args, "device", None) or "cpu")  # where the Triton kernels run, chosen once
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for what a command records
     try:
         return args.func(args)

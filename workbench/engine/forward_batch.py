@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from kernels.ragged import indptr_from_lens
 from workbench.engine.forward_mode import CaptureHiddenMode, ForwardMode
 from workbench.engine.hooks import NO_HOOKS, Hooks
 from workbench.mem.pool import KVCache, ReqToTokenPool
+from workbench_kernels.ragged import indptr_from_lens
 
 
 @dataclass

@@ -5,7 +5,7 @@ A backend names its set in ``AttentionBackend.ops``: ``TRITON_OPS`` runs the spe
 kernels of ``kernels`` (as upstream's triton path does), ``TORCH_OPS`` their torch versions (the
 kernels' ``*_ref``). In Triton's CPU interpreter each launch costs ~0.1 s, which would swamp the
 per-step timings of the torch-computed backends. Ops are looked up in ``kernels`` when called,
-so no kernel module loads before ``kernels.setup()``.
+so no kernel module loads before ``workbench_kernels.setup()``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-import kernels
-from kernels.ragged import indptr_from_lens, ragged_arange
+import workbench_kernels
+from workbench_kernels.ragged import indptr_from_lens, ragged_arange
 
 __all__ = ["BookkeepingOps", "TORCH_OPS", "TRITON_OPS", "gather_req_to_token", "indptr_from_lens", "ragged_arange"]
 
@@ -30,7 +30,7 @@ class BookkeepingOps:
     suffix: str
 
     def _op(self, op: str) -> Any:
-        return getattr(kernels, op + self.suffix)
+        return getattr(workbench_kernels, op + self.suffix)
 
     def assign_req_to_token_pool(self, **kw: torch.Tensor) -> None:
         self._op("assign_req_to_token_pool")(**kw)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
-import kernels
+import workbench_kernels
 from workbench.models.loader import load_models, load_prompts
 from workbench.run.config import RunConfig, check_kernels, make_config
 from workbench.run.dp.launch import run_dp
@@ -25,7 +25,7 @@ def reproduce(config: RunConfig | dict | None = None, on_event: OnEvent | None =
     every rank applies it from the run's config, and it is undone afterwards unless it was in place
     before. ``on_event(kind, rank, payload)`` receives the run's events (``workbench.run.events``)."""
     cfg = make_config(config, **overrides)
-    kernels.setup(cfg.device)  # for a process without an entry point of its own (a notebook); else a no-op
+    workbench_kernels.setup(cfg.device)  # for a process without an entry point of its own (a notebook); else a no-op
     check_kernels(cfg)
     if is_fix_applied():  # the one read of the class: the patch in place when the run starts is the run's state
         cfg = dataclasses.replace(cfg, apply_fix_in_place=True)

@@ -185,14 +185,15 @@ class RunConfig:
 
 
 def check_kernels(cfg: RunConfig) -> None:
-    """After ``kernels.setup``: the triton backend's kernels must run where the tensors are.
+    """After ``workbench_kernels.setup``: the triton backend's kernels must run where the tensors are.
     Compiled Triton (set up for cuda earlier in this process) refuses CPU tensors."""
-    import kernels  # torch: this module gives the command line its flags without it
+    import workbench_kernels  # torch: this module gives the command line its flags without it
 
-    if cfg.backend == "triton" and cfg.device == "cpu" and not kernels.interpreted():
+    if cfg.backend == "triton" and cfg.device == "cpu" and not workbench_kernels.interpreted():
         raise ConfigError(
             "invalid device 'cpu' for backend triton in this process: its Triton kernels were set up compiled "
-            "for cuda; valid: cuda here, or cpu in a fresh process (kernels.setup('cpu') picks the interpreter)"
+            "for cuda; valid: cuda here, or cpu in a fresh process (workbench_kernels.setup('cpu') picks the "
+            "interpreter)"
         )
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-import kernels
+import workbench_kernels
 from workbench.run.config import RunConfig
 from workbench.run.dp.comm import DPCommunicator
 from workbench.run.record import crash_from_exception
@@ -49,7 +49,7 @@ def rank_main(
 ) -> None:
     """Entry point of a spawned rank (and of ``workbench.run.dp.torchrun``); a crash bundle goes to
     ``bundle_dir``. The rank's fix state is the run's (``apply_fix_in_place`` in its config)."""
-    kernels.setup()  # this process's entry: the rank's Triton kernels run in the interpreter (CPU tensors)
+    workbench_kernels.setup()  # this process's entry: the rank's Triton kernels run in the interpreter (CPU tensors)
     cfg = RunConfig(**cfg_dict)
     torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // world))  # ranks share the cores
     try:

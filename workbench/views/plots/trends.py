@@ -1,6 +1,6 @@
 """The nightly history trend: accept length and time per token over nights, one line per experiment.
 
-A line is one ``params_hash`` (``ci.history.params_of``: the run settings, prompts and models, not
+A line is one ``params_hash`` (``workbench_ci.history.params_of``: the run settings, prompts and models, not
 the backend), so a change of settings or models starts a new line, marked where it starts, instead of
 a jump in an old one. Backends get lines of their own only inside such a group (where they ran the
 same runs); backends whose series are identical share one line.
@@ -79,10 +79,10 @@ def history_trend(rows: Iterable[dict], path: str | Path | None = None) -> Figur
     """Mean accept length and time per output token of the comparison cells' ok EAGLE3 runs (their
     repeats: roles ``mode/backend/dpN#i``), per experiment and backend, over nights; a vertical line
     marks each night where a cell's parameters or models changed. (Every other cell's accept length
-    is checked against its own experiment's last night by ``ci.expect.check_accept_length``.)
+    is checked against its own experiment's last night by ``workbench_ci.expect.check_accept_length``.)
 
     ``rows``: history rows with night_id, night, cell, role, backend, kernel_stand_in, interpreter,
-    mode, status, accept_length_mean, tokens_per_s, params_hash, params (see ``ci.history``)."""
+    mode, status, accept_length_mean, tokens_per_s, params_hash, params (see ``workbench_ci.history``)."""
     rows = [r for r in rows if r.get("mode") == "eagle" and r.get("status") == "ok" and "#" in str(r.get("role"))]
     if not rows:
         fig = empty(new_figure(6, 2.5), "no history of comparison cells yet")
