@@ -79,7 +79,7 @@ bench: $(STAMP)
 # JupyterLab on the venv's kernel only: a notebook whose kernelspec (python3) is not offered gets the
 # one kernel of its language_info (python), eagle-workbench, whatever python3 spec the user has.
 # It serves the repository root (the package's sources open beside the notebooks) with the notebooks
-# folder open; tests/test_lab_browser.py starts JupyterLab with these --ServerApp / --LabApp flags.
+# folder open; tests/notebooks/test_lab_browser.py starts JupyterLab with these --ServerApp / --LabApp flags.
 # The release kernels `workbench upstream kernel --sglang X` registered (sglang-*, notebook 07) are offered too.
 # LAB_ARGS: more options for jupyter lab, e.g. `make lab LAB_ARGS="--allow-root --no-browser"`.
 LAB_ARGS ?=

@@ -1,6 +1,6 @@
 """What the hook seam costs per forward: one target DECODE forward (batch 1, torch_native, the
 shipped 8-layer model, 1 torch thread) with nobody watching, with the timing observer alone (what a
-dp 1 run's timing costs), and with a DP rank's observers (``workbench.run.runner.observers``: timing,
+dp 1 run's timing costs), and with a DP rank's observers (``workbench.run.rank_run.observers``: timing,
 the event stream into a sink that drops events, crash capture). Rounds alternate between the
 workers so machine noise spreads over all of them.
 
@@ -36,7 +36,7 @@ from workbench.engine.schedule_batch import Req
 from workbench.engine.worker import WorkerBase
 from workbench.models.tokenizer import encode
 from workbench.run.config import RunConfig
-from workbench.run.runner import build_worker, observers
+from workbench.run.rank_run import build_worker, observers
 from workbench.run.timing import Timing
 
 

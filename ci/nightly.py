@@ -8,7 +8,7 @@ history database and exits 1 on any unexpected cell (2 on a usage or matrix erro
 
 ``--shard i/N`` runs one shard and writes only its partial ``results.json``; ``--merge DIR...``
 merges shard folders into one report, history entry and exit status. ``--lane DIR`` /
-``--lane-history FILE``: the upstream guard lane's latest result, shown in the report (ci/lane.py).
+``--lane-history FILE``: the upstream guard lane's latest result, shown in the report (ci/upstream_lane.py).
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ from pathlib import Path
 from workbench.run.provenance import workbench_commit
 from workbench.run.serialise import from_dict, to_dict
 from workbench_ci import expect
-from workbench_ci.cell_runner import default_jobs, prepare_all, run_cells, thread_env, usable_cores
+from workbench_ci.cells import default_jobs, prepare_all, run_cells, thread_env, usable_cores
 from workbench_ci.history import History
 from workbench_ci.kernelspec import KernelSpecError
-from workbench_ci.lane import lane_problems, latest_lane
 from workbench_ci.matrix import MatrixError, load_matrix, parse_shard
+from workbench_ci.nightly_report import write_report
 from workbench_ci.publish import export_html
-from workbench_ci.report import write_report
 from workbench_ci.results import CellResult
+from workbench_ci.upstream_lane import lane_problems, latest_lane
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = "results.json"
@@ -179,7 +179,7 @@ def finalize(
 ) -> int:
     """Cross-cell checks, history, report; prints every unexpected cell and where the report is.
 
-    ``lane``: the guard lane's folder (default ``out/lane``) and history (ci/lane.py)."""
+    ``lane``: the guard lane's folder (default ``out/lane``) and history (ci/upstream_lane.py)."""
     lane_result = latest_lane(out, lane[0], lane[1], datetime.now(UTC))
     cells = [from_dict(CellResult, c, f"cell {i}") for d in docs for i, c in enumerate(d["cells"])]
     settings = docs[0]["settings"]

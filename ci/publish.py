@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from xml.etree import ElementTree as ET
 
 from workbench_ci.expect import describe, describe_expect
-from workbench_ci.lane import lane_line
+from workbench_ci.upstream_lane import lane_line
 
 if TYPE_CHECKING:
     from workbench_ci.results import CellResult

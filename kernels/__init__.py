@@ -2,7 +2,7 @@
 
 Importing this package has no effect: ``workbench_kernels.setup()`` (called by the entry points) picks
 Triton's interpreter on a machine without a CUDA GPU, and the kernel modules load on first use,
-after it (see ``workbench_kernels.runtime``). No public function falls back to torch; the ``*_ref``
+after it (see ``workbench_kernels.triton_setup``). No public function falls back to torch; the ``*_ref``
 functions are the torch references the kernels are tested against.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .runtime import interpreted, kernel_label, setup
+from .triton_setup import interpreted, kernel_label, setup
 
 _WHERE = {
     "decode_attention": ("decode_attention_fwd", "decode_attention_ref", "get_num_kv_splits"),

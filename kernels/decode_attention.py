@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from . import runtime
-from .runtime import tl, triton  # after set-up: triton sees the interpreter choice
+from . import triton_setup
+from .triton_setup import tl, triton  # after set-up: triton sees the interpreter choice
 
 
 @triton.jit
@@ -155,15 +155,15 @@ def _decode_merge_kernel(
     )
 
 
-@runtime.launcher
+@triton_setup.launcher
 def _launch_decode(
     *, q, k_buffer, v_buffer, o, kv_indptr, kv_indices, num_kv_splits, max_kv_splits, sm_scale, attn_logits, attn_lse
 ) -> None:
     bs, num_q_heads, head_dim = q.shape
     num_kv_heads, head_dim_v = k_buffer.shape[1], v_buffer.shape[2]
     group = num_q_heads // num_kv_heads
-    block_h = max(16, runtime.next_pow2(group))  # tl.dot needs M >= 16 when compiled
-    block_dv = runtime.next_pow2(head_dim_v)
+    block_h = max(16, triton_setup.next_pow2(group))  # tl.dot needs M >= 16 when compiled
+    block_dv = triton_setup.next_pow2(head_dim_v)
     _decode_split_kernel[(bs, num_kv_heads, max_kv_splits)](
         q,
         k_buffer,
@@ -190,11 +190,11 @@ def _launch_decode(
         HEAD_DIM=head_dim,
         HEAD_DIM_V=head_dim_v,
         BLOCK_H=block_h,
-        BLOCK_D=max(16, runtime.next_pow2(head_dim)),
+        BLOCK_D=max(16, triton_setup.next_pow2(head_dim)),
         BLOCK_DV=max(16, block_dv),
-        BLOCK_N=runtime.block_n(),
-        DOT_DTYPE=runtime.dot_dtype(q.dtype),
-        DOT_PRECISION=runtime.dot_precision(q.dtype),
+        BLOCK_N=triton_setup.block_n(),
+        DOT_DTYPE=triton_setup.dot_dtype(q.dtype),
+        DOT_PRECISION=triton_setup.dot_precision(q.dtype),
     )
     _decode_merge_kernel[(bs, num_kv_heads)](
         attn_logits,
@@ -212,7 +212,7 @@ def _launch_decode(
         o.stride(1),
         GROUP=group,
         HEAD_DIM_V=head_dim_v,
-        BLOCK_H=runtime.next_pow2(group),
+        BLOCK_H=triton_setup.next_pow2(group),
         BLOCK_DV=block_dv,
     )
 
@@ -244,18 +244,18 @@ def decode_attention_fwd(
     if k_buffer.shape[2] != head_dim or num_q_heads % num_kv_heads:
         raise ValueError(f"q {tuple(q.shape)} does not fit k_buffer {tuple(k_buffer.shape)}")
     if tuple(o.shape) != (bs, num_q_heads, head_dim_v):
-        raise runtime.shape_error("o", o, (bs, num_q_heads, head_dim_v))
+        raise triton_setup.shape_error("o", o, (bs, num_q_heads, head_dim_v))
     if tuple(attn_logits.shape) != (bs, num_q_heads, max_kv_splits, head_dim_v):
-        raise runtime.shape_error("attn_logits", attn_logits, (bs, num_q_heads, max_kv_splits, head_dim_v))
+        raise triton_setup.shape_error("attn_logits", attn_logits, (bs, num_q_heads, max_kv_splits, head_dim_v))
     if tuple(attn_lse.shape) != (bs, num_q_heads, max_kv_splits):
-        raise runtime.shape_error("attn_lse", attn_lse, (bs, num_q_heads, max_kv_splits))
+        raise triton_setup.shape_error("attn_lse", attn_lse, (bs, num_q_heads, max_kv_splits))
     if kv_indptr.shape[0] != bs + 1 or num_kv_splits.shape[0] != bs:
         raise ValueError(f"kv_indptr must be (bs+1,) and num_kv_splits (bs,) for bs={bs}")
     if attn_logits.stride(3) != 1 or attn_lse.stride(2) != 1 or q.stride(2) != 1 or o.stride(2) != 1:
         raise ValueError("q, o, attn_logits and attn_lse need a contiguous last dimension")
     if k_buffer.stride(2) != 1 or v_buffer.stride(2) != 1:
         raise ValueError("k_buffer and v_buffer need a contiguous last dimension")
-    runtime.check_tensors(
+    triton_setup.check_tensors(
         q=q,
         k_buffer=k_buffer,
         v_buffer=v_buffer,

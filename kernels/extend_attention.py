@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from . import runtime
-from .runtime import tl, triton  # after set-up: triton sees the interpreter choice
+from . import triton_setup
+from .triton_setup import tl, triton  # after set-up: triton sees the interpreter choice
 
 
 @triton.jit
@@ -130,7 +130,7 @@ def _extend_kernel(
         )
 
 
-@runtime.launcher
+@triton_setup.launcher
 def _launch_extend(
     *,
     q_extend,
@@ -152,8 +152,8 @@ def _launch_extend(
     num_q_heads, head_dim = q_extend.shape[1], q_extend.shape[2]
     num_kv_heads, head_dim_v = k_buffer.shape[1], v_buffer.shape[2]
     group = num_q_heads // num_kv_heads
-    block_g = runtime.next_pow2(group)
-    block_m = max(min(64 // block_g, runtime.next_pow2(max_len_extend)), 16 // block_g, 1)  # rows >= 16
+    block_g = triton_setup.next_pow2(group)
+    block_m = max(min(64 // block_g, triton_setup.next_pow2(max_len_extend)), 16 // block_g, 1)  # rows >= 16
     use_mask = custom_mask is not None
     if use_mask and custom_mask.dtype == torch.bool:
         custom_mask = custom_mask.view(torch.uint8)
@@ -187,13 +187,13 @@ def _launch_extend(
         HEAD_DIM_V=head_dim_v,
         BLOCK_G=block_g,
         BLOCK_M=block_m,
-        BLOCK_N=runtime.block_n(),
-        BLOCK_D=max(16, runtime.next_pow2(head_dim)),
-        BLOCK_DV=max(16, runtime.next_pow2(head_dim_v)),
+        BLOCK_N=triton_setup.block_n(),
+        BLOCK_D=max(16, triton_setup.next_pow2(head_dim)),
+        BLOCK_DV=max(16, triton_setup.next_pow2(head_dim_v)),
         USE_CUSTOM_MASK=use_mask,
         IS_CAUSAL=bool(is_causal) and not use_mask,
-        DOT_DTYPE=runtime.dot_dtype(q_extend.dtype),
-        DOT_PRECISION=runtime.dot_precision(q_extend.dtype),
+        DOT_DTYPE=triton_setup.dot_dtype(q_extend.dtype),
+        DOT_PRECISION=triton_setup.dot_precision(q_extend.dtype),
     )
 
 
@@ -230,11 +230,11 @@ def extend_attention_fwd(
     if k_buffer.shape[2] != head_dim or num_q_heads % num_kv_heads:
         raise ValueError(f"q_extend {tuple(q_extend.shape)} does not fit k_buffer {tuple(k_buffer.shape)}")
     if tuple(k_extend.shape) != (num_tokens, num_kv_heads, head_dim):
-        raise runtime.shape_error("k_extend", k_extend, (num_tokens, num_kv_heads, head_dim))
+        raise triton_setup.shape_error("k_extend", k_extend, (num_tokens, num_kv_heads, head_dim))
     if tuple(v_extend.shape) != (num_tokens, num_kv_heads, head_dim_v):
-        raise runtime.shape_error("v_extend", v_extend, (num_tokens, num_kv_heads, head_dim_v))
+        raise triton_setup.shape_error("v_extend", v_extend, (num_tokens, num_kv_heads, head_dim_v))
     if tuple(o_extend.shape) != (num_tokens, num_q_heads, head_dim_v):
-        raise runtime.shape_error("o_extend", o_extend, (num_tokens, num_q_heads, head_dim_v))
+        raise triton_setup.shape_error("o_extend", o_extend, (num_tokens, num_q_heads, head_dim_v))
     if kv_indptr.shape != qo_indptr.shape:
         raise ValueError("qo_indptr and kv_indptr must both be (bs+1,)")
     if (custom_mask is None) != (mask_indptr is None):
@@ -242,7 +242,7 @@ def extend_attention_fwd(
     if any(t.stride(-1) != 1 for t in (q_extend, k_extend, v_extend, o_extend, k_buffer, v_buffer)):
         raise ValueError("q/k/v/o and the KV buffers need a contiguous last dimension")
     optional = {} if custom_mask is None else {"custom_mask": custom_mask, "mask_indptr": mask_indptr}
-    runtime.check_tensors(
+    triton_setup.check_tensors(
         q_extend=q_extend,
         k_extend=k_extend,
         v_extend=v_extend,

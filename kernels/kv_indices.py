@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from . import runtime
+from . import triton_setup
 from .ragged import ragged_arange
-from .runtime import tl, triton  # after set-up: triton sees the interpreter choice
+from .triton_setup import tl, triton  # after set-up: triton sees the interpreter choice
 
 
 @triton.jit
@@ -38,7 +38,7 @@ def _build_kv_indices_kernel(
         tl.store(kv_indices_ptr + out_start + pos, slots.to(kv_indices_ptr.dtype.element_ty), mask=mask)
 
 
-@runtime.launcher
+@triton_setup.launcher
 def _launch_build_kv_indices(*, req_to_token, req_pool_indices, seq_lens, kv_indptr, kv_indices, kv_start_idx) -> None:
     _build_kv_indices_kernel[(seq_lens.shape[0],)](
         req_to_token,
@@ -72,11 +72,11 @@ def build_kv_indices(
     if req_pool_indices.shape[0] != bs or kv_indptr.shape[0] != bs + 1:
         raise ValueError(f"req_pool_indices must be (bs,) and kv_indptr (bs+1,) for bs={bs}")
     if kv_start_idx is not None and kv_start_idx.shape[0] != bs:
-        raise runtime.shape_error("kv_start_idx", kv_start_idx, (bs,))
+        raise triton_setup.shape_error("kv_start_idx", kv_start_idx, (bs,))
     if req_to_token.dim() != 2 or req_to_token.stride(1) != 1:
         raise ValueError("req_to_token must be a 2-D table with contiguous rows")
     optional = {} if kv_start_idx is None else {"kv_start_idx": kv_start_idx}
-    runtime.check_tensors(
+    triton_setup.check_tensors(
         req_to_token=req_to_token,
         req_pool_indices=req_pool_indices,
         seq_lens=seq_lens,

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from . import runtime
+from . import triton_setup
 from .ragged import indptr_from_lens, ragged_arange
-from .runtime import tl, triton  # after set-up: triton sees the interpreter choice
+from .triton_setup import tl, triton  # after set-up: triton sees the interpreter choice
 
 
 @triton.jit
@@ -71,7 +71,7 @@ def _draft_extend_inputs_kernel(
     tl.store(bonus_tokens_ptr + i, tl.where(n > 0, last, -1).to(bonus_tokens_ptr.dtype.element_ty))
 
 
-@runtime.launcher
+@triton_setup.launcher
 def _launch_assign(*, req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc) -> None:
     _assign_req_to_token_kernel[(req_pool_indices.shape[0],)](
         req_pool_indices,
@@ -85,7 +85,7 @@ def _launch_assign(*, req_pool_indices, req_to_token, start_offset, end_offset, 
     )
 
 
-@runtime.launcher
+@triton_setup.launcher
 def _launch_draft_extend(*, seq_lens_before, accept_lens, packed_tokens, positions, bonus_tokens) -> None:
     _draft_extend_inputs_kernel[(accept_lens.shape[0],)](
         seq_lens_before,
@@ -118,7 +118,7 @@ def assign_req_to_token_pool(
         raise ValueError(f"start_offset and end_offset must be (bs,) for bs={bs}")
     if req_to_token.dim() != 2 or req_to_token.stride(1) != 1:
         raise ValueError("req_to_token must be a 2-D table with contiguous rows")
-    runtime.check_tensors(
+    triton_setup.check_tensors(
         req_pool_indices=req_pool_indices,
         req_to_token=req_to_token,
         start_offset=start_offset,
@@ -175,7 +175,7 @@ def draft_extend_positions_and_bonus(
         raise ValueError(f"seq_lens_before and bonus_tokens must be (bs,) for bs={bs}")
     if positions.shape[0] != packed_tokens.shape[0]:
         raise ValueError("positions and packed_tokens must both be (sum(accept_lens),)")
-    runtime.check_tensors(
+    triton_setup.check_tensors(
         seq_lens_before=seq_lens_before,
         accept_lens=accept_lens,
         packed_tokens=packed_tokens,

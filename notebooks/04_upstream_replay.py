@@ -45,8 +45,8 @@
 # %%
 from workbench import notebook
 from workbench.experiments import contracts
-from workbench.upstream import fidelity, measurements
-from workbench.views import upstream as views
+from workbench.upstream import fidelity, guard_measurements
+from workbench.views import guard_tables as views
 
 # %% tags=["parameters"]
 releases: list[str] = ["0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.23"]  # surveyed: wheels read with ast, not imported
@@ -58,7 +58,7 @@ record_path: str = "runs/notebooks/04_upstream_replay.json"  # where the noteboo
 expect: str = "any"  # ok: replays as upstream says, no fidelity difference; any: no check
 
 # %%
-data = measurements.load_measurements(releases, replay_releases, live=live, cache_dir=cache_dir)
+data = guard_measurements.load_measurements(releases, replay_releases, live=live, cache_dir=cache_dir)
 print("source:", data["source"])
 
 # %% [markdown]
@@ -74,7 +74,7 @@ from pathlib import Path  # noqa: E402
 
 from IPython.display import Image  # noqa: E402
 
-from workbench.views.plots.survey import plot_survey  # noqa: E402
+from workbench.views.plots.survey_plots import plot_survey  # noqa: E402
 
 Image(filename=str(plot_survey(data["survey"], Path(record_path).parent)[0]))
 
@@ -124,7 +124,7 @@ views.fuzzer_table(cells)
 # The same command takes `--sglang-src DIR` for a branch before it merges.
 
 # %%
-guard = measurements.load_findings(lint_releases, live=live, cache_dir=cache_dir)
+guard = guard_measurements.load_findings(lint_releases, live=live, cache_dir=cache_dir)
 print("source:", guard["source"])
 views.findings_table(guard["findings"])
 
@@ -145,7 +145,7 @@ views.verdict_counts(guard["findings"])
 # release with the fix applied, and on every release from 0.5.10 (where it raises: the range).
 
 # %%
-repro = measurements.load_reproducers(live=live, cache_dir=cache_dir)
+repro = guard_measurements.load_reproducers(live=live, cache_dir=cache_dir)
 print(repro["label"])
 views.reproducer_table(repro)
 
@@ -169,9 +169,9 @@ for key in repro["reproducers"]:
 # crashed, 0.5.14 ok), the fidelity check finds no difference, and the fuzzer flags only the hole.
 
 # %%
-found = measurements.problems(data, fid, cells, replay_releases)
+found = guard_measurements.problems(data, fid, cells, replay_releases)
 params = dict(releases=releases, replay_releases=replay_releases, live=live, expect=expect)
-runs = measurements.notebook_runs(data, fid, cells, found)
+runs = guard_measurements.notebook_runs(data, fid, cells, found)
 print("record written to", notebook.save_record(record_path, "04_upstream_replay", params, runs, primary="checks"))
 print("problems:", found or "none")
 if expect == "ok" and found:

@@ -56,7 +56,7 @@ from workbench import notebook
 from workbench.upstream.runtime import measurements
 from workbench.upstream.runtime.explore import load_shipped
 from workbench.views import runtime as views
-from workbench.views.explore import explore_summary, explore_table
+from workbench.views.runtime_explore import explore_summary, explore_table
 
 # %% tags=["parameters"]
 release: str = "0.5.14"  # the SGLang release run (shipped measurement: 0.5.12, 0.5.13, 0.5.14, 0.5.23 on triton)

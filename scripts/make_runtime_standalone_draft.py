@@ -1,4 +1,4 @@
-"""Write the real-runtime lane's STANDALONE draft: the shipped Qwen3 target cut to its first layers.
+"""Write the real runtime's STANDALONE draft: the shipped Qwen3 target cut to its first layers.
 
     python scripts/make_runtime_standalone_draft.py              # 2 layers (the shipped draft)
     python scripts/make_runtime_standalone_draft.py --layers 4 --out DIR

@@ -30,7 +30,7 @@ from workbench.upstream.context import UpstreamContext
 from workbench.upstream.gate import install_site
 from workbench.upstream.guard import check
 from workbench.upstream.replay.records import seed_record
-from workbench.upstream.replay.repro import reproducers
+from workbench.upstream.replay.reproducers import reproducers
 from workbench.upstream.sources.releases import check_versions, known_releases
 from workbench.upstream.sources.trees import release_tree
 from workbench.upstream.static.lint import analyse

@@ -36,10 +36,10 @@ from scripts.training import (  # noqa: E402
     train_head,
     train_target,
 )
-from workbench.models.config import ModelConfig, eagle3_aux_layers  # noqa: E402
 from workbench.models.eagle3 import Eagle3Head  # noqa: E402
 from workbench.models.llama import LlamaForCausalLM  # noqa: E402
 from workbench.models.loader import ASSETS, save_checkpoint  # noqa: E402
+from workbench.models.model_config import ModelConfig, eagle3_aux_layers  # noqa: E402
 from workbench.models.tokenizer import encode  # noqa: E402
 
 

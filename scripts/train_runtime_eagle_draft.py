@@ -1,4 +1,4 @@
-"""Train the real-runtime lane's EAGLE (EAGLE-1) draft for the shipped Qwen3 target, in SGLang's format.
+"""Train the real runtime's EAGLE (EAGLE-1) draft for the shipped Qwen3 target, in SGLang's format.
 
     python scripts/train_runtime_eagle_draft.py            # the shipped run (seed 0)
     python scripts/train_runtime_eagle_draft.py --quick    # a smoke run into ./runs/quick-eagle-draft
@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scripts.train_runtime_models import OUT, Qwen3Target  # noqa: E402
 from scripts.training import batches, corpus, lr_at  # noqa: E402
-from workbench.models.config import ModelConfig  # noqa: E402
 from workbench.models.layers import RMSNorm, Rotary, SwiGLU  # noqa: E402
+from workbench.models.model_config import ModelConfig  # noqa: E402
 from workbench.models.tokenizer import EOS_ID  # noqa: E402
 
 TARGET = OUT / "target"

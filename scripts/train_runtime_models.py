@@ -1,4 +1,4 @@
-"""Train the real-runtime lane's tiny models and write them in SGLang's own formats.
+"""Train the real runtime's tiny models and write them in SGLang's own formats.
 
     python scripts/train_runtime_models.py            # the shipped run (seed 0)
     python scripts/train_runtime_models.py --quick    # a smoke run into ./runs/quick-runtime-models
@@ -29,10 +29,10 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scripts.training import batches, corpus, eval_bits_per_byte, head_ttt_loss, lr_at, train_target  # noqa: E402
-from workbench.models.config import ModelConfig, eagle3_aux_layers  # noqa: E402
 from workbench.models.eagle3 import Eagle3Head  # noqa: E402
 from workbench.models.layers import RMSNorm, Rotary, SwiGLU  # noqa: E402
 from workbench.models.loader import ASSETS  # noqa: E402
+from workbench.models.model_config import ModelConfig, eagle3_aux_layers  # noqa: E402
 from workbench.models.tokenizer import EOS_ID  # noqa: E402
 
 OUT = ASSETS / "runtime_models"

@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workbench.models.config import ModelConfig
 from workbench.models.eagle3 import Eagle3Head
 from workbench.models.llama import LlamaForCausalLM
+from workbench.models.model_config import ModelConfig
 from workbench.models.tokenizer import EOS_ID
 
 
@@ -70,7 +70,7 @@ def train_target(
     log: Callable[[str], object],
     build: Callable[[ModelConfig], nn.Module] = LlamaForCausalLM,
 ) -> nn.Module:
-    """Next-byte training of ``build(cfg)`` (the workbench's Llama target, or the real-runtime lane's
+    """Next-byte training of ``build(cfg)`` (the workbench's Llama target, or the real runtime's
     Qwen3 target) on the corpus; the model returns (hidden (B, L, H), aux) and has ``logits``."""
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)

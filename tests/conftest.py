@@ -20,24 +20,24 @@ def pytest_configure(config):
 # work (its module fixtures run once), except the tests below, each a unit of its own so that it runs
 # beside the rest of its file (each is most of its file's time; `--durations` of make test).
 OWN_UNITS = {
-    "tests/test_dp.py::test_good_revisions_pass_everywhere_with_identical_outputs[pr-28221]",
-    "tests/test_dp.py::test_in_place_fix_turns_the_crash_into_ok_and_undo_brings_it_back",
-    "tests/test_notebooks.py::test_02_fix_is_lossless_and_undo_brings_the_crash_back",
-    "tests/test_compare.py::test_a_failed_run_is_kept_as_a_failed_row_and_the_rest_is_shown",
+    "tests/run/test_dp.py::test_good_revisions_pass_everywhere_with_identical_outputs[pr-28221]",
+    "tests/run/test_dp.py::test_in_place_fix_turns_the_crash_into_ok_and_undo_brings_it_back",
+    "tests/notebooks/test_notebooks.py::test_02_fix_is_lossless_and_undo_brings_the_crash_back",
+    "tests/experiments/test_compare.py::test_a_failed_run_is_kept_as_a_failed_row_and_the_rest_is_shown",
 }
 # The longest units, longest first: they start first, so no worker begins one while the others finish.
 # Only the order changes (`--no-loadscope-reorder` keeps it); other units follow in file order.
 LONG_FIRST = (
-    "tests/test_dp.py",
-    "tests/test_notebooks.py::test_02_fix_is_lossless_and_undo_brings_the_crash_back",
-    "tests/test_dp.py::test_good_revisions_pass_everywhere_with_identical_outputs[pr-28221]",
-    "tests/test_debug_bundle.py",
-    "tests/test_notebooks.py",
-    "tests/test_compare.py",
-    "tests/test_compare.py::test_a_failed_run_is_kept_as_a_failed_row_and_the_rest_is_shown",
-    "tests/test_nightly.py",
-    "tests/test_dp.py::test_in_place_fix_turns_the_crash_into_ok_and_undo_brings_it_back",
-    "tests/test_engine.py",
+    "tests/run/test_dp.py",
+    "tests/notebooks/test_notebooks.py::test_02_fix_is_lossless_and_undo_brings_the_crash_back",
+    "tests/run/test_dp.py::test_good_revisions_pass_everywhere_with_identical_outputs[pr-28221]",
+    "tests/debug/test_debug_bundle.py",
+    "tests/notebooks/test_notebooks.py",
+    "tests/experiments/test_compare.py",
+    "tests/experiments/test_compare.py::test_a_failed_run_is_kept_as_a_failed_row_and_the_rest_is_shown",
+    "tests/ci/test_nightly.py",
+    "tests/run/test_dp.py::test_in_place_fix_turns_the_crash_into_ok_and_undo_brings_it_back",
+    "tests/engine/test_engine.py",
 )
 
 

@@ -41,8 +41,8 @@ OLD_PATHS = {
     "workbench.comparison_report": "workbench.views.comparison",
     "workbench.plots": "workbench.views.plots",
     "workbench.debug.view": "workbench.views.crash_bundle",
-    "workbench.upstream.views": "workbench.views.upstream",
-    "workbench.upstream.plot": "workbench.views.plots.survey",
+    "workbench.upstream.views": "workbench.views.guard_tables",
+    "workbench.upstream.plot": "workbench.views.plots.survey_plots",
 }
 
 

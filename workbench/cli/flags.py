@@ -1,7 +1,7 @@
 """Every option of every ``workbench`` command, from the parser itself: ``python -m workbench.cli.flags``
 prints one line per option (command, flags, what it takes, default, help), then each flag that commands take
 with other values, and each given in two forms (a switch here, a value there), so that a flag that means two
-things shows up. tests/test_cli.py walks the same tree: an option without help, or a flag in two forms,
+things shows up. tests/cli/test_cli.py walks the same tree: an option without help, or a flag in two forms,
 fails it."""
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def main() -> int:
         print(o.line())
     for title, table in (
         ("flags taken with other values, choices or counts (review)", disagreements(found)),
-        ("flags given in two forms (tests/test_cli.py fails on one)", conflicts(found)),
+        ("flags given in two forms (tests/cli/test_cli.py fails on one)", conflicts(found)),
     ):
         print(f"\n{title}:")
         for flag, takes in sorted(table.items()):

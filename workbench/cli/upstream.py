@@ -225,7 +225,7 @@ def register(top: argparse._SubParsersAction) -> None:
         help="register (or --remove) a Jupyter kernel on a release's environment, set up as the runtime's ranks, "
         "where a run's crash bundle replays in the release's own code",
     )
-    kn.add_argument("--sglang", required=True, metavar="X", help="the release (its cached replay environment)")
+    kn.add_argument("--sglang", required=True, metavar="X", help="the release (its cached release environment)")
     kn.add_argument("--sglang-src", type=Path, default=None, metavar="DIR", help="a checkout to put first instead")
     kn.add_argument("--remove", action="store_true", help="remove the kernelspec this command registered")
     _add_explore(sub)
@@ -245,8 +245,8 @@ def register(top: argparse._SubParsersAction) -> None:
         p.description = p.description or helps.get(name)
 
 
-# The real-runtime lane's choices, written here because workbench.upstream.runtime loads torch;
-# tests/test_cli.py checks them against workbench.upstream.runtime.run and .fixes.
+# The real runtime's choices, written here because workbench.upstream.runtime loads torch;
+# tests/cli/test_cli.py checks them against workbench.upstream.runtime.release_run and .fixes.
 BACKENDS = ("triton", "torch_native")
 ALGORITHMS = ("EAGLE3", "EAGLE", "STANDALONE", "NGRAM")
 DP_SIZES = (1, 2, 3)
@@ -264,7 +264,7 @@ def _add_run(sub) -> None:
         "--sglang",
         required=True,
         metavar="X",
-        help="release (its replay environment; with --sglang-src, the environment the checkout runs on)",
+        help="release (its release environment; with --sglang-src, the environment the checkout runs on)",
     )
     rn.add_argument("--sglang-src", type=Path, default=None, metavar="DIR", help="an sglang checkout to run instead")
     rn.add_argument(
@@ -351,7 +351,7 @@ def _add_explore(sub) -> None:
         help="the released runtime over every algorithm, attention backend, DP size (idle from the start and "
         "mid-run) and overlap setting: each cell ok, crashed or limit (with the reason)",
     )
-    ex.add_argument("--sglang", required=True, metavar="X", help="release (its cached replay environment)")
+    ex.add_argument("--sglang", required=True, metavar="X", help="release (its cached release environment)")
     ex.add_argument(
         "--algorithms", nargs="+", default=None, metavar="ALGORITHM", help="only these speculative algorithms"
     )
@@ -367,7 +367,7 @@ def _explore(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports 
     """Exit 0: every cell ran to an outcome ok, crashed or limit; 1: a cell failed (outputs differ from HF,
     a timeout, an error after the requests); 2: bad input (unknown release, backend, algorithm or dp)."""
     from workbench.upstream.runtime.explore import explore, validate
-    from workbench.views.explore import cell_progress, explore_html, explore_table
+    from workbench.views.runtime_explore import cell_progress, explore_html, explore_table
 
     validate(ctx, args.sglang, args.algorithms, args.backends, args.dps)  # bad input: exit 2 before the bar
     command = "workbench " + " ".join(getattr(args, "argv", None) or sys.argv[1:])
@@ -396,7 +396,7 @@ def _run(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on u
     """Exit 0: ended ok (outputs equal to the reference) or crashed, as --expect says if given; 1: --expect
     not met, outputs that differ from the reference, or a timeout; 2: bad input, or the release cannot run
     this configuration here (the record's error, or its limits: a known upstream limit the run met)."""
-    from workbench.upstream.runtime.run import run_runtime
+    from workbench.upstream.runtime.release_run import run_runtime
 
     rec = run_runtime(
         ctx,
@@ -485,7 +485,7 @@ def _fidelity(args: argparse.Namespace) -> int:  # imports on use (module docstr
 
 def _survey(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
     from workbench.upstream.static.survey import format_details, format_table, survey
-    from workbench.views.plots.survey import plot_survey
+    from workbench.views.plots.survey_plots import plot_survey
 
     start = time.perf_counter()
     result = survey(ctx, args.sglang)
@@ -766,11 +766,11 @@ def _family(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports o
         tree = release_tree(ctx, v)
         res = analyse_family(tree)
         if args.replay:
-            from workbench.upstream.replay.family import family_verdicts
+            from workbench.upstream.replay.family_verdicts import family_verdicts
 
             res["findings"], res["replay"] = family_verdicts(ctx, tree, res)
             if args.end_to_end:
-                from workbench.upstream.replay.family import family_end_to_end
+                from workbench.upstream.replay.family_verdicts import family_end_to_end
 
                 res["findings"], res["end_to_end"] = family_end_to_end(ctx, tree, res["findings"])
         res["counts"] = count_by_kind(res["findings"])
@@ -826,7 +826,7 @@ def _nightly(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports 
     from workbench.upstream.gate import GateError
     from workbench.upstream.lane import EXIT, LANE_HTML, history_line, read_history, run_lane
     from workbench.upstream.sources.releases import check_versions
-    from workbench.views.upstream import lane_html
+    from workbench.views.guard_tables import lane_html
 
     version = check_versions(ctx, [args.sglang])[0] if args.sglang else None
     night = run_lane(ctx, args.out, args.history, args.triage, version)
@@ -839,7 +839,7 @@ def _nightly(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports 
 
 
 def _repro(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
-    from workbench.upstream.replay.repro import reproducers
+    from workbench.upstream.replay.reproducers import reproducers
 
     index = reproducers(ctx, args.sglang, args.out, args.range)
     for key, r in index["reproducers"].items():
@@ -905,7 +905,7 @@ def _input_errors() -> tuple[type[Exception], ...]:  # imports on use: their mod
     from workbench.debug.bundle import BundleError
     from workbench.upstream.bisect import BisectError
     from workbench.upstream.gate import GateError
-    from workbench.upstream.runtime.run import RuntimeConfigError
+    from workbench.upstream.runtime.release_run import RuntimeConfigError
     from workbench.upstream.sources.releases import ReleaseError
     from workbench.upstream.sources.trees import SourceError
     from workbench.upstream.static.corpus import CorpusError

@@ -16,7 +16,7 @@ wrapped: no engine or backend method is rebound.
 injection) stops the run before the forward; it is not a failed forward. Timed calls read the
 clock only when an observer takes that event, and synchronize first on CUDA, so a sample is the
 work's time, not its launch's. The observers of a run are listed in one place per process:
-``workbench.run.runner.observers``.
+``workbench.run.rank_run.observers``.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from workbench.models.config import ModelConfig
 from workbench.models.layers import Attention, RMSNorm, SwiGLU, run_mlp
+from workbench.models.model_config import ModelConfig
 
 if TYPE_CHECKING:
     from workbench.engine.forward_batch import ForwardBatch

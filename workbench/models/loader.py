@@ -10,9 +10,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from workbench.models.config import ModelConfig
 from workbench.models.eagle3 import Eagle3Head
 from workbench.models.llama import LlamaForCausalLM
+from workbench.models.model_config import ModelConfig
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 DEFAULT_MODEL_DIR = ASSETS / "models"

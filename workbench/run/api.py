@@ -10,8 +10,8 @@ from workbench.models.loader import load_models, load_prompts
 from workbench.run.config import RunConfig, check_kernels, make_config
 from workbench.run.dp.launch import run_dp
 from workbench.run.events import OnEvent
+from workbench.run.rank_run import run_rank
 from workbench.run.record import RunResult, build_record
-from workbench.run.runner import run_rank
 from workbench.speculative.eagle_draft_extend_pr28221 import fix_applied, is_fix_applied
 
 

@@ -19,7 +19,7 @@ MODES = ("eagle", "greedy")
 DTYPES = ("float32", "bfloat16")
 DEVICES = ("cpu", "cuda")
 # The names of two registries whose modules import torch, written here so that this module (the command
-# line's flags) loads without it; tests/test_config.py checks them against the registries' keys.
+# line's flags) loads without it; tests/run/test_config.py checks them against the registries' keys.
 REVISION_NAMES = ("pre-24860", "pr-24860", "pr-28221")  # workbench.speculative.revisions.REVISIONS
 VERIFY_IDLE_INPUTS = ("eagle-verify", "eagle-verify-fixed")  # workbench.speculative.verify_idle
 IDLE_VERIFY_RUNS = ("graph", "eager")  # workbench.speculative.verify_idle

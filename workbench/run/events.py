@@ -8,7 +8,7 @@ timed generation):
     forward   {"phase", "forward_mode", "batch_size"}: a forward is about to run
     latency   [phase, seconds, idle]: a phase ended
     accepts   [accepted drafts per request]: a verify ended
-    done      the rank's result (``workbench.run.runner.run_rank``), ``crash`` None or the crash entry
+    done      the rank's result (``workbench.run.rank_run.run_rank``), ``crash`` None or the crash entry
 
 Run events (``rank`` None; sent by the functions that make several runs):
 

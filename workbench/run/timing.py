@@ -92,7 +92,7 @@ def warm_up(worker: Any, metrics: Metrics, make_req: Callable[..., Any]) -> floa
     forwards with the same request and the collectives line up; no rank is idle, so the warm-up
     never takes the idle draft-extend path a regressed revision crashes on (that stays in generation).
     IDLE forwards are not warmed. While ``metrics.muted``, the run's observers record, stream and
-    inject nothing (``workbench.run.runner.observers``)."""
+    inject nothing (``workbench.run.rank_run.observers``)."""
     t0 = time.perf_counter()
     metrics.muted = True
     try:

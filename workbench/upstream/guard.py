@@ -1,7 +1,7 @@
 """The guard's pipeline over releases and checkouts: sources -> static analysis -> verdicts.
 
 `check` lints each source tree and, with `replay`, gives every finding a verdict from the replay
-side; with `end_to_end` too, the confirmed findings on a path the real-runtime lane drives are run
+side; with `end_to_end` too, the confirmed findings on a path the real runtime drives are run
 on the released runtime itself (`runtime/e2e.py`: `confirmed end to end` where it raised at the
 read). The gate (`gate.py`) and the lane (`lane.py`) read its result.
 """
@@ -41,7 +41,7 @@ def check_tree(
     ctx: UpstreamContext, tree: SourceTree, env_release: str | None, replay: bool, end_to_end: bool = False
 ) -> dict:
     """Lint one source tree; with `replay`, run its replay matrix and give every finding a verdict; with
-    `end_to_end` too, run the confirmed findings the real-runtime lane can drive end to end."""
+    `end_to_end` too, run the confirmed findings the real runtime can drive end to end."""
     analysis = analyse(tree)
     out = {
         "source": tree.label,

@@ -1,7 +1,7 @@
 """The nightly network lane on the newest sglang release: lint + replays, judged by the gate.
 
 Each night: ask PyPI for the newest release (it must answer), lint it, replay its spec inputs,
-give every finding a verdict, run each confirmed finding on a path the real-runtime lane drives end to
+give every finding a verdict, run each confirmed finding on a path the real runtime drives end to
 end (``runtime/e2e.py``: ``confirmed end to end`` when the release's own runtime raised at the read)
 and judge the findings with `--fail-on new` against the triage file
 (`gate.py`); confirmed findings that pass only on a shipped reproducer are listed as "live, not
@@ -9,7 +9,7 @@ filed upstream", and every read that raised on the release (confirmed or traced)
 triage status (`live`). The night is `pass`, `fail` (findings fail the gate) or `error` (PyPI, the
 environment, a covered file, the lint or the replay could not be read or run, or any exception: never a
 pass, and the night's JSON and history line are written all the same). Every night is appended to a
-JSON-lines history; `format_text` shows a night as text (`workbench.views.upstream.lane_html` as
+JSON-lines history; `format_text` shows a night as text (`workbench.views.guard_tables.lane_html` as
 HTML, with the history's last nights).
 """
 
@@ -56,7 +56,7 @@ def run_lane(
     version: str | None = None,
 ) -> dict:
     """One night of the lane; writes `out/upstream_lane.json`, appends to `history` (the HTML:
-    ``workbench.views.upstream.lane_html``). Any exception is a problem of the night (verdict
+    ``workbench.views.guard_tables.lane_html``). Any exception is a problem of the night (verdict
     `error`, exit 2): the JSON and the history line are written all the same."""
     night: dict = {
         "started_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -75,7 +75,7 @@ def run_lane(
         newest = version or latest_release(ctx, refresh=True, strict=True)
         night["release"] = newest
         ctx.log(f"[upstream lane] newest sglang release: {newest}")
-        # end to end: each confirmed finding the real-runtime lane drives is run on the release's own
+        # end to end: each confirmed finding the real runtime drives is run on the release's own
         # runtime, and the gate judges its verdict; a run that cannot decide makes the night an error
         result = guard.check(ctx, [newest], replay=True, end_to_end=True)
         night["problems"] = ran_problems(result, replay=True)

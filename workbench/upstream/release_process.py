@@ -1,5 +1,5 @@
 """The one way into a release's interpreter: every piece of workbench code that runs inside a release's
-replay environment (the replay driver, the reproducers, the runtime ranks, the HF reference) is
+release environment (the replay driver, the reproducers, the runtime ranks, the HF reference) is
 started here.
 
 - **Command** (``command``): ``python -I -u -c BOOT UPSTREAM TARGET PATHS CONFIG``. ``-I``: no user
@@ -13,7 +13,7 @@ started here.
   the run's own folder (what the release writes there, torch's ``torchinductor_<user>``, goes with
   the folder), and ``SETTINGS``; a caller adds its own (the runtime's SGLang settings).
 - **Result channel**: one result file. The config the process gets (``CONFIG``) names it as
-  ``result_path``; the in-release code writes its JSON there (``in_release.results.write``), once,
+  ``result_path``; the in-release code writes its JSON there (``in_release.result_channel.write``), once,
   atomically. Nothing is read from stdout.
 - **Supervisor**: ``workbench.run.supervisor.Supervisor``: own process group, a deadline, terminate
   then kill, the cause kept (``exited``, ``deadline``, or the caller's word).

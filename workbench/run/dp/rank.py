@@ -20,8 +20,8 @@ import torch.distributed as dist
 import workbench_kernels
 from workbench.run.config import RunConfig
 from workbench.run.dp.comm import DPCommunicator
+from workbench.run.rank_run import run_rank
 from workbench.run.record import crash_from_exception
-from workbench.run.runner import run_rank
 from workbench.speculative.eagle_draft_extend_pr28221 import fix_applied
 
 

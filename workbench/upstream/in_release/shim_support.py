@@ -1,4 +1,4 @@
-"""What the CPU shims build on, inside the replay environment (no workbench import).
+"""What the CPU shims build on, inside the release environment (no workbench import).
 
 ``load_functions``: top-level definitions of an SGLang source file executed alone, so a shim can
 use SGLang's own Triton or torch version of an op from another release's file. ``SglKernelFinder``:

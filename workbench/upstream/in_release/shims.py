@@ -1,6 +1,6 @@
-"""Every CPU shim the real-runtime lane applies to a released SGLang, and nothing else.
+"""Every CPU shim the real runtime applies to a released SGLang, and nothing else.
 
-Runs inside the replay environment (imports no workbench module). A shim names the upstream call
+Runs inside the release environment (imports no workbench module). A shim names the upstream call
 it passes by an anchor (a file under ``sglang/`` and a code fragment; ``apply`` records the line
 numbers it has in the release being run), the names it replaces, wraps or provides (``targets``),
 why it is needed on CPU only, and, when it reroutes a CUDA-only op, which of SGLang's own Triton

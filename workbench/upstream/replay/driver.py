@@ -1,4 +1,4 @@
-"""Launching the replay driver (``wb_driver``) in a release's replay environment.
+"""Launching the replay driver (``wb_driver``) in a release's environment.
 
 The driver is started by ``release_process.run_in_release`` (target ``replay.wb_driver.main``): the
 one boot, environment (``TRITON_INTERPRET=1``: the release's Triton kernels run on CPU tensors;

@@ -59,7 +59,7 @@ def replay(
         try:
             env = ensure_env(ctx, version, src_root=src_root)
         except EnvBuildError as exc:
-            out.update(message=f"the replay environment of {version} could not be built: {exc}", stage="environment")
+            out.update(message=f"the release environment of {version} could not be built: {exc}", stage="environment")
             return out
         out.update(env_group=env.group, sources=str(env.src_root), env_cached=env.cached, env_notes=env.notes)
         cfg = {"cases": cases, "src_root": str(env.src_root), "bundle": bundle, **(extra or {})}

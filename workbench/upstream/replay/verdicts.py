@@ -25,9 +25,9 @@ from collections.abc import Callable
 
 from ..context import UpstreamContext
 from ..sources.trees import SourceTree
-from .branches import other_branch
 from .cases import case_key, plan
 from .front import replay
+from .opposite_branches import other_branch
 
 
 def verdicts(ctx: UpstreamContext, tree: SourceTree, analysis: dict) -> list[dict]:

@@ -1,10 +1,10 @@
-"""The released SGLang runtime on this CPU (scheduler, EAGLE worker, DP attention over gloo) as a lane.
+"""The released SGLang runtime on this CPU (scheduler, EAGLE worker, DP attention over gloo): the real runtime.
 
-``run_runtime(ctx, version, dp, backend, fixes, sglang_src=None, ...) -> record`` (``run.py``); the
-guard's end-to-end verdicts (``e2e.py``). What runs inside the release's replay environment
-(``rank.py``, ``shims.py``, ``fixes.py``, ``reference.py``) imports no workbench module.
+``run_runtime(ctx, version, dp, backend, fixes, sglang_src=None, ...) -> record`` (``release_run.py``); the
+guard's end-to-end verdicts (``e2e.py``). What runs inside the release's environment
+(``release_rank.py``, ``shims.py``, ``fixes.py``, ``reference.py``) imports no workbench module.
 """
 
-from .run import RuntimeConfigError, run_runtime
+from .release_run import RuntimeConfigError, run_runtime
 
 __all__ = ["RuntimeConfigError", "run_runtime"]

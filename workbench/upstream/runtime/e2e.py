@@ -2,7 +2,7 @@
 
 The guard's opt-in step (``workbench upstream lint ... --replay --end-to-end``, ``guard.check(...,
 end_to_end=True)``): after the replays gave every finding a verdict, each ``confirmed`` finding on a
-path this lane drives (a CPU backend, an IDLE batch, a spec input an EAGLE pass installs on an idle DP
+path the real runtime drives (a CPU backend, an IDLE batch, a spec input an EAGLE pass installs on an idle DP
 rank) is run end to end: the release's own scheduler, EAGLE worker and model runner at DP 2 with rank 1
 idle (eager, no CUDA graphs, CPU). What the run did answers, per finding (``finding["end_to_end"]``):
 
@@ -12,13 +12,13 @@ idle (eager, no CUDA graphs, CPU). What the run did answers, per finding (``find
 - ``not reached``: the run completed: the read is not on this deployment's path;
 - ``raised elsewhere``: the run crashed at another line or on another class, even after the earlier
   passes' crashes of the same attribute were fixed (each fix named in the runs);
-- ``not drivable``: outside what the lane runs (a GPU backend, a non-IDLE mode, another input); the
+- ``not drivable``: outside what the real runtime runs (a GPU backend, a non-IDLE mode, another input); the
   finding keeps its verdict and nothing runs;
 - ``undecided``: the run could not decide (an environment that did not build, a timeout, a known
   upstream limit of this release on CPU): the step's status is ``error`` and the gate fails closed.
 
 An earlier pass's crash on the same attribute (the verify pass's ``EagleVerifyInput`` before the
-draft-extend pass) is fixed with the lane's ``verify-input`` fix and the run repeated, so a later read
+draft-extend pass) is fixed with the real runtime's ``verify-input`` fix and the run repeated, so a later read
 is reached; on a triton backend without 0.5.13's seq_lens fallback (0.5.12), the idle draft pass's
 ``None.shape`` on the ``EagleDraftInput``'s ``kv_indptr``, in the finding's function, is passed the
 same way with ``triton-idle-fallback``. A finding whose spec input the V1 worker installs
@@ -40,8 +40,8 @@ from workbench.run.serialise import from_dict, to_dict
 from workbench.upstream.context import UpstreamContext
 from workbench.upstream.sources.trees import SourceTree
 
-from .record import RuntimeRecord
-from .run import BACKENDS, run_runtime
+from .release_record import RuntimeRecord
+from .release_run import BACKENDS, run_runtime
 
 PHASE_OF = {"EagleVerifyInput": "verify", "EagleDraftExtendInput": "draft-extend", "EagleDraftInput": "draft"}
 EARLIER_FIX = {("EagleVerifyInput", "kv_indptr"): "verify-input"}
@@ -58,7 +58,7 @@ _CRASH_KEYS = ("rank", "phase", "forward_mode", "batch_size", "exception_type", 
 
 
 def drivable(finding: dict) -> str | None:
-    """Why the lane cannot drive ``finding``, or None when it can."""
+    """Why the real runtime cannot drive ``finding``, or None when it can."""
     if finding["backend"] not in BACKENDS:
         return f"backend {finding['backend']} does not run on CPU (lane backends: {', '.join(BACKENDS)})"
     if finding["mode"] != "IDLE":
@@ -93,7 +93,7 @@ def _command(version: str, sglang_src: Path | None, backend: str, fixes: list[st
 
 
 def _earlier_fix(rec: RuntimeRecord, finding: dict, fixes: list[str]) -> str | None:
-    """The lane's fix for an earlier pass's crash that stands before the finding's read, or None."""
+    """The real runtime's fix for an earlier pass's crash that stands before the finding's read, or None."""
     c = rec.crash
     if c is None or c.spec_info == finding["spec_class"]:
         return None
@@ -236,7 +236,7 @@ def end_to_end_verdicts(
             todo.append(i)
     summary: dict = {"status": "ok", "message": None, "verdicts": {}, "records": [], "run_s": 0.0}
     if not todo:
-        summary["message"] = "no confirmed finding on a path the real-runtime lane drives"
+        summary["message"] = "no confirmed finding on a path the real runtime drives"
         return out, summary
     scratch = Path(tempfile.mkdtemp(prefix="wb-e2e-"))
     try:

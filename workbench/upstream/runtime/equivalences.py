@@ -1,8 +1,8 @@
 """Device equivalences: where a release's CPU branch assumes the intel_amx attention backend, take the CUDA branch.
 
-Runs inside the replay environment (imports no workbench module). From 0.5.23 SGLang's CPU engine
+Runs inside the release environment (imports no workbench module). From 0.5.23 SGLang's CPU engine
 (``SGLANG_USE_CPU_ENGINE=1``, ``is_cpu()`` true) assumes in code that is not under test that the CPU
-attention backend is intel_amx. This lane runs the triton (or torch_native) backend on CPU, so there
+attention backend is intel_amx. The real runtime runs the triton (or torch_native) backend on CPU, so there
 the CPU branch asks for what only intel_amx provides. An equivalence makes one function take the other
 branch of its ``_is_cpu`` test: the function is the release's own code object, run with a view of its
 module's globals in which ``_is_cpu`` is False (every other name reads the live module). So the lines

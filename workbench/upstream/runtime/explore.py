@@ -1,11 +1,11 @@
-"""``explore``: the real-runtime lane over every configuration a release offers, one cell each.
+"""``explore``: the real runtime over every configuration a release offers, one cell each.
 
 The axes come from the release's own sources: the speculative algorithms its ``SpeculativeAlgorithm``
 enum defines and the attention backends its ``ATTENTION_BACKEND_CHOICES`` list holds (with the
 section comment each one sits under, e.g. ``# NVIDIA specific``), crossed with DP 1 / 2 / 3, the idle
 mode (``run.IDLE_MODES``: ranks idle from the start, or going idle mid-run) and the overlap schedule
-on / off. A value the lane cannot run here is one ``limit`` cell with the reason (the release line or
-the lane restriction), the other axes ``*``; never dropped. Every other cell is run through
+on / off. A value the real runtime cannot run here is one ``limit`` cell with the reason (the release line or
+the real runtime's restriction), the other axes ``*``; never dropped. Every other cell is run through
 ``run_runtime`` and classified (``classify``): ``ok`` (outputs equal to HF), ``crashed`` (rank,
 phase, mode, file:line, the record; ``known`` when a shipped record of the same release crashed in
 the same pass at the same line, else a reproducer command), ``limit`` (a known upstream limit the
@@ -34,8 +34,8 @@ from workbench.upstream.context import UpstreamContext
 from workbench.upstream.sources.envs import ensure_env, ensure_sources
 from workbench.upstream.sources.releases import check_version, known_releases
 
-from .record import RuntimeRecord, compare_reference
-from .run import (
+from .release_record import RuntimeRecord, check_reference
+from .release_run import (
     ALGORITHMS,
     BACKENDS,
     DP_SIZES,
@@ -46,7 +46,7 @@ from .run import (
     run_runtime,
 )
 
-LANE_ALGORITHMS = ALGORITHMS  # what run_runtime starts, each with its draft (run.DRAFT_MODEL)
+RUNTIME_ALGORITHMS = ALGORITHMS  # what run_runtime starts, each with its draft (run.DRAFT_MODEL)
 OUTCOMES = ("ok", "crashed", "limit", "failed")
 SHIPPED_RUNS = Path(__file__).resolve().parents[2] / "assets" / "runtime_runs.json"
 SHIPPED_EXPLORE = Path(__file__).resolve().parents[2] / "assets" / "runtime_explore.json"
@@ -63,7 +63,7 @@ _BACKEND_REASONS = {
 }
 
 
-# What stops an algorithm the lane does not start, found in the release by (function, fragment): the first
+# What stops an algorithm the real runtime does not start, found in the release by (function, fragment): the first
 # line holding the fragment after the line defining the function; with the reason, and whose limit it is.
 _ALGORITHM_STOPS = {
     "DFLASH": (
@@ -220,22 +220,22 @@ def read_axes(src: Path) -> Axes:
 
 
 def algorithm_limit(name: str, where: str, src: Path | None = None) -> str | None:
-    """Why the lane cannot run algorithm ``name`` (None: it can): the release line that stops it (found in
-    the release at ``src``, ``_ALGORITHM_STOPS``), or the lane's own restriction."""
-    if name in LANE_ALGORITHMS:
+    """Why the real runtime cannot run algorithm ``name`` (None: it can): the release line that stops it (found in
+    the release at ``src``, ``_ALGORITHM_STOPS``), or the real runtime's own restriction."""
+    if name in RUNTIME_ALGORITHMS:
         return None
     stop = _ALGORITHM_STOPS.get(name)
     line = release_line(src, stop[0], stop[1], stop[2]) if stop and src is not None else None
     if line is not None:
         return f"{line}: {stop[3]}; not run"
     return (
-        f"lane: the release defines {name} ({where}) but run_runtime starts {', '.join(LANE_ALGORITHMS)} only "
+        f"lane: the release defines {name} ({where}) but run_runtime starts {', '.join(RUNTIME_ALGORITHMS)} only "
         "(no draft model of the kind it needs); not run"
     )
 
 
 def backend_limit(name: str, info: dict) -> str | None:
-    """Why backend ``name`` cannot run here (None: the lane runs it)."""
+    """Why backend ``name`` cannot run here (None: the real runtime runs it)."""
     if name in BACKENDS:
         return None
     section = info.get("section") or ""
@@ -255,7 +255,7 @@ def enumerate_cells(
     dps: Iterable[int] = DP_SIZES,
     src: Path | None = None,
 ) -> list[Cell]:
-    """Every cell: one limit cell per algorithm or backend the lane cannot run, the product of the rest (each
+    """Every cell: one limit cell per algorithm or backend the real runtime cannot run, the product of the rest (each
     of those is run: what stops it, e.g. torch_native's verify pass, is measured, not predicted)."""
     algs = list(algorithms) if algorithms is not None else list(axes.algorithms)
     bks = list(backends) if backends is not None else list(axes.backends)
@@ -383,7 +383,7 @@ CRASH_SUMMARY = ("rank", "phase", "forward_mode", "batch_size", "exception_type"
 
 
 def _crash_summary(crash: dict) -> dict:
-    """The run record's crash (``record.py`` builds it) cut to what a cell shows, with where it raised."""
+    """The run record's crash (``release_record.py`` builds it) cut to what a cell shows, with where it raised."""
     at = crash.get("raised_at") or {}
     return {**{k: crash.get(k) for k in CRASH_SUMMARY}, "file": at.get("file"), "line": at.get("line")}
 
@@ -488,7 +488,7 @@ def explore(
                 if cell.record and cell.record["status"] == "ok":
                     reference = reference or _hf_reference(ctx, version, max_new_tokens, timeout_s)
                     rec = from_dict(RuntimeRecord, cell.record)
-                    compare_reference(rec, reference)
+                    check_reference(rec, reference)
                     cell.record = to_dict(rec)
                     _apply(cell, classify(cell.record, known), version, max_new_tokens)
                 if cell.overlap is True and cell.record and overlap_turned_off(cell.record):
@@ -548,7 +548,7 @@ def _run_cell(
 
 
 def _hf_reference(ctx: UpstreamContext, version: str, max_new_tokens: int, timeout_s: float) -> dict:
-    """HF transformers' greedy tokens for the lane's prompt, computed once for every ok cell."""
+    """HF transformers' greedy tokens for the real runtime's prompt, computed once for every ok cell."""
     env = ensure_env(ctx, version)
     prompts = [list(t.encode("utf-8")) for t in load_prompts(1)]
     run_dir = Path(tempfile.mkdtemp(prefix="wb-rt-"))

@@ -1,7 +1,7 @@
-"""The fixes the real-runtime lane can apply, as patches inside the rank processes.
+"""The fixes the real runtime can apply, as patches inside the rank processes.
 
-Runs inside the replay environment (no workbench import); the workbench names the fixes from
-``FIXES`` (``workbench.upstream.runtime.launch`` reads this file's table without importing it).
+Runs inside the release environment (no workbench import); the workbench names the fixes from
+``FIXES`` (``workbench.upstream.runtime.release_launch`` reads this file's table without importing it).
 
 - ``verify-input``: the smallest fix for the verify-pass crash on an idle DP rank
   (``'EagleVerifyInput' object has no attribute 'kv_indptr'``): ``kv_indptr: Optional[torch.Tensor]

@@ -1,4 +1,4 @@
-"""What a module's source defines, read with ``ast`` and compiled (runs inside the replay environment).
+"""What a module's source defines, read with ``ast`` and compiled (runs inside the release environment).
 
 ``SourceModel(path)`` holds, for one ``.py`` file: the names its statements bind at module level
 (definitions, assignments, imports, ``global`` declarations, star imports), every class it defines

@@ -1,8 +1,8 @@
-"""Jupyter kernels bound to a release's replay environment: ``workbench upstream kernel --sglang V``.
+"""Jupyter kernels bound to a release's environment: ``workbench upstream kernel --sglang V``.
 
 The kernelspec runs ``release_kernel.py`` with the release's cached dependency venv (the
 environments cache stays the one copy: nothing is copied) through ``release_process``'s boot (the
-release's or a checkout's sources first on the path), with the lane's settings and CPU shims, so a
+release's or a checkout's sources first on the path), with the real runtime's settings and CPU shims, so a
 crash bundle of ``workbench upstream
 run`` replays there in the release's own code (``workbench.debug.sglang_replay``). ipykernel is
 added to that venv in place when it lacks it. ``metadata.debugger`` lets JupyterLab's visual
@@ -23,7 +23,7 @@ from workbench.upstream.sources.releases import check_version, known_releases
 from workbench.upstream.sources.trees import source_root
 
 from ..release_process import command
-from .run import TREE_KERNELS_FILE, TREE_KERNELS_RELEASE
+from .release_run import TREE_KERNELS_FILE, TREE_KERNELS_RELEASE
 
 HERE = Path(__file__).resolve().parent
 WORKBENCH_ROOT = HERE.parents[2]  # the folder holding workbench/

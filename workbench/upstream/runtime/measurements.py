@@ -10,8 +10,8 @@ from pathlib import Path
 
 from workbench.run.serialise import from_dict
 
-from .record import RuntimeRecord
-from .run import load_prompts
+from .release_record import RuntimeRecord
+from .release_run import load_prompts
 
 __all__ = [
     "EXPECTED",
@@ -28,7 +28,7 @@ __all__ = [
 
 SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "runtime_runs.json"
 # What each role must end as. triton reads spec_info.kv_indptr on idle batches. torch_native does not run
-# SGLang's EAGLE: it has no multi-step draft backend (the lane gives the draft triton, as
+# SGLang's EAGLE: it has no multi-step draft backend (the real runtime gives the draft triton, as
 # --speculative-draft-attention-backend does), its forward_extend needs extend_prefix_lens, which a
 # TARGET_VERIFY batch does not carry (dp1 stops at the first verify), and it defines no DP padding
 # fill value (dp2 stops at the idle rank's first padded batch, the prefill).

@@ -1,6 +1,6 @@
 """A crash bundle written by a failing rank of the real runtime (runs inside the release's environment).
 
-Imported by ``rank.py`` as a sibling (no workbench import). ``write`` walks the traceback of what the
+Imported by ``release_rank.py`` as a sibling (no workbench import). ``write`` walks the traceback of what the
 event loop raised: the innermost frame holding a ``ForwardBatch`` gives the batch, the innermost
 ``self`` defined under ``sglang/srt/layers/attention/`` the backend and its failing method, and any
 frame's ``ModelRunner`` the runner. It writes ``<dir>/crash-bundle-rank<R>/`` with ``bundle.json``

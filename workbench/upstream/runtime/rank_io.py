@@ -1,8 +1,8 @@
-"""The tokenizer manager's side of a rank, as the release defines it (runs inside the replay environment).
+"""The tokenizer manager's side of a rank, as the release defines it (runs inside the release environment).
 
 ``request``: a ``TokenizedGenerateReqInput`` (a dataclass, or a msgspec Struct from 0.5.2x) built from
 its own field list; ``ipc``: the release's socket codec; ``port_args``: the rank's ``PortArgs`` with its
-own ipc sockets. Imported by ``rank.py`` as a sibling; no workbench import.
+own ipc sockets. Imported by ``release_rank.py`` as a sibling; no workbench import.
 """
 
 
@@ -67,7 +67,7 @@ def ipc():
 
 
 def make_port_args(cls, cfg: dict):
-    """PortArgs with this rank's own ipc sockets in the run folder (the lane owns both ends) and
+    """PortArgs with this rank's own ipc sockets in the run folder (the real runtime owns both ends) and
     the run's rendezvous port; built directly, since DP attention's ``init_new`` derives TCP ports
     from the server port and waits for them."""
     import dataclasses

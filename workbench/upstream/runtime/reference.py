@@ -1,18 +1,18 @@
-"""HF transformers' greedy tokens for the lane's target, run inside the replay environment.
+"""HF transformers' greedy tokens for the real runtime's target, run inside the release environment.
 
 Never imported by the workbench; started by ``release_process`` (target ``runtime.reference``) on a
 config ``{"model_path", "prompts": [[ids]], "max_new_tokens", "result_path"}``. Loads the target with
 ``AutoModelForCausalLM`` in float32 (the weights the runtime loads) and decodes each prompt
 greedily without a cache: the full sequence is re-run at every step, so nothing of SGLang (paged
 KV, spec decoding, DP) is involved. Writes ``{"outputs": [[ids]], "transformers": version}`` to
-``result_path`` (``in_release.results``).
+``result_path`` (``in_release.result_channel``).
 """
 
 import json
 import sys
 import time
 
-from ..in_release.results import write
+from ..in_release.result_channel import write
 
 
 def main() -> None:

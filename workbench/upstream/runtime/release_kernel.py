@@ -1,4 +1,4 @@
-"""An IPython kernel in a release's environment, set up as the real-runtime lane's ranks are.
+"""An IPython kernel in a release's environment, set up as the real runtime's ranks are.
 
 The kernelspec ``workbench upstream kernel --sglang V`` registers runs this module with the release's
 dependency venv through ``release_process``'s boot (target ``runtime.release_kernel``; the release's

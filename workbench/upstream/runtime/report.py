@@ -38,8 +38,8 @@ from workbench.upstream.context import UpstreamContext, echo
 from workbench.upstream.sources.releases import check_versions
 from workbench.upstream.sources.trees import release_tree
 
-from .record import RuntimeRecord
-from .run import run_runtime
+from .release_record import RuntimeRecord
+from .release_run import run_runtime
 
 SPEC_FILE = "sglang/srt/speculative/eagle_info.py"
 CLASS, FIELD = "EagleVerifyInput", "kv_indptr"

@@ -1,6 +1,6 @@
-"""The live check that nothing changed the code the crash is about (runs inside the replay environment).
+"""The live check that nothing changed the code the crash is about (runs inside the release environment).
 
-Protected modules (``protected``): every module on a crash traceback the lane has recorded (the
+Protected modules (``protected``): every module on a crash traceback the real runtime has recorded (the
 shipped ``runtime_runs.json``; the workbench passes their names in), and the release's
 ``speculative/``, ``layers/attention/``, ``layers/dp_attention``, ``model_executor/``, its
 scheduler and worker managers and (0.5.23) ``sglang.kernels``. ``check`` holds every loaded
@@ -16,7 +16,7 @@ Allowed, and listed with what allowed them: the changes a fix the run asked for 
 and not a violation: a class attribute that a loaded release module's own source sets from outside
 (``Class.attr = ...`` after ``from module import Class``: ``release_assigned``, with its line). Not
 held: instance attributes, values bound by imports, and classes outside sglang that protected
-classes inherit from (``torch.nn.Module``). Under ``TRITON_INTERPRET=1`` (a lane setting) Triton's
+classes inherit from (``torch.nn.Module``). Under ``TRITON_INTERPRET=1`` (a real-runtime setting) Triton's
 interpreter puts its own module's names into the modules whose kernels it runs; a name bound to
 that very object of ``triton.runtime.interpreter`` is listed (``interpreter_globals``), not a
 violation.
@@ -390,7 +390,9 @@ class _Check:
         return names
 
 
-INTERPRETER = "triton.runtime.interpreter"  # TRITON_INTERPRET=1 (a lane setting) puts its names in kernels' modules
+INTERPRETER = (
+    "triton.runtime.interpreter"  # TRITON_INTERPRET=1 (a real-runtime setting) puts its names in kernels' modules
+)
 _NOTHING = object()
 _META: dict = {}  # metaclass -> the names it adds to a class
 

@@ -1,4 +1,4 @@
-"""The lane's standard set of runs for one release and backend, and its shipped measurement.
+"""The real runtime's standard set of runs for one release and backend, and its shipped measurement.
 
 Roles (what notebook 06 and the nightly show):
 
@@ -36,7 +36,7 @@ from workbench.upstream.context import UpstreamContext, echo
 from workbench.upstream.sources.trees import release_tree
 from workbench.upstream.static.mutate import MutationError, remove_attribute
 
-from .run import code_state, run_runtime
+from .release_run import code_state, run_runtime
 
 ROLES: dict[str, dict] = {
     "dp2": {"dp": 2},

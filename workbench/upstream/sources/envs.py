@@ -61,7 +61,7 @@ IMPORT_DEPS: tuple[str, ...] = (
     "uvicorn",
 )
 # What the real runtime (scheduler, model runner) imports besides the replay path's imports:
-# the real-runtime lane (workbench/upstream/runtime) needs them; a cached venv gets them in place.
+# the real runtime (workbench/upstream/runtime) needs them; a cached venv gets them in place.
 RUNTIME_DEPS: tuple[str, ...] = ("setproctitle", "uvloop", "prometheus-client")
 LATER_DEPS: tuple[str, ...] = ("apache-tvm-ffi",)  # needed by releases after 0.5.14
 XGRAMMAR_FROM = "0.5.16"  # server_args imports xgrammar (function-call parser) from this release
@@ -86,8 +86,8 @@ class EnvBuildError(RuntimeError):
 
 
 @dataclass
-class ReplayEnv:
-    """A ready replay environment: a dependency venv plus the sglang sources to put first."""
+class ReleaseEnv:
+    """A ready release environment: a dependency venv plus the sglang sources to put first."""
 
     version: str
     root: Path
@@ -290,7 +290,7 @@ def _ensure_sources(ctx: UpstreamContext, version: str) -> Path:
     return root
 
 
-def ensure_deps(ctx: UpstreamContext, version: str) -> ReplayEnv:
+def ensure_deps(ctx: UpstreamContext, version: str) -> ReleaseEnv:
     """Build (or reuse; `ctx.rebuild` rebuilds) the dependency venv of `version`'s range; no sglang inside."""
     try:
         wheel, _ = ensure_wheel(ctx, version)
@@ -301,7 +301,7 @@ def ensure_deps(ctx: UpstreamContext, version: str) -> ReplayEnv:
         return _ensure_deps(ctx, version, wheel, group)
 
 
-def _ensure_deps(ctx: UpstreamContext, version: str, wheel: Path, group: str) -> ReplayEnv:
+def _ensure_deps(ctx: UpstreamContext, version: str, wheel: Path, group: str) -> ReleaseEnv:
     log, rebuild = ctx.log, ctx.rebuild
     root = ctx.cache_dir / group
     python, marker, tag = root / "bin" / "python", root / READY_MARKER, f"[{group}]"
@@ -317,7 +317,7 @@ def _ensure_deps(ctx: UpstreamContext, version: str, wheel: Path, group: str) ->
             info["specs"] = sorted(set(info.get("specs", [])) | set(specs))
             info["packages"] = _installed_versions(python)
             marker.write_text(json.dumps(info, indent=1))
-        return ReplayEnv(
+        return ReleaseEnv(
             version,
             root,
             python,
@@ -354,10 +354,10 @@ def _ensure_deps(ctx: UpstreamContext, version: str, wheel: Path, group: str) ->
         )
     )
     log(f"{tag} dependency venv ready in {install_s:.1f} s")
-    return ReplayEnv(version, root, python, False, install_s, packages, [STANDIN_NOTE], install_s, group=group)
+    return ReleaseEnv(version, root, python, False, install_s, packages, [STANDIN_NOTE], install_s, group=group)
 
 
-def add_packages(ctx: UpstreamContext, env: ReplayEnv, specs: list[str]) -> list[str]:
+def add_packages(ctx: UpstreamContext, env: ReleaseEnv, specs: list[str]) -> list[str]:
     """Install the ``specs`` a cached environment lacks, in place (as a later release's imports are
     added); returns what was installed. Raises EnvBuildError naming a package uv could not install."""
     with ctx.lock(env.group or env.root.name):
@@ -371,8 +371,8 @@ def add_packages(ctx: UpstreamContext, env: ReplayEnv, specs: list[str]) -> list
     return missing
 
 
-def ensure_env(ctx: UpstreamContext, version: str, src_root: Path | None = None) -> ReplayEnv:
-    """The replay environment of `version`: its range's dependency venv + its sources first.
+def ensure_env(ctx: UpstreamContext, version: str, src_root: Path | None = None) -> ReleaseEnv:
+    """The release environment of `version`: its range's dependency venv + its sources first.
 
     `src_root` (a checkout's folder holding `sglang/`) replaces the release's own sources:
     a checkout runs on the environment of the release named by `version`.

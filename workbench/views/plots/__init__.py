@@ -4,10 +4,10 @@ saves it as PNG and SVG. Backends computed by a stand-in kernel say so in every 
 
 from workbench.run.labels import backend_label, record_label
 from workbench.views.plots.common import save, show
-from workbench.views.plots.compare import attention_split, metadata_cost, speedup_intervals, tokens_per_s_spread
-from workbench.views.plots.matrix import crash_matrix
+from workbench.views.plots.compare_plots import attention_split, metadata_cost, speedup_intervals, tokens_per_s_spread
+from workbench.views.plots.matrix_plots import crash_matrix
 from workbench.views.plots.runs import accept_length_hist, acceptance_per_position, phase_latency
-from workbench.views.plots.sweep import acceptance_sweep
+from workbench.views.plots.sweep_plots import acceptance_sweep
 from workbench.views.plots.trends import history_trend
 
 __all__ = [

@@ -1,8 +1,8 @@
-"""The replay driver: runs inside a release's replay environment, never imported by the workbench.
+"""The replay driver: runs inside a release's environment, never imported by the workbench.
 
 Started by ``workbench.upstream.release_process`` (target ``replay.wb_driver.main``) with the
 release's (or a checkout's) sources first on ``sys.path``. Nothing here imports ``workbench``: the
-replay environment holds sglang's dependencies, not the workbench's. It uses the one stub system
+release environment holds sglang's dependencies, not the workbench's. It uses the one stub system
 (``in_release.stubs``: GPU libraries stubbed at import, ``GpuLibraryReached`` on first call;
 ``in_release.devices``: ``device="cuda"`` redirected to the CPU). Modules:
 

@@ -1,5 +1,5 @@
 """Entry point: ``main()`` runs every case of the config at ``sys.argv[1]`` and writes one result to the
-config's ``result_path`` (``in_release.results``). Started by ``release_process`` (target
+config's ``result_path`` (``in_release.result_channel``). Started by ``release_process`` (target
 ``replay.wb_driver.main``), which sets TRITON_INTERPRET=1 and puts the sources first on ``sys.path``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import time
 import traceback
 
-from ...in_release.results import write
+from ...in_release.result_channel import write
 from .case import run_case, sglang_frames
 from .setup import setup
 

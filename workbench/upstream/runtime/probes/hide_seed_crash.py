@@ -2,7 +2,7 @@
 the seed's crash by setting ``EagleDraftExtendInput.kv_indptr = None`` as a class attribute, from
 outside the release, the change PR #28221 makes as a field. On the between-PRs checkout of 0.5.14
 with ``--fix verify-input`` the run would complete ok; the shim guard must end it with status error,
-naming ``EagleDraftExtendInput.kv_indptr``. Not a shim of the lane: never installed otherwise."""
+naming ``EagleDraftExtendInput.kv_indptr``. Not a shim of the real runtime: never installed otherwise."""
 
 
 def install() -> None:

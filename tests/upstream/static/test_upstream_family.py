@@ -1,0 +1,255 @@
+"""The idle-batch family (static/family.py): None / empty IDLE fields dereferenced, offline on synthetic sources."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+from upstream_fixtures import ATTN_DIR, MODES, MODES_FILE, SPEC_DIR, write_fake_cache
+
+from workbench.cli import main as workbench_main
+from workbench.upstream.replay import family_verdicts as replay_family
+from workbench.upstream.replay.cases import case_key
+from workbench.upstream.sources.trees import memory_tree
+from workbench.upstream.static.corpus import figures, judge_case
+from workbench.upstream.static.family import KINDS, analyse_family, count_by_kind
+
+RUNNER = "sglang/srt/model_executor/cuda_graph_runner.py"
+
+BATCH = MODES + textwrap.dedent("""
+    @dataclass
+    class ForwardBatch:
+        forward_mode: ForwardMode
+        seq_lens: "Tensor"
+        extend_prefix_lens: "Tensor" = None
+        later_set: "Tensor" = None
+        positions: "Tensor" = None
+        @classmethod
+        def init_new(cls, batch):
+            ret = cls(forward_mode=batch.forward_mode, seq_lens=batch.seq_lens)
+            if ret.forward_mode.is_idle():
+                ret.positions = torch.empty((0,), dtype=torch.int64)
+            if ret.forward_mode.is_extend():
+                ret.extend_prefix_lens = batch.prefix_lens
+            return ret
+        def prepare_mlp_sync_batch(self):
+            self.later_set = 1
+""")
+
+SPEC = textwrap.dedent("""
+    from dataclasses import dataclass
+    class SpecInput:
+        def __init__(self, spec_input_type):
+            self.spec_input_type = spec_input_type
+    @dataclass
+    class DraftInput(SpecInput):
+        topk_p: "Tensor" = None
+        kv_indptr: "Tensor" = None
+        hidden_states: "Tensor" = None
+        def __post_init__(self):
+            super().__init__(SpecInputType.DRAFT)
+        @classmethod
+        def create_idle_input(cls, device, hidden_size):
+            return cls(
+                topk_p=torch.empty((0, 1), device=device),
+                hidden_states=torch.empty((0, hidden_size)) if hidden_size is not None else None,
+            )
+""")
+
+WORKER = textwrap.dedent("""
+    class Worker:
+        def idle_draft(self, batch):
+            batch.spec_info = DraftInput.create_idle_input(device="cpu", hidden_size=None)
+""")
+
+BACKEND = textwrap.dedent("""
+    class Backend:
+        def init_forward_metadata(self, forward_batch):
+            spec_info = forward_batch.spec_info
+            if forward_batch.forward_mode.is_decode_or_idle():
+                kv_indptr, other = spec_info.kv_indptr, 1
+                bs = kv_indptr.shape[0] - 1
+                top = spec_info.topk_p.max()
+                shape = spec_info.topk_p.shape
+                n = forward_batch.extend_prefix_lens.shape[0]
+                m = forward_batch.later_set + 1
+                if spec_info.hidden_states is not None:
+                    h = spec_info.hidden_states.shape
+            elif forward_batch.forward_mode.is_target_verify():
+                h = spec_info.hidden_states.shape
+""")
+
+RUNNER_SRC = textwrap.dedent("""
+    class CudaGraphRunner:
+        def can_run(self, forward_batch):
+            return max(forward_batch.extend_prefix_lens) < 8
+        def capture(self, bs):
+            return max(self.forward_batch.extend_prefix_lens)
+""")
+
+
+def _files(backend: str = BACKEND) -> dict[str, str]:
+    return {
+        MODES_FILE: BATCH,
+        f"{SPEC_DIR}info.py": SPEC,
+        f"{SPEC_DIR}worker.py": WORKER,
+        f"{ATTN_DIR}toy_backend.py": backend,
+        RUNNER: RUNNER_SRC,
+    }
+
+
+def _lines(src: str, text: str) -> int:
+    return next(i for i, line in enumerate(src.splitlines(), 1) if text in line)
+
+
+def test_idle_values_are_read_from_the_idle_constructors() -> None:
+    res = analyse_family(memory_tree(_files(), "toy"))
+    spec = {a: v["state"] for a, v in res["spec_idle_values"]["DraftInput"].items()}
+    # given empty, given `x if c else None`, left at the dataclass default None
+    assert spec == {"topk_p": "empty", "hidden_states": "None", "kv_indptr": "None"}
+    batch = {a: v["state"] for a, v in res["batch_idle_values"].items()}
+    # set only under is_extend(): None on IDLE; set empty under is_idle(); a field a ForwardBatch method sets is not
+    assert batch == {"extend_prefix_lens": "None", "positions": "empty"}
+
+
+def test_each_kind_reports_the_unguarded_dereferences_on_the_idle_path_and_nothing_else() -> None:
+    res = analyse_family(memory_tree(_files(), "toy"))
+    got = sorted((f["kind"], f["spec_class"], f["attr"], f["deref_line"], f["deref_op"]) for f in res["findings"])
+    assert got == [
+        ("batch-none-deref", "ForwardBatch", "extend_prefix_lens", _lines(BACKEND, "n = forward_batch"), ".shape"),
+        ("none-deref", "DraftInput", "kv_indptr", _lines(BACKEND, "bs = kv_indptr"), ".shape"),
+        ("none-deref", "DraftInput", "topk_p", _lines(BACKEND, "top = "), ".max()"),
+        (
+            "runner-none-deref",
+            "ForwardBatch",
+            "extend_prefix_lens",
+            _lines(RUNNER_SRC, "return max(forward_batch"),
+            "max()",
+        ),
+    ]
+    # .shape of an empty tensor, a None-checked read, a read in a branch without IDLE: none reported
+    assert count_by_kind(res["findings"]) == dict(zip(KINDS, [2, 1, 1], strict=True))
+    keys = {f["key"] for f in res["findings"]}
+    assert "none-deref|toy|IDLE|DraftInput|kv_indptr|Backend.init_forward_metadata" in keys
+    alias = next(f for f in res["findings"] if f["attr"] == "kv_indptr")
+    assert (
+        alias["read_line"] == _lines(BACKEND, "kv_indptr, other =")
+        and "dataclass default None" in alias["idle_value_how"]
+    )
+
+
+def test_a_none_check_before_the_dereference_silences_it() -> None:
+    fixed = BACKEND.replace("bs = kv_indptr.shape[0] - 1", "bs = 0 if kv_indptr is None else kv_indptr.shape[0] - 1")
+    assert fixed != BACKEND
+    res = analyse_family(memory_tree(_files(fixed), "toy"))
+    assert "kv_indptr" not in {f["attr"] for f in res["findings"]}
+
+
+def test_an_attribute_the_walk_writes_is_not_reported() -> None:
+    written = BACKEND.replace(
+        "        spec_info = forward_batch.spec_info\n",
+        "        spec_info = forward_batch.spec_info\n        forward_batch.spec_info.kv_indptr = self.buf\n",
+    )
+    assert written != BACKEND
+    res = analyse_family(memory_tree(_files(written), "toy"))
+    assert "kv_indptr" not in {f["attr"] for f in res["findings"]}
+
+
+def test_the_command_reports_per_kind_and_names_an_unparseable_file_with_exit_2(tmp_path: Path) -> None:
+    cache = write_fake_cache(tmp_path, {"0.5.12": _files()})
+    out = tmp_path / "family.json"
+    argv = ["upstream", "--cache-dir", str(cache), "family", "--sglang", "0.5.12", "--json", str(out)]
+    assert workbench_main(argv) == 0
+    res = json.loads(out.read_text())["releases"]["0.5.12"]
+    assert res["counts"] == {"none-deref": 2, "batch-none-deref": 1, "runner-none-deref": 1}
+    broken = {**_files(), f"{ATTN_DIR}broken_backend.py": "def f(:\n"}
+    cache2 = write_fake_cache(tmp_path / "b", {"0.5.12": broken})
+    assert (
+        workbench_main(["upstream", "--cache-dir", str(cache2), "family", "--sglang", "0.5.12", "--json", str(out)])
+        == 2
+    )
+    assert any("broken_backend.py" in u for u in json.loads(out.read_text())["releases"]["0.5.12"]["unparsed"])
+
+
+def test_a_corpus_case_outside_the_contract_is_found_by_the_family_only_at_its_crash_site() -> None:
+    res = analyse_family(memory_tree(_files(), "toy"))
+    case = {
+        "id": "toy-none",
+        "split": "held_out",
+        "threads": [{"url": "https://example.invalid/1"}],
+        "releases": {"buggy": ["0.5.12"], "fixed": []},
+        "expected": None,
+        "outside_contract": "a None field dereferenced",
+        "crash_site": {"file": f"{ATTN_DIR}toy_backend.py", "function": "Backend.init_forward_metadata"},
+    }
+    found = judge_case(case, lambda v: [], lambda v: res["findings"])
+    assert found["outcome"] == "found by the family"
+    elsewhere = judge_case(
+        {**case, "crash_site": {**case["crash_site"], "function": "Backend.other"}},
+        lambda v: [],
+        lambda v: res["findings"],
+    )
+    assert elsewhere["outcome"] == "not expressible"
+    assert figures([found, elsewhere])["held_out"]["family_recall"] == 0.5
+
+
+def _record(g: dict, kind: str, run: dict) -> dict:
+    return {"case": {"key": case_key(g, kind), "batch": kind}, "batch": {"kind": kind}, "runs": [run]}
+
+
+def test_replay_verdicts_need_the_error_at_the_dereference_line(monkeypatch) -> None:
+    res = analyse_family(memory_tree(_files(), "toy"))
+    res["findings"] = [f for f in res["findings"] if f["kind"] != "batch-none-deref"]
+    (f,) = [f for f in res["findings"] if f["attr"] == "kv_indptr"]
+    loc = f"{f['read_file']}:{f['deref_line']}"
+    g = {**f, "read_line": f["deref_line"]}
+    not_called = {"outcome": "not called", "message": "the idle path does not call init_forward_metadata"}
+    runs = {
+        "raised here": {
+            "outcome": "raised",
+            "raised_at": loc,
+            "exception": "AttributeError",
+            "message": "'NoneType' object has no attribute 'shape'",
+            "ran": [loc],
+        },
+        "ran": {"outcome": "completed", "ran": [loc]},
+        "elsewhere": {
+            "outcome": "raised",
+            "raised_at": f"{f['read_file']}:1",
+            "exception": "KeyError",
+            "message": "x",
+            "ran": [],
+        },
+    }
+    # the toy backend is not a CPU one (triton, torch_native): its verdicts are the traced ones
+    want = {"raised here": "traced: raised", "ran": "traced: not read", "elsewhere": "unverified"}
+    for name, run in runs.items():
+        cases = [_record(g, "IDLE padded", run), _record(g, "IDLE unpadded", not_called)]
+        monkeypatch.setattr(replay_family, "replay", lambda ctx, tree, planned, c=cases: {"status": "ok", "cases": c})
+        out, summary = replay_family.family_verdicts(None, None, res)
+        got = {h["attr"]: h for h in out}
+        assert got["kv_indptr"]["verdict"] == want[name], (name, got["kv_indptr"]["verdict_reason"])
+        assert summary["status"] == "ok"
+    runner = next(h for h in out if h["kind"] == "runner-none-deref")
+    assert runner["verdict"] == "unverified" and "not a runner's methods" in runner["verdict_reason"]
+
+
+requires_network = pytest.mark.skipif(
+    os.environ.get("WB_NETWORK_TESTS") != "1", reason="network test: needs the release wheels; WB_NETWORK_TESTS=1"
+)
+
+
+@pytest.mark.network
+@requires_network
+@pytest.mark.timeout(1800)
+def test_the_0_5_12_draft_pass_none_shape_is_found_and_confirmed_by_replay(tmp_path: Path) -> None:
+    out = tmp_path / "family.json"
+    assert workbench_main(["upstream", "family", "--sglang", "0.5.12", "--replay", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())["releases"]["0.5.12"]
+    key = "none-deref|triton|IDLE|EagleDraftInput|kv_indptr|TritonAttnBackend.init_forward_metadata"
+    (f,) = [f for f in res["findings"] if f["key"] == key]
+    assert (f["read_file"].rsplit("/", 1)[-1], f["deref_line"], f["deref_op"]) == ("triton_backend.py", 333, ".shape")
+    assert f["verdict"] == "confirmed" and "'NoneType' object has no attribute 'shape'" in f["verdict_reason"]
