@@ -83,6 +83,109 @@ def runtime_imports(path: Path, root: Path, nodes: bool = False) -> Iterator[tup
                 yield where, target, id(node) in in_function
 
 
+# A string naming an internal module, alone or with an attribute: a registry entry
+# ("workbench.backends.triton"), importlib.import_module's argument, `python -m`'s module, "pkg.mod:attr".
+MODULE_STRING = re.compile(r"(?:kernels|workbench|ci)(?:\.\w+)+(?::[\w.]+)?")
+
+
+def string_imports(path: Path, root: Path, launches: bool = True) -> Iterator[tuple[int, str]]:
+    """(line, module) of every string that imports an internal module by name at run time: the argument
+    of ``import_module`` / ``__import__``, a registry's ``("pkg.mod", "Attr")`` pair, a ``"pkg.mod:attr"``
+    entry; with ``launches`` also the module a ``[..., "-m", "pkg.mod", ...]`` command starts."""
+    tree = ast.parse(path.read_text())
+    parents = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+            continue
+        if not MODULE_STRING.fullmatch(node.value):
+            continue
+        parent = parents.get(id(node))
+        named = ":" in node.value
+        if isinstance(parent, ast.Call) and node in parent.args:
+            fn = parent.func
+            named = named or getattr(fn, "attr", getattr(fn, "id", None)) in ("import_module", "__import__")
+        elif isinstance(parent, ast.Tuple | ast.List):
+            items = parent.elts
+            i = items.index(node)
+            after = items[i + 1] if i + 1 < len(items) else None
+            before = items[i - 1] if i else None
+            is_str = lambda n: isinstance(n, ast.Constant) and isinstance(n.value, str)  # noqa: E731
+            pair = is_str(after) and after.value.isidentifier() and len(items) == 2
+            launch = is_str(before) and before.value == "-m"
+            named = named or pair or (launches and launch)
+        if not named:
+            continue
+        name = node.value.partition(":")[0]
+        while name and not is_module(name, root):
+            name = name.rpartition(".")[0]  # "pkg.mod.Class" names the module pkg.mod
+        yield node.lineno, name or node.value
+
+
+# Code that runs inside a release's interpreter (its own Python, sglang's dependencies, no workbench):
+# the replay driver (a package launched by `python -c`) and the real runtime's rank script with the
+# files it imports as siblings (bare `import shims`), and the kernel set-up of a release's Jupyter kernel.
+IN_RELEASE_PACKAGES = ("workbench.upstream.replay.wb_driver",)
+IN_RELEASE_FOLDERS = ("workbench/upstream/runtime", "workbench/upstream/runtime/probes")
+IN_RELEASE_MARK = re.compile(
+    r"no workbench import|imports no workbench|never imported by the workbench|runs inside the (?:replay|release's) "
+    r"environment",
+    re.I,
+)
+
+
+def _marked(path: Path, root: Path) -> bool:
+    name = module_name(path, root)
+    if any(name == p or name.startswith(p + ".") for p in IN_RELEASE_PACKAGES):
+        return True
+    if str(path.parent.relative_to(root)) not in IN_RELEASE_FOLDERS or path.name == "__init__.py":
+        return False
+    return bool(IN_RELEASE_MARK.search(ast.get_docstring(ast.parse(path.read_text())) or ""))
+
+
+def in_release_modules(root: Path) -> set[str]:
+    """The modules that run inside a release: the driver package, the runtime files whose docstring
+    says so, and every file those import as a script's sibling (bare ``import shims``)."""
+    by_name = {module_name(p, root): p for p in project_files(root)}
+    inside = {name for name, p in by_name.items() if _marked(p, root)}
+    todo = list(inside)
+    while todo:
+        for _, sibling in sibling_imports(by_name[todo.pop()], root):
+            if sibling not in inside and sibling in by_name:
+                inside.add(sibling)
+                todo.append(sibling)
+    return inside
+
+
+def in_release(path: Path, root: Path) -> bool:
+    return module_name(path, root) in in_release_modules(root)
+
+
+def sibling_imports(path: Path, root: Path) -> Iterator[tuple[int, str]]:
+    """(line, module) of a file's bare imports of its siblings (``import shims`` run as a script's
+    neighbour), resolved to the sibling's module."""
+    package = module_name(path, root).rpartition(".")[0]
+    for line, target, _ in runtime_imports(path, root):
+        head = target.split(".")[0]
+        if head not in INTERNAL and (path.parent / f"{head}.py").exists():
+            yield line, f"{package}.{head}"
+
+
+def in_release_imports(root: Path) -> list[str]:
+    """Imports of workbench code by code that runs inside a release, other than in-release code."""
+    inside = in_release_modules(root)
+    found = []
+    for path in project_files(root):
+        if module_name(path, root) not in inside:
+            continue
+        targets = [(line, t) for line, t, _ in runtime_imports(path, root) if t.split(".")[0] in INTERNAL]
+        for line, target in [*targets, *sibling_imports(path, root), *string_imports(path, root)]:
+            while target and not is_module(target, root):
+                target = target.rpartition(".")[0]
+            if target not in inside:
+                found.append(f"{path.relative_to(root)}:{line} imports {target}")
+    return found
+
+
 def is_module(name: str, root: Path) -> bool:
     p = root.joinpath(*name.split("."))
     return p.with_suffix(".py").exists() or (p / "__init__.py").exists()
@@ -100,9 +203,14 @@ def project_files(root: Path) -> list[Path]:
 def import_graph(root: Path) -> dict[str, set[str]]:
     """Internal module -> the internal modules it imports at run time."""
     graph: dict[str, set[str]] = {}
+    inside = in_release_modules(root)
     for path in project_files(root):
         deps = graph.setdefault(module_name(path, root), set())
-        for _, target, _ in runtime_imports(path, root):
+        edges = [(line, t) for line, t, _ in runtime_imports(path, root)]
+        edges += list(string_imports(path, root, launches=False))  # a launched module is another process
+        if module_name(path, root) in inside:
+            edges += list(sibling_imports(path, root))
+        for _, target in edges:
             while target and not is_module(target, root):
                 target = target.rpartition(".")[0]
             if target and target.split(".")[0] in INTERNAL:
@@ -204,7 +312,8 @@ def upward_imports(root: Path) -> list[str]:
     found = []
     for path in project_files(root):
         src = module_name(path, root)
-        for line, target, _ in runtime_imports(path, root):
+        edges = [(line, t) for line, t, _ in runtime_imports(path, root)] + list(string_imports(path, root))
+        for line, target in edges:
             if target.split(".")[0] not in INTERNAL or target == "workbench":
                 continue
             if layer_of(target) > layer_of(src):
@@ -216,7 +325,8 @@ def unresolved_imports(root: Path) -> list[str]:
     """Internal imports naming a module that does not exist (a relative import left behind by a move)."""
     found = []
     for path in project_files(root):
-        for line, target, _ in runtime_imports(path, root):
+        edges = [(line, t) for line, t, _ in runtime_imports(path, root)] + list(string_imports(path, root))
+        for line, target in edges:
             entry = f"{path.relative_to(root)}:{line} imports {target}"
             if target.split(".")[0] in INTERNAL and not is_module(target, root) and entry not in found:
                 found.append(entry)

@@ -14,11 +14,14 @@ from import_graph import (
     function_level_imports,
     import_cycles,
     import_graph,
+    in_release_imports,
+    in_release_modules,
     layer_of,
     module_name,
     project_files,
     reason_of,
     rendering,
+    string_imports,
     unresolved_imports,
     upward_imports,
 )
@@ -122,3 +125,51 @@ def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert upward_imports(tmp_path) == ["workbench/models/bad.py:5 imports workbench.run.api"]
+
+
+def test_the_registries_string_imports_are_in_the_graph():
+    """The backend registry names its modules as strings: the graph holds them as imports."""
+    graph = import_graph(ROOT)
+    assert {"workbench.backends.triton", "workbench.backends.torch_native"} <= graph["workbench.backends"]
+
+
+def test_code_run_inside_a_release_imports_no_workbench_module():
+    inside = in_release_modules(ROOT)
+    assert {
+        "workbench.upstream.replay.wb_driver.main",
+        "workbench.upstream.runtime.release_rank",
+        "workbench.upstream.runtime.shims",
+    } <= inside
+    assert "workbench.upstream.runtime.release_run" not in inside
+    assert in_release_imports(ROOT) == []
+
+
+def test_the_checks_see_string_and_in_release_imports(tmp_path, monkeypatch):
+    """The scanner itself: a registry string, import_module's argument and a "mod:attr" entry count as
+    imports (an upward one is reported); a JUnit class name does not, nor a `-m` launch in the graph; a
+    sibling of in-release code importing the workbench is reported."""
+    for pkg in ("workbench", "workbench/models", "workbench/run", "workbench/upstream", "workbench/upstream/runtime"):
+        (tmp_path / pkg).mkdir(parents=True, exist_ok=True)
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "workbench/run/api.py").write_text("")
+    (tmp_path / "workbench/models/reg.py").write_text(
+        'import importlib\nREG = {"a": ("workbench.run.api", "Api")}\n'
+        'def f():\n    return importlib.import_module("workbench.run")\n'
+        'ENTRY = "workbench.run.api:reproduce"\nNAME = dict(classname="workbench.run")\n'
+        'CMD = ["python", "-m", "workbench.run.api"]\n'
+    )
+    runtime = tmp_path / "workbench/upstream/runtime"
+    (runtime / "rank.py").write_text('"""Runs inside the release\'s environment."""\nimport shims\n')
+    (runtime / "shims.py").write_text('"""CPU shims."""\nfrom workbench.run import api\n')
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    found = sorted(t for _, t in string_imports(tmp_path / "workbench/models/reg.py", tmp_path))
+    assert found == ["workbench.run", "workbench.run.api", "workbench.run.api", "workbench.run.api"]
+    assert sorted(upward_imports(tmp_path)) == [
+        "workbench/models/reg.py:2 imports workbench.run.api",
+        "workbench/models/reg.py:4 imports workbench.run",
+        "workbench/models/reg.py:5 imports workbench.run.api",
+        "workbench/models/reg.py:7 imports workbench.run.api",
+    ]
+    assert import_graph(tmp_path)["workbench.models.reg"] == {"workbench.run", "workbench.run.api"}
+    assert in_release_modules(tmp_path) == {"workbench.upstream.runtime.rank", "workbench.upstream.runtime.shims"}
+    assert in_release_imports(tmp_path) == ["workbench/upstream/runtime/shims.py:2 imports workbench.run.api"]
