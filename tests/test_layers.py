@@ -159,8 +159,8 @@ def test_the_checks_see_string_and_in_release_imports(tmp_path, monkeypatch):
         'CMD = ["python", "-m", "workbench.run.api"]\n'
     )
     runtime = tmp_path / "workbench/upstream/runtime"
-    (runtime / "rank.py").write_text('"""Runs inside the release\'s environment."""\nimport shims\n')
-    (runtime / "shims.py").write_text('"""CPU shims."""\nfrom workbench.run import api\n')
+    (runtime / "toy_rank.py").write_text('"""Runs inside the release\'s environment."""\nimport toy_shims\n')
+    (runtime / "toy_shims.py").write_text('"""CPU shims."""\nfrom workbench.run import api\n')
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     found = sorted(t for _, t in string_imports(tmp_path / "workbench/models/reg.py", tmp_path))
     assert found == ["workbench.run", "workbench.run.api", "workbench.run.api", "workbench.run.api"]
@@ -171,5 +171,8 @@ def test_the_checks_see_string_and_in_release_imports(tmp_path, monkeypatch):
         "workbench/models/reg.py:7 imports workbench.run.api",
     ]
     assert import_graph(tmp_path)["workbench.models.reg"] == {"workbench.run", "workbench.run.api"}
-    assert in_release_modules(tmp_path) == {"workbench.upstream.runtime.rank", "workbench.upstream.runtime.shims"}
-    assert in_release_imports(tmp_path) == ["workbench/upstream/runtime/shims.py:2 imports workbench.run.api"]
+    assert in_release_modules(tmp_path) == {
+        "workbench.upstream.runtime.toy_rank",
+        "workbench.upstream.runtime.toy_shims",
+    }
+    assert in_release_imports(tmp_path) == ["workbench/upstream/runtime/toy_shims.py:2 imports workbench.run.api"]
