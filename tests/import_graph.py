@@ -124,7 +124,7 @@ def string_imports(path: Path, root: Path, launches: bool = True) -> Iterator[tu
 # Code that runs inside a release's interpreter (its own Python, sglang's dependencies, no workbench):
 # the replay driver (a package launched by `python -c`) and the real runtime's rank script with the
 # files it imports as siblings (bare `import shims`), and the kernel set-up of a release's Jupyter kernel.
-IN_RELEASE_PACKAGES = ("workbench.upstream.replay.wb_driver",)
+IN_RELEASE_PACKAGES = ("workbench.upstream.replay.wb_driver", "workbench.upstream.in_release")
 IN_RELEASE_FOLDERS = ("workbench/upstream/runtime", "workbench/upstream/runtime/probes")
 IN_RELEASE_MARK = re.compile(
     r"no workbench import|imports no workbench|never imported by the workbench|runs inside the (?:replay|release's) "
@@ -143,13 +143,15 @@ def _marked(path: Path, root: Path) -> bool:
 
 
 def in_release_modules(root: Path) -> set[str]:
-    """The modules that run inside a release: the driver package, the runtime files whose docstring
-    says so, and every file those import as a script's sibling (bare ``import shims``)."""
+    """The modules that run inside a release: the driver and in-release packages, the runtime files whose
+    docstring says so, and every file those import relatively (``from ..in_release import shims``, which
+    resolves under the release process's alias) or as a script's sibling (bare ``import shims``)."""
     by_name = {module_name(p, root): p for p in project_files(root)}
     inside = {name for name, p in by_name.items() if _marked(p, root)}
     todo = list(inside)
     while todo:
-        for _, sibling in sibling_imports(by_name[todo.pop()], root):
+        path = by_name[todo.pop()]
+        for _, sibling in [*sibling_imports(path, root), *relative_imports(path, root)]:
             if sibling not in inside and sibling in by_name:
                 inside.add(sibling)
                 todo.append(sibling)
@@ -158,6 +160,18 @@ def in_release_modules(root: Path) -> set[str]:
 
 def in_release(path: Path, root: Path) -> bool:
     return module_name(path, root) in in_release_modules(root)
+
+
+def relative_imports(path: Path, root: Path) -> Iterator[tuple[int, str]]:
+    """(line, module) of a file's relative imports, resolved to the module (or its package)."""
+    name = module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            parts = package.split(".")
+            base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            for a in node.names:
+                yield node.lineno, f"{base}.{a.name}" if is_module(f"{base}.{a.name}", root) else base
 
 
 def sibling_imports(path: Path, root: Path) -> Iterator[tuple[int, str]]:

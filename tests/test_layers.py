@@ -138,7 +138,7 @@ def test_code_run_inside_a_release_imports_no_workbench_module():
     assert {
         "workbench.upstream.replay.wb_driver.main",
         "workbench.upstream.runtime.release_rank",
-        "workbench.upstream.runtime.shims",
+        "workbench.upstream.in_release.shims",
     } <= inside
     assert "workbench.upstream.runtime.release_run" not in inside
     assert in_release_imports(ROOT) == []

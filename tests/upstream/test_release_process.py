@@ -101,6 +101,17 @@ def test_a_bad_target_is_named(tmp_path: Path) -> None:
         rp.command(sys.executable, "runtime.nope", tmp_path / "c.json")
 
 
+def test_every_launch_target_names_a_module(tmp_path: Path) -> None:
+    """Each in-release entry point the workbench starts resolves (a module renamed under its launcher fails here,
+    not in the first network run)."""
+    from workbench.upstream.replay import driver
+    from workbench.upstream.runtime import kernel, release_launch, release_run
+
+    targets = (driver.TARGET, kernel.TARGET, release_launch.TARGET, release_run.REFERENCE_TARGET)
+    for target in targets:
+        assert target in " ".join(rp.command(sys.executable, target, tmp_path / "c.json"))
+
+
 SCRIPT = """
 import json, os, sys
 cfg = json.load(open(sys.argv[1]))

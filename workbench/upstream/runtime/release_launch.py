@@ -24,7 +24,7 @@ from workbench.run.supervisor import Supervisor
 
 from ..release_process import read_result, start_in_release
 
-TARGET = "runtime.rank"
+TARGET = "runtime.release_rank"
 CAUSE_WINDOW_S = 3.0  # after a first failure, how long the other ranks may still report theirs
 IDLE_REPORT_S = 30.0  # after the busy ranks are done, how long the idle ranks have to report
 POLL_S = 0.1

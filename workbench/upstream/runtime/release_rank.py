@@ -1,6 +1,6 @@
 """One rank of the real SGLang runtime, run inside a release's environment.
 
-Never imported by the workbench; started by ``release_process`` (target ``runtime.rank``) on the
+Never imported by the workbench; started by ``release_process`` (target ``runtime.release_rank``) on the
 release environment's own Python, the release's sources first on ``sys.path``. It imports its
 siblings (``fixes``, ``equivalences``, ``shim_guard``, ``rank_io``, ``rank_bundle``) and the stub
 system (``in_release.shims``) by relative imports, nothing else of the workbench. Usage (through

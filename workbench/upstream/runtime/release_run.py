@@ -33,6 +33,7 @@ ASSETS = Path(__file__).resolve().parents[2] / "assets"
 MODELS = ASSETS / "runtime_models"
 PROMPTS = ASSETS / "prompts.json"
 RUNS = ASSETS / "runtime_runs.json"  # the shipped runs: their crash tracebacks name protected modules
+REFERENCE_TARGET = "runtime.reference"  # the HF reference, started in the release's interpreter
 BACKENDS = ("triton", "torch_native")
 # The speculative algorithms the real runtime starts, each with its draft model (a folder of MODELS, or None):
 # EAGLE3 the EAGLE3 head (LlamaForCausalLMEagle3), EAGLE an EAGLE-1 head (LlamaForCausalLMEagle,
@@ -207,7 +208,7 @@ def traceback_modules() -> list[str]:
 def _reference(python: Path, run_dir: Path, prompts: list[list[int]], max_new_tokens: int, timeout_s: float) -> dict:
     """HF transformers' greedy tokens (``reference.py``, in the release's interpreter, in ``run_dir``)."""
     cfg = {"model_path": str(MODELS / "target"), "prompts": prompts, "max_new_tokens": max_new_tokens, "threads": 2}
-    run = run_in_release(python, "runtime.reference", cfg, timeout_s, run_dir=run_dir, name="reference")
+    run = run_in_release(python, REFERENCE_TARGET, cfg, timeout_s, run_dir=run_dir, name="reference")
     if run.exit_code != 0 or run.result is None:
         return {"error": run.output.strip()[-800:] or f"the reference ended by {run.cause}"}
     return run.result
