@@ -152,3 +152,29 @@ def in_release(*first: str) -> str:
     ``first`` first on ``sys.path``, the in-release modules importable as ``wb_upstream.runtime.*`` and
     ``wb_upstream.in_release.*`` by their own relative imports."""
     return REGISTER + f"import sys\nsys.path[:0] = {list(first)!r}\nwb_register({str(UPSTREAM)!r}, 'runtime')\n"
+
+
+def runtime_config(**changes: object) -> dict:
+    """A real-runtime run's whole configuration as ``run_runtime`` resolves it (0.5.14, dp 2, triton, its
+    defaults), with ``changes``: the input of ``release_record.new`` in the record tests."""
+    cfg = {
+        "sglang": "0.5.14",
+        "sglang_src": None,
+        "dp": 2,
+        "backend": "triton",
+        "fixes": [],
+        "steps": 3,
+        "topk": 1,
+        "draft_tokens": 4,
+        "max_new_tokens": 8,
+        "draft_backend": "triton",
+        "revision": "sglang 0.5.14",
+        "apply_fix_in_place": False,
+        "mode": "real-runtime",
+        "model_dir": "models",
+        "seed": 0,
+        "prompts": ["Hi"],
+        "disable_overlap_schedule": False,
+        "timeout_s": 300.0,
+    }
+    return {**cfg, **changes}

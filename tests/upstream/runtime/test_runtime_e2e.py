@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from upstream_fixtures import toy_tree, write_fake_cache
+from upstream_fixtures import runtime_config, toy_tree, write_fake_cache
 
 from workbench.cli import main as workbench_main
 from workbench.run.serialise import to_dict
@@ -45,26 +45,7 @@ assert finding_key(VERIFY) == VERIFY["key"] and finding_key(EXTEND) == EXTEND["k
 
 def _rec(fixes: list[str], status: str = "crashed", cls: str | None = None, line: int = READ_LINE) -> dict:
     """A stand-in run record (the JSON form ``run_runtime`` returns) of a dp 2 triton run with ``fixes``."""
-    cfg = {
-        "sglang": "0.5.14",
-        "sglang_src": None,
-        "dp": 2,
-        "backend": "triton",
-        "fixes": list(fixes),
-        "steps": 3,
-        "topk": 1,
-        "draft_tokens": 4,
-        "max_new_tokens": 8,
-        "draft_backend": "triton",
-        "revision": "sglang 0.5.14",
-        "apply_fix_in_place": False,
-        "mode": "real-runtime",
-        "model_dir": "models",
-        "seed": 0,
-        "prompts": ["Hi"],
-        "disable_overlap_schedule": False,
-        "timeout_s": 300.0,
-    }
+    cfg = runtime_config(fixes=list(fixes))
     rec = record.new(cfg)
     rec.status, rec.timings = status, {"ranks_s": 30.0}
     if status == "crashed":

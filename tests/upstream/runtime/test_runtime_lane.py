@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from upstream_fixtures import in_release
+from upstream_fixtures import in_release, runtime_config
 
 from workbench.run.serialise import RecordError, from_dict, to_dict
 from workbench.upstream.in_release import shims
@@ -501,29 +501,9 @@ def test_a_record_with_an_unknown_or_mistyped_field_is_refused() -> None:
 
 def _new(backend: str, dp: int, timeout_s: float) -> release_record.RuntimeRecord:
     """An empty record of a real-runtime run's whole configuration (``run_runtime``'s defaults)."""
-    cfg = {
-        "sglang": "0.5.14",
-        "sglang_src": None,
-        "dp": dp,
-        "backend": backend,
-        "fixes": [],
-        "steps": 3,
-        "topk": 1,
-        "draft_tokens": 4,
-        "max_new_tokens": 8,
-        "draft_backend": "triton",
-        "revision": "sglang 0.5.14",
-        "apply_fix_in_place": False,
-        "mode": "real-runtime",
-        "model_dir": "models",
-        "seed": 0,
-        "prompts": ["Hi"],
-        "disable_overlap_schedule": False,
-        "timeout_s": timeout_s,
-        "extra_shims": [],
-        "bundle_dir": "bundles",
-        "idle": "start",
-    }
+    cfg = runtime_config(
+        dp=dp, backend=backend, timeout_s=timeout_s, extra_shims=[], bundle_dir="bundles", idle="start"
+    )
     return release_record.new(cfg)
 
 

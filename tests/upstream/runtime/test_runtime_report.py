@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from upstream_fixtures import runtime_config
 
 from workbench.upstream.runtime import release_record, report
 
@@ -107,26 +108,7 @@ def test_what_the_report_does_not_show_is_named() -> None:
 
 def test_a_run_is_summed_up_from_its_record() -> None:
     """``_summary`` reads a real-runtime record's fields: the crash where it was raised, or the reference."""
-    cfg = {
-        "sglang": "0.5.14",
-        "sglang_src": None,
-        "dp": 2,
-        "backend": "triton",
-        "fixes": [],
-        "steps": 3,
-        "topk": 1,
-        "draft_tokens": 4,
-        "max_new_tokens": 8,
-        "draft_backend": "triton",
-        "revision": "sglang 0.5.14",
-        "apply_fix_in_place": False,
-        "mode": "real-runtime",
-        "model_dir": "models",
-        "seed": 0,
-        "prompts": ["Hi"],
-        "disable_overlap_schedule": False,
-        "timeout_s": 60,
-    }
+    cfg = runtime_config(timeout_s=60)
     rec = release_record.new(cfg)
     rec.status, rec.timings = "crashed", {"ranks_s": 12.5}
     at = {"file": "sglang/srt/layers/attention/triton_backend.py", "line": 593}
