@@ -149,7 +149,7 @@ if backend == "triton":
 
 # %%
 if backend == "triton":
-    if release == measurements.NEWEST_RELEASE:
+    if release == measurements.NEWEST_RELEASE and "dp2" in runs:
         new_runs, new_source = runs, data["source"]
     else:
         new_data = measurements.load_runs(measurements.NEWEST_RELEASE, "triton")

@@ -701,3 +701,31 @@ def test_the_shipped_runs_end_as_the_notebook_expects_and_a_changed_one_is_named
     found = measurements.problems(changed, "triton")
     assert f"{crashed}: expected crashed, got ok" in found[0]
     assert f"{ok}: outputs differ from the DP 1 run (dp1)" in found
+
+
+def test_the_other_algorithms_roles_are_judged_against_their_own_dp1() -> None:
+    """The roles asked for by name (``eagle-dp1``, ``eagle-dp2``, ``standalone-dp1``) read as the shipped
+    exploration's cells of those algorithms; an ok DP 2 run is compared with its own algorithm's DP 1."""
+    from workbench.upstream.runtime import measurements, suite
+
+    cells = {
+        c["key"]: c["record"]
+        for c in json.loads((RUNTIME.parents[1] / "assets" / "runtime_explore.json").read_text())["cells"]
+    }
+    runs = {
+        "eagle-dp1": cells["EAGLE/triton/dp1/start/overlap-off"],
+        "eagle-dp2": cells["EAGLE/triton/dp2/start/overlap-off"],
+        "standalone-dp1": cells["STANDALONE/triton/dp1/start/overlap-off"],
+    }
+    assert {role: suite.ROLES[role].get("algorithm") for role in runs} == {
+        "eagle-dp1": "EAGLE",
+        "eagle-dp2": "EAGLE",
+        "standalone-dp1": "STANDALONE",
+    }
+    assert "--speculative-algorithm EAGLE" in suite.command("0.5.23", "triton", suite.ROLES["eagle-dp2"])
+    assert measurements.problems(runs, "triton") == []
+    assert "eagle-dp2" not in measurements.default_roles("0.5.23", "triton")
+    ok_elsewhere = {**runs["eagle-dp2"], "status": "ok", "crash": None, "outputs": [[0]]}
+    found = measurements.problems({**runs, "eagle-dp2": ok_elsewhere}, "triton")
+    assert found[0].startswith("eagle-dp2: expected crashed, got ok")
+    assert "eagle-dp2: outputs differ from the DP 1 run (eagle-dp1)" in found

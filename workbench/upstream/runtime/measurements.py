@@ -45,6 +45,10 @@ EXPECTED = {
         "v1-dp1": ("ok", None, None, None),
         "v1-dp2+triton-idle-fallback+verify-input": ("crashed", "draft-extend", "EagleDraftExtendInput", _AE),
         "v1-dp2+triton-idle-fallback+verify-input+pr-28221": ("ok", None, None, None),
+        # the other algorithms (suite.ROLES): asked for by name
+        "eagle-dp1": ("ok", None, None, None),
+        "eagle-dp2": ("crashed", "draft-extend", "EagleDraftExtendInput", "RuntimeError"),
+        "standalone-dp1": ("ok", None, None, None),
     },
     "torch_native": {
         "dp2": ("crashed", "prefill", None, _NI),
@@ -53,7 +57,8 @@ EXPECTED = {
 }
 # The roles a release's runs are read by when none are named: the standard ones, or, for 0.5.12 (whose
 # --disable-overlap-schedule picks the V1 worker, the one that installs the idle draft-extend input), the V1 ones.
-STANDARD = {backend: [r for r in roles if not r.startswith("v1-")] for backend, roles in EXPECTED.items()}
+BY_NAME = ("v1-", "eagle-", "standalone-")  # role prefixes run only when asked for
+STANDARD = {backend: [r for r in roles if not r.startswith(BY_NAME)] for backend, roles in EXPECTED.items()}
 V1_ROLES = [r for r in EXPECTED["triton"] if r.startswith("v1-")]
 V1_RELEASE = "0.5.12"
 NEWEST_RELEASE = "0.5.23"  # the newest release in the shipped measurement (notebook 06, section 3c)
@@ -141,7 +146,8 @@ def problems(runs: dict, backend: str) -> list[str]:
         if r.processes.get("left_running"):
             out.append(f"{role}: processes left running {r.processes['left_running']}")
     for role, r in typed.items():
-        one = "v1-dp1" if role.startswith("v1-") else "dp1"  # the same worker at DP 1
+        prefix = next((p for p in BY_NAME if role.startswith(p)), "")
+        one = f"{prefix}dp1"  # the same worker and algorithm at DP 1
         base = typed[one].outputs if one in typed else None
         if r.status == "ok" and base is not None and r.outputs != base:
             out.append(f"{role}: outputs differ from the DP 1 run ({one})")

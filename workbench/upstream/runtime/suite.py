@@ -9,6 +9,10 @@ Roles (what notebook 06 and the nightly show):
   #24860 merged, #28221 not yet), the verify pass fixed so the draft-extend pass is reached;
 - ``between+verify-input+pr-28221``: the same with PR #28221's field added back from the workbench.
 
+The other algorithms (asked for by name): ``eagle-dp1`` and ``eagle-dp2`` (the EAGLE-1 head; at DP 2 the idle
+rank's draft-extend reaches ``llama_eagle``'s rotary with 0 tokens) and ``standalone-dp1`` (the target's first
+two layers as the draft).
+
 The V1 worker's roles (0.5.12, whose ``--disable-overlap-schedule`` picks it; asked for by name):
 
 - ``v1-dp2``: DP 2 as shipped (the idle rank's first padded batch with a spec input, the draft pass);
@@ -56,6 +60,10 @@ ROLES: dict[str, dict] = {
         "fixes": ["triton-idle-fallback", "verify-input", "pr-28221"],
         "disable_overlap_schedule": True,
     },
+    # the other algorithms the real runtime starts (release_run.ALGORITHMS), asked for by name
+    "eagle-dp1": {"dp": 1, "algorithm": "EAGLE"},
+    "eagle-dp2": {"dp": 2, "algorithm": "EAGLE"},
+    "standalone-dp1": {"dp": 1, "algorithm": "STANDALONE"},
 }
 DROPPED = ("EagleDraftExtendInput", "kv_indptr")
 SPEC_FILE = "sglang/srt/speculative/eagle_info.py"
@@ -78,6 +86,8 @@ def command(release: str, backend: str, spec: dict) -> str:
     parts = ["workbench upstream run", f"--sglang {release}", f"--dp {spec['dp']}", f"--backend {backend}"]
     if spec.get("between"):
         parts.append("--sglang-src BETWEEN")
+    if spec.get("algorithm"):
+        parts.append(f"--speculative-algorithm {spec['algorithm']}")
     parts += [f"--fix {f}" for f in spec.get("fixes", [])]
     if spec.get("disable_overlap_schedule"):
         parts.append("--disable-overlap-schedule")
