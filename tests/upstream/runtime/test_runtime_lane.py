@@ -407,6 +407,10 @@ def test_appended_runs_keep_their_own_provenance() -> None:
         ({"num_prompts": 0}, ["bad num_prompts 0", "1..20"]),
         ({"extra_shims": [Path("no-such-probe.py")]}, ["bad extra shim 'no-such-probe.py'", "install()"]),
         ({"algorithm": "MEDUSA"}, ["bad speculative algorithm 'MEDUSA'", "EAGLE3, EAGLE, STANDALONE, NGRAM"]),
+        ({"idle": "late"}, ["bad idle 'late'", "start, mid"]),
+        ({"idle": "mid", "dp": 1}, ["bad idle 'mid' at dp 1"]),
+        ({"idle": "mid", "max_new_tokens": 2}, ["bad max_new_tokens 2 with idle mid"]),
+        ({"dp": 4}, ["bad dp 4", "1, 2, 3"]),
     ],
 )
 def test_bad_arguments_are_named_before_anything_starts(kwargs: dict, words: list[str]) -> None:
