@@ -173,6 +173,10 @@ def test_classify_other_outcomes() -> None:
     assert ex.classify(err, [])["reason"].endswith("(sglang/srt/arg_groups/speculative_hook.py:1082)")
     err["error"]["stage"] = "event_loop"
     assert ex.classify(err, [])["outcome"] == "failed"
+    # a shim-guard violation is our tooling changing the release: failed, never a limit, at any stage
+    guard = {"stage": "shim-guard", "message": "the shim guard found protected code changed: m:C.x (missing)"}
+    err.update(status="error", error=guard)
+    assert ex.classify(err, []) == {"outcome": "failed", "reason": f"error at shim-guard: {guard['message']}"}
     err.update(status="timeout", error={"stage": "run", "message": "no result within 240 s"})
     assert ex.classify(err, [])["outcome"] == "failed"
 

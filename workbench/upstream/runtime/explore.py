@@ -10,7 +10,7 @@ the real runtime's restriction), the other axes ``*``; never dropped. Every othe
 phase, mode, file:line, the record; ``known`` when a shipped record of the same release crashed in
 the same pass at the same line, else a reproducer command), ``limit`` (a known upstream limit the
 record names, or a set-up error before any request), ``failed`` (outputs that differ from HF with no
-limit to explain it, a timeout, or an error after the requests were sent).
+limit to explain it, a timeout, an error after the requests were sent, or a shim-guard violation).
 """
 
 from __future__ import annotations
@@ -350,6 +350,8 @@ def classify(rec: dict, known: list[dict]) -> dict:
             "known_as": match["role"] if match else None,
         }
     err = rec.get("error") or {}
+    if err.get("stage") == "shim-guard" or err.get("violations"):  # our tooling changed the release: never a limit
+        return {"outcome": "failed", "reason": f"{status} at shim-guard: {err.get('message')}"}
     if status == "error" and err.get("stage") not in ("requests", "event_loop", "run", None):
         at = raised_at(err.get("traceback"))
         where = f" ({at})" if at else ""

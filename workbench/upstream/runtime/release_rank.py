@@ -206,6 +206,10 @@ def main() -> None:
     equivalent: list = []
     extra: list = []
     guard: dict = {}
+    # The collector's or the idle watcher's report (a thread) and the crash path (this thread) hold the guard
+    # after the run in turn: the crash bundle runs the failing method again with its fix applied in place,
+    # which a guard running beside it would read as protected code changed.
+    report_lock = threading.Lock()
     try:
         from ..in_release import shims  # inside the try: a failed import is this rank's record
 
@@ -258,24 +262,27 @@ def main() -> None:
         started = time.time()
 
         def done() -> None:
-            guard["after_run"] = _after_run(hold)
-            _write(
-                result_path,
-                {
-                    "status": "done",
-                    "rank": rank,
-                    "outputs": collector.outputs,
-                    "finished": collector.finished,
-                    "spec": collector.spec,
-                    "timings": {**timings, "generate_s": round(time.time() - started, 2)},
-                    "time": time.time(),
-                    "shims": applied,
-                    "fixes": fixed,
-                    "equivalences": equivalent,
-                    "extra_shims": extra,
-                    "shim_guard": guard,
-                },
-            )
+            with report_lock:  # never beside the crash path, which may apply a fix in this process
+                if state.get("crashed"):
+                    return
+                guard["after_run"] = _after_run(hold)
+                _write(
+                    result_path,
+                    {
+                        "status": "done",
+                        "rank": rank,
+                        "outputs": collector.outputs,
+                        "finished": collector.finished,
+                        "spec": collector.spec,
+                        "timings": {**timings, "generate_s": round(time.time() - started, 2)},
+                        "time": time.time(),
+                        "shims": applied,
+                        "fixes": fixed,
+                        "equivalences": equivalent,
+                        "extra_shims": extra,
+                        "shim_guard": guard,
+                    },
+                )
 
         sock_send, sock_recv = ipc()
         collector = Collector(recv, [r["rid"] for r in reqs], done, sock_recv)
@@ -301,6 +308,8 @@ def main() -> None:
         scheduler.run_event_loop()
         raise RuntimeError("the scheduler's event loop returned")
     except BaseException as exc:  # noqa: BLE001 - every failure becomes this rank's record
+        report_lock.acquire()  # held until os._exit: no report thread runs the guard after this point
+        state["crashed"] = True
         tb = exc.__traceback__
         if guard:
             guard["after_run"] = _after_run(hold)
