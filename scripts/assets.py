@@ -15,7 +15,7 @@ asked for by ``--groups``/``--only``, curated, needs the network under ``--net 0
 ``--max-minutes``), then the counts; it writes each regenerated entry's commit into the catalogue (the
 commit the asset records, else the commit the run started at). Exit codes: 0 done (every command it
 ran ended 0), 1 a check or a command failed (named on stderr), 2 a usage error (an unknown group or
-path, a dirty tree).
+path, uncommitted code outside workbench/assets).
 """
 
 from __future__ import annotations
@@ -189,8 +189,12 @@ def _head() -> str:
 
 
 def _dirty() -> str:
+    """Tracked code that differs from HEAD; the assets being rewritten do not count (as in
+    ``workbench.run.provenance.workbench_commit``), so one regeneration can follow another."""
     return subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no", "--", ".", ":!workbench/assets"],
+        capture_output=True,
+        text=True,
     ).stdout.strip()
 
 
@@ -320,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if _dirty() and not args.dry_run:
         print(
-            "the tree has uncommitted changes: commit first, each asset records the commit it ran at", file=sys.stderr
+            "the tree has uncommitted code changes: commit first, each asset records the commit it ran at",
+            file=sys.stderr,
         )
         return 2
     return regenerate(entries, bool(args.net), chosen, args.dry_run, args.only, args.max_minutes)
