@@ -66,7 +66,7 @@ test: $(STAMP)
 # and dependency venvs); GROUPS picks groups (models engine runtime upstream findings), ONLY catalogue
 # paths, MAX_MINUTES leaves out the entries catalogued as longer; the default runs everything, which
 # takes hours (each entry's `minutes`). One line per asset says regenerated, FAILED or skipped and why;
-# exit 1 when a command failed (the others still run; docs/figures.md is then not rewritten).
+# a failed command (the others still run) makes it stop non-zero before docs/figures.md is rewritten.
 NET ?= 1
 GROUPS ?=
 ONLY ?=

@@ -250,7 +250,7 @@ def regenerate(
         doc = json.loads(catalogue.read_text())
         by_path = {e["path"]: e["commit"] for e in entries}
         for e in doc["assets"]:
-            e["commit"] = by_path[e["path"]]
+            e["commit"] = by_path.get(e["path"], e["commit"])
         catalogue.write_text(json.dumps(doc, indent=1) + "\n")
     tail = " (--dry-run: nothing ran)" if dry_run else ""
     print("[assets] " + ", ".join(f"{v} {k}" for k, v in counts.items()) + tail, flush=True)

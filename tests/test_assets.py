@@ -161,14 +161,17 @@ def test_only_runs_the_named_assets(capsys):
 
 def test_make_assets_runs_the_catalogue_then_the_figures():
     res = subprocess.run(
-        ["make", "-n", "-o", ".venv/.installed", "assets", "NET=0", "GROUPS=engine"],
+        ["make", "-n", "-o", ".venv/.installed", "assets", "NET=0", "GROUPS=engine", "ONLY=a.json b", "MAX_MINUTES=5"],
         cwd=ROOT,
         capture_output=True,
         text=True,
     )
     assert res.returncode == 0, res.stderr
-    lines = res.stdout.splitlines()
-    assert any("scripts/assets.py regenerate --net 0 --groups engine" in x for x in lines), res.stdout
+    lines = res.stdout.replace("\\\n", " ").splitlines()  # the recipe's continued line as one
+    assert any(
+        "scripts/assets.py regenerate --net 0 --groups engine" in x and "--only a.json b --max-minutes 5" in x
+        for x in lines
+    ), res.stdout
     assert any("scripts/figures.py" in x for x in lines), res.stdout
 
 
