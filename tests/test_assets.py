@@ -41,6 +41,9 @@ def test_every_measurement_and_model_has_a_command_and_curated_ones_say_who_made
     by = {e["path"]: e for e in entries}
     assert by["upstream_replays.json"]["commands"] == ["python scripts/ship_upstream.py --parts seeds"]
     assert "hand_edited" not in by["upstream_replays.json"] and "hand_edited" not in by["upstream_recall.json"]
+    bundle = by["upstream_bundle_replay.json"]
+    assert "hand_edited" not in bundle and bundle["commands"][0].startswith("python scripts/ship_bundle_replay.py")
+    assert bundle["recorded"] == ["workbench_commit", "bundle_run.workbench_commit"]
 
 
 def _tiny(tmp_path: Path, commit: str, recorded_value: str) -> tuple[list[dict], Path]:
