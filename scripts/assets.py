@@ -2,17 +2,20 @@
 (``workbench/assets/catalogue.json``): check it, or regenerate what it lists.
 
     python scripts/assets.py check                 # exit 0 when every check holds, 1 otherwise
-    python scripts/assets.py regenerate [--net 0|1] [--groups G ...] [--dry-run]
+    python scripts/assets.py regenerate [--net 0|1] [--groups G ...] [--only PATH ...] [--max-minutes M] [--dry-run]
 
 ``check``: every file under ``workbench/assets`` is covered by an entry; every entry's path exists;
 each command parses (the command's own argument parser runs on it, the command does not); each
 commit is in this repository's history; where the asset records its commit, that record and the
 catalogue agree. ``regenerate`` runs the commands of the measurements and models (curated entries
-have none that writes them) in catalogue order from a clean tree, each group at most once, with
-``OUT`` a scratch folder whose ``collect`` files are copied into place, then writes each entry's
-commit into the catalogue (the commit the asset records, else the commit the run started at).
-``--net 0`` leaves out the entries that need the network. Exit codes: 0 done, 1 a check or a
-command failed (named on stderr), 2 a usage error (an unknown group, a dirty tree).
+have none that writes them) in catalogue order from a clean tree, each run once however many entries it
+writes, with ``OUT`` a scratch folder whose ``collect`` files are copied into place, and goes on past a
+failure. It prints one line per asset: regenerated (with its commit), FAILED, or skipped and why (not
+asked for by ``--groups``/``--only``, curated, needs the network under ``--net 0``, longer than
+``--max-minutes``), then the counts; it writes each regenerated entry's commit into the catalogue (the
+commit the asset records, else the commit the run started at). Exit codes: 0 done (every command it
+ran ended 0), 1 a check or a command failed (named on stderr), 2 a usage error (an unknown group or
+path, uncommitted code outside workbench/assets).
 """
 
 from __future__ import annotations
@@ -186,51 +189,94 @@ def _head() -> str:
 
 
 def _dirty() -> str:
+    """Tracked code that differs from HEAD; the assets being rewritten do not count (as in
+    ``workbench.run.provenance.workbench_commit``), so one regeneration can follow another."""
     return subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no", "--", ".", ":!workbench/assets"],
+        capture_output=True,
+        text=True,
     ).stdout.strip()
 
 
-def regenerate(entries: list[dict], net: bool, chosen: list[str], dry_run: bool = False) -> int:
-    """Runs the commands of the chosen groups' measurements and models; 0 when all ended 0."""
+def regenerate(
+    entries: list[dict],
+    net: bool,
+    chosen: list[str],
+    dry_run: bool = False,
+    only: list[str] | None = None,
+    max_minutes: float | None = None,
+    assets: Path = ASSETS,
+    catalogue: Path = CATALOGUE,
+) -> int:
+    """Runs the commands of the chosen measurements and models in catalogue order, going on past a
+    failure; prints one line per asset (regenerated, failed, or skipped and why) and a count. Writes
+    each regenerated entry's commit into `catalogue`. 0 when every command it ran ended 0, else 1."""
     head = _head()
-    done: set[str] = set()
+    ran: dict[str, bool] = {}  # the commands of a run -> whether it succeeded (one run writes several entries)
+    counts = {"regenerated": 0, "skipped": 0, "failed": 0}
+
+    def say(path: str, what: str, count: str, stream=sys.stdout) -> None:
+        counts[count] += 1
+        print(f"[assets] {path}: {what}", file=stream, flush=True)
+
     for e in entries:
-        if e["group"] not in chosen or e["kind"] == "curated":
+        name = e["path"]
+        if e["group"] not in chosen or (only is not None and name not in only):
+            say(name, "skipped: not asked for (--groups/--only)", "skipped")
+            continue
+        if e["kind"] == "curated":
+            say(name, "skipped: curated, no command writes it", "skipped")
             continue
         if e["network"] and not net:
-            print(f"[assets] {e['path']}: needs the network, left out (--net 0)", flush=True)
+            say(name, "skipped: needs the network (--net 0)", "skipped")
+            continue
+        if max_minutes is not None and e["minutes"] > max_minutes:
+            say(name, f"skipped: too long, about {e['minutes']} min (--max-minutes {max_minutes:g})", "skipped")
             continue
         key = "\n".join(e["commands"])
-        if key not in done:  # one run writes several entries (the models and prompts.json)
-            done.add(key)
-            print(f"[assets] {e['path']}: about {e['minutes']} min", flush=True)
-            scratch = tempfile.mkdtemp(prefix="wb-assets-")
-            try:
-                for command in e["commands"]:
-                    argv, env = _argv(command, scratch)
-                    print(f"[assets]   {command}", flush=True)
-                    if (
-                        not dry_run
-                        and subprocess.run(argv, cwd=ROOT, env={**os.environ, **e.get("env", {}), **env}).returncode
-                    ):
-                        print(f"[assets] {e['path']}: failed: {command}", file=sys.stderr)
-                        return 1
-                for src, dst in e.get("collect", {}).items():
-                    if not dry_run:
-                        shutil.copyfile(Path(scratch) / src, ASSETS / dst)
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
-        if not dry_run:
-            got = sorted({c for cs in recorded_commits(e).values() for c in cs})
-            e["commit"] = got or [head]
-    if not dry_run:
-        doc = json.loads(CATALOGUE.read_text())
+        if key not in ran:
+            print(f"[assets] {name}: {'would run' if dry_run else 'running'}, about {e['minutes']} min", flush=True)
+            ran[key] = _run_entry(e, assets, dry_run)
+        if not ran[key]:
+            say(name, "FAILED (its command above)", "failed", sys.stderr)
+            continue
+        if dry_run:
+            say(name, "would be regenerated (--dry-run)", "regenerated")
+            continue
+        got = sorted({c for cs in recorded_commits(e, assets).values() for c in cs})
+        e["commit"] = got or [head]
+        say(name, f"regenerated at {', '.join(e['commit'])}", "regenerated")
+    if not dry_run and counts["regenerated"]:
+        doc = json.loads(catalogue.read_text())
         by_path = {e["path"]: e["commit"] for e in entries}
         for e in doc["assets"]:
-            e["commit"] = by_path[e["path"]]
-        CATALOGUE.write_text(json.dumps(doc, indent=1) + "\n")
-    return 0
+            e["commit"] = by_path.get(e["path"], e["commit"])
+        catalogue.write_text(json.dumps(doc, indent=1) + "\n")
+    tail = " (--dry-run: nothing ran)" if dry_run else ""
+    print("[assets] " + ", ".join(f"{v} {k}" for k, v in counts.items()) + tail, flush=True)
+    return 1 if counts["failed"] else 0
+
+
+def _run_entry(e: dict, assets: Path, dry_run: bool) -> bool:
+    """Runs one entry's commands in order (``OUT`` a scratch folder, its ``collect`` files copied into
+    `assets`); False at the first that fails, naming it and its exit status on stderr."""
+    scratch = tempfile.mkdtemp(prefix="wb-assets-")
+    try:
+        for command in e["commands"]:
+            argv, env = _argv(command, scratch)
+            print(f"[assets]   {command}", flush=True)
+            if dry_run:
+                continue
+            rc = subprocess.run(argv, cwd=ROOT, env={**os.environ, **e.get("env", {}), **env}).returncode
+            if rc:
+                print(f"[assets] {e['path']}: exit {rc}: {command}", file=sys.stderr, flush=True)
+                return False
+        for src, dst in e.get("collect", {}).items():
+            if not dry_run:
+                shutil.copyfile(Path(scratch) / src, assets / dst)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,6 +291,16 @@ def main(argv: list[str] | None = None) -> int:
         "--net", type=int, choices=(0, 1), default=1, help="1 (default): also the entries needing the network"
     )
     rg.add_argument("--groups", nargs="+", default=None, metavar="G", help="only these groups (default: every group)")
+    rg.add_argument(
+        "--only", nargs="+", default=None, metavar="PATH", help="only these catalogue paths (within --groups)"
+    )
+    rg.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        metavar="M",
+        help="skip the entries whose catalogued `minutes` exceed M (default: no limit)",
+    )
     rg.add_argument("--dry-run", action="store_true", help="print the commands, run none")
     args = ap.parse_args(argv)
     if args.what == "check":
@@ -261,12 +317,18 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"unknown group(s) {', '.join(bad)}; valid: {', '.join(known)}", file=sys.stderr)
         return 2
+    paths = [e["path"] for e in entries]
+    bad = [p for p in args.only or [] if p not in paths]
+    if bad:
+        print(f"unknown path(s) {', '.join(bad)}; valid: {', '.join(paths)}", file=sys.stderr)
+        return 2
     if _dirty() and not args.dry_run:
         print(
-            "the tree has uncommitted changes: commit first, each asset records the commit it ran at", file=sys.stderr
+            "the tree has uncommitted code changes: commit first, each asset records the commit it ran at",
+            file=sys.stderr,
         )
         return 2
-    return regenerate(entries, bool(args.net), chosen, args.dry_run)
+    return regenerate(entries, bool(args.net), chosen, args.dry_run, args.only, args.max_minutes)
 
 
 if __name__ == "__main__":

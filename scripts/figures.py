@@ -45,9 +45,10 @@ def _source(entry: dict) -> str:
     made = f" Made by: {entry['made_by']}." if entry.get("made_by") else ""
     edited = f" Edited by hand after its run: {entry['hand_edited']}." if entry.get("hand_edited") else ""
     net = "needs the network" if entry["network"] else "offline"
+    note = f" About it: {entry['note']}." if entry.get("note") else ""
     return (
         f"From `workbench/assets/{entry['path']}` (commit {', '.join(entry['commit'])}; {net}). "
-        f"Command: {commands}.{made}{edited}"
+        f"Command: {commands}.{made}{edited}{note}"
     )
 
 
@@ -72,7 +73,8 @@ def _time_of(name: str) -> str:
         return "interactive (a server)"
     if name == "make assets":
         total = sum(e["minutes"] for e in _catalogue().values()) / 60
-        return f"hours: about {total:.0f} h by the catalogue's estimates (`GROUPS`, `NET=0` pick parts)"
+        picks = "`GROUPS`, `ONLY`, `NET=0`, `MAX_MINUTES` pick parts"
+        return f"hours: about {total:.0f} h by the catalogue's estimates ({picks})"
     if t is None:
         return f'not timed yet: `python scripts/time_commands.py "{name}"`'
     end = "" if t["exit"] == 0 else f", **exit {t['exit']}**"
@@ -142,6 +144,53 @@ def sweep() -> list[str]:
     ]
 
 
+def _ci(s: dict | None, digits: int = 2) -> str:
+    """``1.93 [1.87, 1.98]``: a summarised median with its interval (``workbench.experiments.stats``)."""
+    if not s:
+        return "–"
+    lo, hi = s["ci"]
+    return f"{s['median']:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def bench() -> list[str]:
+    d = _load("bench.json")
+    rows = []
+    for r in d["rows"]:
+        e, g = r["eagle_round_ms"], r["greedy_round_ms"]
+        phases = " + ".join(_f(e.get(k), 2) for k in ("draft", "verify", "draft-extend"))
+        s = r["speedup"] or {}
+        cov = f"{100 * s['coverage']:.1f} %, n = {s['n']}" if s else "–"
+        rows.append(
+            [
+                r["backend"],
+                r["torch_threads"],
+                tuple(r["spec"]),
+                f"{_ci(r['speedup'])} ({cov})",
+                r["verdict"]["text"],
+                _ci(r["greedy_tokens_per_s"], 1),
+                _ci(r["eagle_tokens_per_s"], 1),
+                _f(r["accept_length_mean"], 2),
+                f"{phases} = {_f(e.get('round'), 2)}",
+                _f(g.get("decode"), 2),
+                "yes" if r["lossless"] else "**no**",
+            ]
+        )
+    head = [
+        "backend",
+        "threads",
+        "(steps, topk, draft tokens)",
+        "speedup, median [95 % CI] (coverage, repeats)",
+        "verdict",
+        "greedy tok/s",
+        "EAGLE3 tok/s",
+        "accept length",
+        "round ms: draft + verify + draft-extend",
+        "greedy decode ms",
+        "= greedy",
+    ]
+    return [f"{d['compared']}.", "", *_table(head, rows)]
+
+
 def replays() -> list[str]:
     rows = []
     for r in _load("upstream_replays.json"):
@@ -159,6 +208,33 @@ def replays() -> list[str]:
             ]
         )
     return _table(["sglang", "status", "exception", "raised at", "kv_indptr", "kv_indices"], rows)
+
+
+def bundle_replay() -> list[str]:
+    d = _load("upstream_bundle_replay.json")
+    run = d.get("bundle_run") or {}
+    crash = run.get("crash") or {}
+    rows = [
+        [
+            v,
+            r["outcome"],
+            r.get("exception") or "–",
+            f"`{r['raised_at']}`" if r.get("raised_at") else "–",
+            {True: "yes", False: "**no**", None: "–"}[r.get("same_exception_as_bundle")],
+            r.get("metadata", "–"),
+            {True: "yes", False: "**no**", None: "–"}[r.get("equal_to_reference")],
+            _f(r.get("run_s"), 1),
+        ]
+        for v, r in d["releases"].items()
+    ]
+    head = ["sglang", "outcome", "exception", "raised at", "= the bundle's", "metadata", "= reference", "run s"]
+    return [
+        f"The bundle: `{d['bundle']}`, sha256 {d['bundle_sha256'][:12]}; the run that wrote it: "
+        f"{json.dumps(run.get('settings'))}, {run.get('status')} on rank {crash.get('rank')} in its "
+        f"{crash.get('phase')} pass ({crash.get('exception_type')}). Reference from the bundle: {d['reference']}.",
+        "",
+        *_table(head, rows),
+    ]
 
 
 def survey() -> list[str]:
@@ -194,26 +270,47 @@ def recall() -> list[str]:
     ]
 
 
+def _share(rate: float | None, of: int | None) -> str:
+    """``0.667 (2 of 3)``: a rate with the counts it is made of, or – when it is undefined."""
+    return "–" if rate is None or not of else f"{_f(rate)} ({round(rate * of)} of {of})"
+
+
 def oracle_recall() -> list[str]:
-    rows = []
-    for run in _load("upstream_oracle_recall.json")["runs"]:
+    d = _load("upstream_oracle_recall.json")
+    runs = d["runs"] if "runs" in d else [d]  # one run's --json, or several collected under `runs`
+    rows, lines = [], []
+    for run in runs:
+        at = f"{str(run['workbench_commit'])[:7]}, {run.get('run_s')} s, {run.get('generated_at')}"
+        lines.append(f"- `{run['command']}` at {at}")
         for v, r in run["releases"].items():
+            outside = r.get("sites", {}).get("outside")
+            lines[-1] += f"; {v}: control replay {r.get('control_replay')}, `outside` sites {outside}"
             for kind, x in r.get("kinds", {}).items():
                 rows.append(
                     [
                         v,
-                        "real backends" if "--real-backends" in run["command"] else "all",
-                        kind,
-                        x.get("run"),
-                        x.get("confirmed"),
-                        x.get("refuted"),
-                        x.get("undecided"),
-                        _f(x.get("recall")),
-                        _f(x.get("precision")),
+                        f"`{kind}`",
+                        r.get("sites", {}).get(kind),
+                        r.get("population", {}).get(kind),
+                        r.get("runnable", {}).get(kind),
+                        f"{x.get('run')}: {x.get('confirmed')} / {x.get('refuted')} / {x.get('undecided')}",
+                        x.get("reported"),
+                        _share(x.get("recall"), x.get("confirmed")),
+                        _share(x.get("precision"), x.get("reported")),
                     ]
                 )
-    head = ["release", "sample", "kind", "run", "confirmed", "refuted", "undecided", "recall", "precision"]
-    return _table(head, rows)
+    head = [
+        "release",
+        "kind",
+        "sites",
+        "mutants (built)",
+        "runnable",
+        "run: confirmed / refuted / undecided",
+        "reported",
+        "recall",
+        "precision",
+    ]
+    return [*lines, "", *_table(head, rows)]
 
 
 def findings() -> list[str]:
@@ -239,34 +336,75 @@ def reproducers() -> list[str]:
     return [f"sglang {index['release']}.", "", *_table(["finding", "verdict", "reproduced", "fixed", "commit"], rows)]
 
 
+def _raised_at(crash: dict) -> str:
+    at = crash.get("raised_at") or {}
+    if isinstance(at, str):
+        return at
+    return f"`{Path(at.get('file', '')).name}:{at.get('line')}`" if at else "–"
+
+
 def runtime_runs() -> list[str]:
-    rows = []
-    for key, r in _load("runtime_runs.json")["runs"].items():
+    d = _load("runtime_runs.json")
+    parts = [
+        f"- `{p['command']}` at {str(p.get('commit'))[:7]}, {p.get('generated_at')}, {p.get('host')}"
+        for p in d.get("provenance", {}).get("parts", [])
+    ]
+    by_release: dict[str, list[list[object]]] = {}
+    for key, r in d["runs"].items():
         crash, m, t = r.get("crash") or {}, r.get("metrics") or {}, r.get("timings") or {}
-        at = crash.get("raised_at") or {}
-        where = f"{Path(at.get('file', '')).name}:{at.get('line')}" if isinstance(at, dict) and at else "–"
         equal = (r.get("reference") or {}).get("equal")
-        rows.append(
+        where = (
+            f"rank {crash['rank']}, **{crash.get('phase')}** pass, {crash.get('forward_mode')} bs "
+            f"{crash.get('batch_size')}"
+            if crash.get("rank") is not None
+            else "–"
+        )
+        by_release.setdefault(r["config"]["sglang"], []).append(
             [
-                key,
-                r["status"],
-                f"rank {crash['rank']}, {crash.get('phase')} pass" if crash.get("rank") is not None else "–",
-                crash.get("exception_type") or "–",
-                where,
-                _f(m.get("accept_length_mean"), 2),
-                {True: "yes", False: "**no**", None: "–"}[equal],
-                _f(t.get("ranks_s"), 1),
+                key.split("/", 2)[-1],
                 f"`{r.get('command')}`",
+                r["status"],
+                where,
+                f"{crash['exception_type']}: {crash.get('message')}" if crash.get("exception_type") else "–",
+                _raised_at(crash),
+                {True: "yes", False: "**no**", None: "–"}[equal],
+                _f(m.get("accept_length_mean"), 2),
+                m.get("tokens", "–"),
+                _f(t.get("ranks_s"), 1),
             ]
         )
-    head = ["run", "status", "where", "exception", "raised at", "accept length", "= HF", "ranks s", "command"]
-    return _table(head, rows)
+    head = ["run", "command", "status", "where", "exception", "raised at", "= HF", "accept length", "tokens", "ranks s"]
+    out: list[str] = ["The file's parts, each run by one command:", "", *parts, ""]
+    for v, rows in by_release.items():
+        out += [f'<a id="runtime-runs-{v}"></a>', f"### sglang {v}", "", *_table(head, rows), ""]
+    return out[:-1]
 
 
 def explore() -> list[str]:
     d = _load("runtime_explore.json")
     counts = ", ".join(f"{k} {v}" for k, v in d["counts"].items())
-    return [f"sglang {d['sglang']}: {len(d['cells'])} cells ({counts}); {d['wall_s']} s."]
+    rows = []
+    for c in d["cells"]:
+        if c["outcome"] == "limit":
+            continue
+        crash = c.get("crash") or {}
+        known = {True: "known", False: "**NEW**", None: "–"}[c.get("known") if crash else None]
+        rows.append([f"`{c['key']}`", c["outcome"], known, c.get("reason") or "–", _f(c.get("wall_s"), 1)])
+    limits: dict[tuple[str, str], int] = {}
+    for c in d["cells"]:
+        if c["outcome"] == "limit":
+            limits[(c["algorithm"], c["backend"])] = limits.get((c["algorithm"], c["backend"]), 0) + 1
+    return [
+        f"sglang {d['sglang']}: {len(d['cells'])} cells ({counts}); {d['wall_s']} s.",
+        "",
+        "Every cell that ran to an outcome other than a limit:",
+        "",
+        *_table(["cell", "outcome", "crash", "reason", "wall s"], rows),
+        "",
+        "Cells that are a limit (each cell's reason is in the file), per algorithm and backend: "
+        + ", ".join(f"{a} {b} {n}" for (a, b), n in limits.items())
+        + ".",
+    ]
 
 
 def triage() -> list[str]:
@@ -284,8 +422,10 @@ def corpus() -> list[str]:
 SECTIONS: list[tuple[str, str, str, Callable[[], list[str]]]] = [
     ("quick-start", "The quick start's commands", "command_times.json", quick_start),
     ("models", "Models", "models", models),
+    ("bench", "Plain greedy against EAGLE3, paired repeats", "bench.json", bench),
     ("acceptance-sweep", "Acceptance by draft setting and dtype", "acceptance_sweep.json", sweep),
     ("seed-replays", "The seed crash on the real releases", "upstream_replays.json", replays),
+    ("bundle-replay", "A crash bundle replayed on the real releases", "upstream_bundle_replay.json", bundle_replay),
     ("survey", "Which releases carry the field, which backends read it", "upstream_survey.json", survey),
     ("recall", "The lint's recall by mutation", "upstream_recall.json", recall),
     ("oracle-recall", "The lint's recall judged by real code", "upstream_oracle_recall.json", oracle_recall),

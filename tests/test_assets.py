@@ -41,6 +41,9 @@ def test_every_measurement_and_model_has_a_command_and_curated_ones_say_who_made
     by = {e["path"]: e for e in entries}
     assert by["upstream_replays.json"]["commands"] == ["python scripts/ship_upstream.py --parts seeds"]
     assert "hand_edited" not in by["upstream_replays.json"] and "hand_edited" not in by["upstream_recall.json"]
+    bundle = by["upstream_bundle_replay.json"]
+    assert "hand_edited" not in bundle and bundle["commands"][0].startswith("python scripts/ship_bundle_replay.py")
+    assert bundle["recorded"] == ["workbench_commit", "bundle_run.workbench_commit"]
 
 
 def _tiny(tmp_path: Path, commit: str, recorded_value: str) -> tuple[list[dict], Path]:
@@ -104,29 +107,74 @@ def test_a_command_is_parsed_by_its_own_parser_and_never_run():
         assets.parse_command("bash -c true")
 
 
-def test_regenerate_without_the_network_leaves_those_out_and_names_them(capsys):
+def test_regenerate_without_the_network_names_each_asset_and_why_it_is_skipped(capsys):
     assert assets.main(["regenerate", "--net", "0", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "runtime_runs.json: needs the network, left out (--net 0)" in out
-    assert "python scripts/train_models.py" in out and "acceptance_sweep" in out
-    assert "upstream_triage.json" not in out  # curated: no command writes it
+    assert "[assets] runtime_runs.json: skipped: needs the network (--net 0)" in out
+    assert "python scripts/train_models.py" in out and "acceptance_sweep.json: would be regenerated" in out
+    assert "[assets] upstream_triage.json: skipped: curated, no command writes it" in out
+    lines = [x for x in out.splitlines() if x.startswith("[assets] ") and ": " in x and not x.startswith("[assets]   ")]
+    named = {x.split(": ", 1)[0].removeprefix("[assets] ") for x in lines}
+    assert {e["path"] for e in assets.load_catalogue()} <= named  # every asset gets its line
 
 
-def test_an_unknown_group_is_a_usage_error_naming_the_valid_ones(capsys):
+def test_regenerate_goes_on_past_a_failure_and_exits_1_naming_it(tmp_path, capsys):
+    head = _head()[:7]
+    base = {"kind": "measurement", "commit": ["0000000"], "recorded": [], "network": False, "minutes": 1, "group": "g"}
+    entries = [
+        {**base, "path": "fails.json", "commands": ["python -c 'raise SystemExit(3)'"]},
+        {**base, "path": "works.json", "commands": ["python -c pass"]},
+        {**base, "path": "net.json", "commands": ["python -c pass"], "network": True},
+        {**base, "path": "long.json", "commands": ["python -c pass"], "minutes": 90},
+        {**base, "path": "other.json", "commands": ["python -c pass"], "group": "h"},
+    ]
+    catalogue = tmp_path / "catalogue.json"
+    catalogue.write_text(json.dumps({"assets": entries}))
+    rc = assets.regenerate(
+        [dict(e) for e in entries], False, ["g"], max_minutes=60, assets=tmp_path, catalogue=catalogue
+    )
+    out, err = capsys.readouterr()
+    assert rc == 1
+    assert "[assets] fails.json: exit 3: python -c 'raise SystemExit(3)'" in err
+    assert "[assets] fails.json: FAILED (its command above)" in err
+    assert f"[assets] works.json: regenerated at {head}" in out
+    assert "[assets] net.json: skipped: needs the network (--net 0)" in out
+    assert "[assets] long.json: skipped: too long, about 90 min (--max-minutes 60)" in out
+    assert "[assets] other.json: skipped: not asked for (--groups/--only)" in out
+    assert "[assets] 1 regenerated, 3 skipped, 1 failed" in out
+    written = {e["path"]: e["commit"] for e in json.loads(catalogue.read_text())["assets"]}
+    assert written == {**{e["path"]: ["0000000"] for e in entries}, "works.json": [head]}
+    assert assets.regenerate([dict(entries[1])], False, ["g"], assets=tmp_path, catalogue=catalogue) == 0
+
+
+def test_an_unknown_group_or_path_is_a_usage_error_naming_the_valid_ones(capsys):
     assert assets.main(["regenerate", "--groups", "nope", "--dry-run"]) == 2
     assert "unknown group(s) nope; valid: times, models, engine, runtime" in capsys.readouterr().err
+    assert assets.main(["regenerate", "--only", "nope.json", "--dry-run"]) == 2
+    assert "unknown path(s) nope.json; valid: command_times.json, models, " in capsys.readouterr().err
+
+
+def test_only_runs_the_named_assets(capsys):
+    assert assets.main(["regenerate", "--only", "upstream_survey.json", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "[assets] upstream_survey.json: would be regenerated (--dry-run)" in out
+    assert "[assets] runtime_runs.json: skipped: not asked for (--groups/--only)" in out
+    assert "[assets] 1 regenerated, " in out and "workbench sweep" not in out
 
 
 def test_make_assets_runs_the_catalogue_then_the_figures():
     res = subprocess.run(
-        ["make", "-n", "-o", ".venv/.installed", "assets", "NET=0", "GROUPS=engine"],
+        ["make", "-n", "-o", ".venv/.installed", "assets", "NET=0", "GROUPS=engine", "ONLY=a.json b", "MAX_MINUTES=5"],
         cwd=ROOT,
         capture_output=True,
         text=True,
     )
     assert res.returncode == 0, res.stderr
-    lines = res.stdout.splitlines()
-    assert any("scripts/assets.py regenerate --net 0 --groups engine" in x for x in lines), res.stdout
+    lines = res.stdout.replace("\\\n", " ").splitlines()  # the recipe's continued line as one
+    assert any(
+        "scripts/assets.py regenerate --net 0 --groups engine" in x and "--only a.json b --max-minutes 5" in x
+        for x in lines
+    ), res.stdout
     assert any("scripts/figures.py" in x for x in lines), res.stdout
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -53,8 +54,44 @@ def test_every_section_names_its_catalogued_asset_and_the_figures_follow_the_ass
 
 def test_readme_and_docs_point_to_the_generated_figures():
     assert "docs/figures.md" in (ROOT / "README.md").read_text()
-    for doc in ("upstream-guard.md", "real-runtime.md"):
+    for doc in ("upstream-guard.md", "real-runtime.md", "guide.md"):
         assert "figures.md" in (ROOT / "docs" / doc).read_text(), doc
+
+
+def test_every_link_into_the_figures_lands_on_a_generated_anchor():
+    anchors = set(re.findall(r'<a id="([^"]+)"></a>', figures.render()))
+    links = {
+        (path.name, anchor)
+        for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for anchor in re.findall(r"figures\.md#([\w.-]+)", path.read_text())
+    }
+    assert {"bench", "oracle-recall", "runtime-runs-0.5.14", "runtime-runs-0.5.23"} <= {a for _, a in links}
+    assert [(doc, a) for doc, a in sorted(links) if a not in anchors] == []
+
+
+def test_the_bench_runtime_and_oracle_tables_follow_their_assets(tmp_path, monkeypatch):
+    fake = tmp_path / "assets"
+    fake.mkdir()
+    bench = json.loads((figures.ASSETS / "bench.json").read_text())
+    bench["rows"][0]["speedup"].update(median=1.5, ci=[1.25, 1.75])
+    bench["rows"][0]["eagle_round_ms"].update({"draft": 1.0, "verify": 2.0, "draft-extend": 0.5, "round": 3.5})
+    (fake / "bench.json").write_text(json.dumps(bench))
+    runs = json.loads((figures.ASSETS / "runtime_runs.json").read_text())
+    key = next(k for k, r in runs["runs"].items() if r["status"] == "crashed")
+    runs["runs"][key]["crash"]["raised_at"]["line"] = 4242
+    (fake / "runtime_runs.json").write_text(json.dumps(runs))
+    oracle = json.loads((figures.ASSETS / "upstream_oracle_recall.json").read_text())
+    run = oracle["runs"][0] if "runs" in oracle else oracle
+    release = next(iter(run["releases"].values()))
+    kind = next(iter(release["kinds"]))
+    release["kinds"][kind].update(confirmed=4, reported=2, recall=0.5)
+    (fake / "upstream_oracle_recall.json").write_text(json.dumps(oracle))
+    monkeypatch.setattr(figures, "ASSETS", fake)
+    assert "| 1.50 [1.25, 1.75] (" in "\n".join(figures.bench())
+    assert "1.00 + 2.00 + 0.50 = 3.50" in "\n".join(figures.bench())
+    assert ":4242`" in "\n".join(figures.runtime_runs())
+    assert f"| `{kind}` |" in "\n".join(figures.oracle_recall())
+    assert "| 0.500 (2 of 4) |" in "\n".join(figures.oracle_recall())
 
 
 def _script(name: str):
