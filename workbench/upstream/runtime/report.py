@@ -110,6 +110,10 @@ DP_ATTENTION_CLAIM = (
     '"--enable-dp-attention",',
     None,
 )
+DP_ATTENTION_OWN_BATCH = (
+    "`--enable-dp-attention` is still accepted (deprecated): DP attention, each DP rank running its own batch",
+    *DP_ATTENTION_CLAIM[1:],
+)
 TORCH_NATIVE_CLAIMS = (
     (
         "`--attention-backend torch_native` turns CUDA graphs off (DECODE and PREFILL), so every forward is eager",
@@ -137,7 +141,8 @@ TORCH_NATIVE_CLAIMS = (
         None,
     ),
     (
-        "EAGLE's server-argument handler has no test of the attention backend that refuses torch_native",
+        "EAGLE's server-argument handler refuses an attention backend only here (top-k > 1 with page size > 1) and "
+        "for trtllm_mha at top-k > 1: torch_native at top-k 1 passes",
         "srt/arg_groups/speculative_hook.py",
         '_PAGE_TREE_SPEC_BACKENDS = ("flashinfer", "fa3", "triton")',
         "_handle_eagle_family",
@@ -408,10 +413,10 @@ VERIFY_KV_INDPTR = Crash(
             "_forward_raw",
         ),
     ),
-    gpu_note="One request leaves rank 1 idle. The last row is the other side: with CUDA graphs on, such a batch does "
-    "not reach the eager\n`init_forward_metadata` (whether the graph path reads the field is not checked here). "
-    "`TARGET` and\n`EAGLE3_HEAD`: a target model and its EAGLE3 draft head (the CPU measurement used a tiny Qwen3 "
-    "target and an EAGLE3 head that\nsglang loads as `LlamaForCausalLMEagle3`).",
+    gpu_note="One request leaves rank 1 idle. The table's last row is the other side: with CUDA graphs on, such a "
+    "batch does not reach the eager\n`init_forward_metadata` (whether the graph path reads the field is not checked "
+    "here). `TARGET` and\n`EAGLE3_HEAD`: a target model and its EAGLE3 draft head (the CPU measurement used a tiny "
+    "Qwen3 target and an EAGLE3 head that\nsglang loads as `LlamaForCausalLMEagle3`).",
 )
 
 EAGLE_IDLE_EMPTY = Crash(
@@ -460,7 +465,7 @@ EAGLE_IDLE_EMPTY = Crash(
             "if _is_cpu or check_cuda_graph_backend(Phase.DECODE, Backend.DISABLED):",
             "_capture_cuda_graphs",
         ),
-        DP_ATTENTION_CLAIM,
+        DP_ATTENTION_OWN_BATCH,
         (
             "the EAGLE-1 draft runs its layers on any batch, an empty one included",
             "srt/models/llama_eagle.py",
@@ -724,7 +729,7 @@ def _readme(crash: Crash, release: str, res: dict) -> str:
     rows = "\n".join(f"| {x['claim']} | `{'`, `'.join(x['lines'])}` |" for x in res["claims"])
     fixed = res["runs"]["fixed"]
     also = [f"`{n}-{release}/fix.diff`" for n in crash.with_reports] + [f"`--fix {f}`" for f in crash.with_fixes]
-    with_also = f" (and {', '.join(also)}: the crash this run meets next, its own report)" if also else ""
+    with_also = f"; with {' and '.join(also)} too, for the crash this run meets next, its own report" if also else ""
     outcome = (
         f"**{fixed['status']}**, its {len((fixed['outputs'] or [[]])[0])} tokens equal to HF transformers' greedy "
         f"tokens: **{fixed['reference_equal']}**, equal to {res['compared_with']}: **{res['fixed_equals_dp1']}**"
@@ -754,7 +759,8 @@ CPU by the eagle-workbench, {res["generated_at"]}, workbench {res["workbench_com
     {CLIENT_COMMAND}
 
 Not run on GPUs by the workbench: the command is untested there. {crash.gpu_note}
-With sglang {release}'s lines:
+
+Each claim about the flags and the path, with sglang {release}'s lines:
 
 | claim | lines |
 |---|---|
