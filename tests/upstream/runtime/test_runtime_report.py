@@ -165,3 +165,18 @@ def test_each_report_claims_lines_and_fix_applies_to_0_5_23(name: str, tmp_path:
         assert (tmp_path / file).read_text() == after
         with pytest.raises(report.ReportError, match="nothing to fix"):
             fix(after)
+
+
+def test_the_shipped_reports_load_and_show_one_row_each() -> None:
+    """``load_reports`` reads every shipped folder's result.json (JSON only); ``reports_table`` shows each crash where
+    it was raised, the files its fix changes, the fixed run and that no GPU ran the server command."""
+    from workbench.views.runtime_explore import reports_table
+
+    reports = report.load_reports()
+    assert [r["folder"] for r in reports] == sorted(f"{name}-0.5.23" for name in report.CRASHES)
+    rows = {row["report"]: row for row in reports_table(reports).rows}
+    eagle = rows["eagle-idle-draft-extend-empty-batch-0.5.23"]
+    assert eagle["raised at"] == "sglang/srt/layers/rotary_embedding/base.py:347"
+    assert eagle["fix"] == "sglang/srt/models/llama.py, sglang/srt/models/llama_eagle.py"
+    assert all(row["fixed run"] == "ok" and row["GPU tested"] == "no" for row in rows.values())
+    assert all(report.confirmed(r) == [] for r in reports)
