@@ -55,8 +55,9 @@ import workbench
 from workbench import notebook
 from workbench.upstream.runtime import measurements
 from workbench.upstream.runtime.explore import load_shipped
+from workbench.upstream.runtime.report import load_reports
 from workbench.views import runtime as views
-from workbench.views.runtime_explore import explore_summary, explore_table
+from workbench.views.runtime_explore import explore_summary, explore_table, reports_table
 
 # %% tags=["parameters"]
 release: str = "0.5.14"  # the SGLang release run (shipped measurement: 0.5.12, 0.5.13, 0.5.14, 0.5.23 on triton)
@@ -216,7 +217,11 @@ display(views.equivalences_table(eq_runs["dp2"] if "dp2" in eq_runs else first))
 # as one, that stops it here: DFLASH, UNO and DSPARK refuse device cpu in the release's argument
 # handling, FROZEN_KV_MTP needs a Gemma4 assistant draft, and 0.5.23 turns the overlap schedule off
 # for speculative decoding on CPU, measured on the first overlap-on cell of each algorithm).
-# Shown from the shipped file (its date, versions, command and commit in `source`), not run now.
+# torch_native's first verify pass (`extend_prefix_lens` None at `torch_native_backend.py:101`) is a
+# crash, not a limit: the lines that reach it have no device branch, and the release accepts torch_native
+# with EAGLE on a GPU once the draft is given a backend (`--speculative-draft-attention-backend`);
+# upstream it is sglang issue #36352 (open). Shown from the shipped file (its date, versions, command and
+# commit in `source`), not run now.
 
 # %%
 explored = load_shipped()
@@ -226,10 +231,23 @@ display(explore_summary(explored))
 display(explore_table(explored))
 
 # %% [markdown]
+# ## 6b · Upstream-ready reports of the crashes confirmed end to end
+# One folder per crash in `workbench/assets/upstream_reports/`, written by `python -m
+# workbench.upstream.runtime.report --sglang 0.5.23 --out workbench/assets/upstream_reports`: the GPU
+# server command (not run on a GPU) with each claim about its flags backed by the release's lines, the
+# traceback, the smallest fix as a diff, and the run of a checkout with that diff. The EAGLE-1 draft's
+# fix lets the idle rank reach the verify crash next, so its fixed run also takes `--fix verify-input`;
+# torch_native's DP fix lets the run reach its verify crash, so its fixed run also carries that report's diff.
+
+# %%
+display(reports_table(load_reports()))
+
+# %% [markdown]
 # ## Record and expectation
-# `expect = "ok"` fails the notebook unless every role ends as above on triton (every role ok on
-# torch_native, which never reads `kv_indptr`), every completed run equals HF transformers' greedy
-# tokens and the DP 1 run, the guard found nothing, and no process was left running.
+# `expect = "ok"` fails the notebook unless every role ends as `measurements.EXPECTED` says for its
+# backend (on torch_native: dp 2 crashes at the DP padding's fill value, dp 1 at its first verify pass),
+# every completed run equals HF transformers' greedy tokens and the DP 1 run, the guard found nothing,
+# and no process was left running.
 
 # %%
 found = measurements.problems(runs, backend)

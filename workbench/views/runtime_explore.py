@@ -1,5 +1,6 @@
 """The view of a ``workbench upstream explore`` result: one row per cell (``explore_table``) and a
-stand-alone HTML page of it (``explore_html``), with the provenance above the table."""
+stand-alone HTML page of it (``explore_html``), with the provenance above the table; and the upstream-ready
+reports of the crashes it found (``reports_table``)."""
 
 from __future__ import annotations
 
@@ -100,3 +101,33 @@ def cell_progress(desc: str) -> Iterator[tuple[Callable, Callable, Callable]]:
         yield progress, on_cells, log
     finally:
         bar.close()
+
+
+REPORT_COLUMNS = ("report", "as released", "raised at", "fix", "fixed run", "equal to HF", "equal to", "GPU tested")
+
+
+def reports_table(reports: list[dict]) -> Table:
+    """One row per upstream-ready report (``report.load_reports``): the crash as released (rank, pass, mode,
+    batch size, line), the file its fix changes, the fixed run's outcome and equality, and whether its GPU
+    server command was run (never, by the workbench)."""
+    rows = []
+    for r in reports:
+        c = r["runs"]["as released"].get("crash") or {}
+        fixed = r["runs"]["fixed"]
+        fc = fixed.get("crash")
+        rows.append(
+            {
+                "report": r["folder"],
+                "as released": f"{r['runs']['as released']['status']}: rank {c.get('rank')} {c.get('phase')} "
+                f"{c.get('forward_mode')} bs {c.get('batch_size')}"
+                if c
+                else r["runs"]["as released"]["status"],
+                "raised at": c.get("raised_at"),
+                "fix": ", ".join(r.get("fix_files") or []),
+                "fixed run": fixed["status"] + (f" at {fc['raised_at']}" if fc else ""),
+                "equal to HF": fixed.get("reference_equal"),
+                "equal to": f"{r.get('compared_with', 'dp 1')}: {r.get('fixed_equals_dp1')}",
+                "GPU tested": "yes" if r.get("server_command_tested_on_gpu") else "no",
+            }
+        )
+    return Table(rows, REPORT_COLUMNS)

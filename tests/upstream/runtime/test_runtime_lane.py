@@ -322,54 +322,112 @@ def test_torch_native_fill_value_fix_defines_the_method_and_the_guard_lists_it(t
     assert [(v["name"], v["kind"]) for v in guard_plain["violations"]] == [(name, "attribute not in the source")]
 
 
-EAGLE_MODEL = """
+LLAMA_MODEL = """
+import torch
+
+GATHERS = []  # the stand-in's DP-attention collectives, one entry per call
+
+
+class LlamaAttention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv_proj = torch.nn.Linear(4, 4)
+
+    def forward(self, positions, hidden_states, forward_batch):
+        q = self.qkv_proj(hidden_states)
+        return q.view(q.shape[0], -1, 2).flatten(1)  # the rotary's view: ambiguous for 0 rows
+
+
+class LlamaDecoderLayer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.self_attn = LlamaAttention()
+
+    def forward(self, positions, hidden_states, forward_batch, capture_output=None):
+        hidden_states = self.self_attn(positions=positions, hidden_states=hidden_states, forward_batch=forward_batch)
+        GATHERS.append(hidden_states.shape[0])  # the stage boundary's gather, which every rank must join
+        return hidden_states
+"""
+
+EAGLE_DRAFT_MODEL = """
+import types
+
 import torch
 
 
-class LlamaModel(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed_tokens = torch.nn.Embedding(5, 4)
-        self.fc = torch.nn.Linear(8, 4)
+def add_prefix(name, prefix):
+    return f"{prefix}.{name}" if prefix else name
 
-    def forward(self, input_ids, positions, forward_batch, input_embeds=None, pp_proxy_tensors=None):
-        h = self.fc(torch.cat((self.embed_tokens(input_ids), forward_batch.spec_info.hidden_states), dim=-1))
-        return h.view(h.shape[0], -1, 2)  # the rotary's view: ambiguous for 0 rows
+
+class VocabParallelEmbedding(torch.nn.Module):
+    def __init__(self, num_embeddings, embedding_dim, use_attn_tp_group=False, prefix=""):
+        super().__init__()
+        self.use_attn_tp_group, self.prefix = use_attn_tp_group, prefix
+
+
+class LlamaModel(torch.nn.Module):
+    def __init__(self, config, quant_config=None, prefix=""):
+        super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(
+            config.vocab_size, config.hidden_size, prefix=add_prefix("embed_tokens", prefix)
+        )
 """
 
 EAGLE_IDLE_SCRIPT = """
 {boot}import types, torch
 from wb_upstream.runtime import fixes
-from sglang.srt.models.llama_eagle import LlamaModel
+from sglang.srt.layers import dp_attention
+from sglang.srt.models import llama, llama_eagle
 
-def batch(n):
-    return types.SimpleNamespace(spec_info=types.SimpleNamespace(hidden_states=torch.zeros(n, 4)))
+config = types.SimpleNamespace(vocab_size=5, hidden_size=4)
+def embedding(dp):
+    dp_attention.ENABLED = dp
+    e = llama_eagle.LlamaModel(config, prefix="model").embed_tokens
+    return (e.use_attn_tp_group, e.prefix)
+embedding_before = embedding(True)
 
-m = LlamaModel()
+layer = llama.LlamaDecoderLayer()
 def run(n):
     try:
-        return tuple(m(torch.zeros(n, dtype=torch.long), None, batch(n)).shape)
+        return tuple(layer(None, torch.zeros(n, 4), None).shape)
     except RuntimeError as exc:
         return type(exc).__name__
 before = [run(0), run(3)]
+gathers_before = list(llama.GATHERS)
 out = fixes.apply(["eagle-idle-batch"])
-print(repr((before, out, [run(0), run(3)], fixes.changes(out))))
+again = fixes.apply(["eagle-idle-batch"])
+after = [run(0), run(3)]
+embeddings = [embedding_before, embedding(True), embedding(False)]
+gathers = llama.GATHERS[len(gathers_before):]
+print(repr((before, gathers_before, out, again, after, gathers, fixes.changes(out), embeddings)))
 """
 
 
-def test_eagle_idle_batch_fix_returns_the_fc_output_for_an_empty_batch_only(tmp_path: Path) -> None:
-    """The EAGLE-1 draft's empty idle batch stops at the layer's view with 0 rows; the fix returns the fc's
-    empty output for it (as llama_eagle3's idle guard does) and leaves a non-empty batch to the release."""
+def test_eagle_idle_batch_fix_skips_the_attention_of_an_empty_batch_only(tmp_path: Path) -> None:
+    """The EAGLE-1 draft's empty idle batch stops at the Llama attention's view with 0 rows; the fix skips the
+    attention for it (as Qwen3's decoder layer does) so the layer's collective still runs on the idle rank, and
+    leaves a non-empty batch to the release; under DP attention (only) the draft's embedding is built on the
+    attention-TP group, as Qwen2Model's is; applied once, each change listed for the guard."""
     _fake_sglang(tmp_path)
-    (tmp_path / "sglang/srt/models").mkdir(parents=True)
-    (tmp_path / "sglang/srt/models/__init__.py").write_text("")
-    (tmp_path / "sglang/srt/models/llama_eagle.py").write_text(EAGLE_MODEL)
+    for sub in ("sglang/srt/models", "sglang/srt/layers"):
+        (tmp_path / sub).mkdir(parents=True, exist_ok=True)
+        (tmp_path / sub / "__init__.py").write_text("")
+    (tmp_path / "sglang/srt/models/llama.py").write_text(LLAMA_MODEL)
+    (tmp_path / "sglang/srt/models/llama_eagle.py").write_text(EAGLE_DRAFT_MODEL)
+    (tmp_path / "sglang/srt/layers/dp_attention.py").write_text(
+        "ENABLED = False\n\n\ndef is_dp_attention_enabled():\n    return ENABLED\n"
+    )
     script = EAGLE_IDLE_SCRIPT.format(boot=in_release(str(tmp_path)))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    before, applied, after, changes = eval(out.stdout)  # noqa: S307 - our own repr
-    assert before == ["RuntimeError", (3, 2, 2)]
-    assert applied[0]["applied"] is True and after == [(0, 4), (3, 2, 2)]
-    assert [(c["module"], c["name"]) for c in changes] == [("sglang.srt.models.llama_eagle", "LlamaModel.forward")]
+    before, gathers_before, applied, again, after, gathers_after, changes, embeddings = eval(out.stdout)  # noqa: S307
+    assert before == ["RuntimeError", (3, 4)] and gathers_before == [3]
+    assert applied[0]["applied"] is True and again[0]["applied"] is False
+    assert after == [(0, 4), (3, 4)] and gathers_after == [0, 3]
+    assert embeddings == [(False, "model.embed_tokens"), (True, "model.embed_tokens"), (False, "model.embed_tokens")]
+    assert [(c["module"], c["name"]) for c in changes] == [
+        ("sglang.srt.models.llama", "LlamaAttention.forward"),
+        ("sglang.srt.models.llama_eagle", "LlamaModel.__init__"),
+    ]
 
 
 def test_appended_runs_keep_their_own_provenance() -> None:

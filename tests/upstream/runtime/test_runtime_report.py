@@ -97,13 +97,26 @@ def test_traceback_paths_are_cut_below_the_package() -> None:
 
 
 def test_what_the_report_does_not_show_is_named() -> None:
-    crash = {"spec_info": "EagleVerifyInput", "phase": "verify", "forward_mode": "IDLE"}
+    crash = {
+        "spec_info": "EagleVerifyInput",
+        "phase": "verify",
+        "forward_mode": "IDLE",
+        "exception_type": "AttributeError",
+    }
     fixed = {"status": "ok", "reference_equal": True}
     res = {"runs": {"as released": {"crash": crash}, "fixed": fixed}, "fixed_equals_dp1": True}
     assert report.confirmed(res) == []
     assert "not ok and equal" in report.confirmed({**res, "fixed_equals_dp1": False})[0]
     ok = {"runs": {"as released": {"crash": None, "status": "ok"}, "fixed": fixed}, "fixed_equals_dp1": True}
-    assert "did not crash in the idle verify pass" in report.confirmed(ok)[0]
+    assert "did not crash as" in report.confirmed(ok)[0]
+    # A report that names the file the crash is raised in: another file is not the crash it reports.
+    eagle = report.CRASHES["eagle-idle-draft-extend-empty-batch"].expect
+    at = {"phase": "draft-extend", "forward_mode": "IDLE", "exception_type": "RuntimeError"}
+    ran = {"as released": {"crash": {**at, "raised_at": "sglang/srt/layers/rotary_embedding/base.py:347"}}}
+    res = {"expect": eagle, "runs": {**ran, "fixed": fixed}, "fixed_equals_dp1": True}
+    assert report.confirmed(res) == []
+    ran["as released"]["crash"]["raised_at"] = "sglang/srt/models/llama.py:246"
+    assert "did not crash as" in report.confirmed(res)[0]
 
 
 def test_a_run_is_summed_up_from_its_record() -> None:
@@ -121,9 +134,49 @@ def test_a_run_is_summed_up_from_its_record() -> None:
         "forward_mode": "IDLE",
         "batch_size": 1,
         "spec_info": "X",
+        "exception_type": "AttributeError",
         "message": "m",
         "raised_at": "sglang/srt/layers/attention/triton_backend.py:593",
     }
     rec.status, rec.crash = "ok", None
     rec.reference = release_record.Reference(equal=True, outputs=[[1]])
     assert report._summary(rec)["crash"] is None and report._summary(rec)["reference_equal"] is True
+
+
+@pytest.mark.network
+@pytest.mark.skipif(shutil.which("patch") is None, reason="needs the patch program")
+@pytest.mark.parametrize("name", list(report.CRASHES))
+def test_each_report_claims_lines_and_fix_applies_to_0_5_23(name: str, tmp_path: Path) -> None:
+    """On 0.5.23's own files: every claim's code is there once, each fix's diff ``patch -p1`` applies and gives
+    the text the fixed run runs (which parses), and a fix applied twice stops with ReportError."""
+    from workbench.upstream.context import UpstreamContext
+    from workbench.upstream.sources.trees import release_tree
+
+    crash = report.CRASHES[name]
+    tree = release_tree(UpstreamContext(), "0.5.23")
+    assert len(report.claim_lines(tree.root / "sglang", crash.claims)) == len(crash.claims)
+    for file, fix in crash.fix:
+        after = fix(tree.files[file])
+        compile(after, file, "exec")
+        (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / file).write_text(tree.files[file])
+        (tmp_path / "fix.diff").write_text(report.unified_diff(tree.files[file], after, file))
+        subprocess.run(["patch", "-p1", "-i", "fix.diff"], cwd=tmp_path, check=True, capture_output=True)
+        assert (tmp_path / file).read_text() == after
+        with pytest.raises(report.ReportError, match="nothing to fix"):
+            fix(after)
+
+
+def test_the_shipped_reports_load_and_show_one_row_each() -> None:
+    """``load_reports`` reads every shipped folder's result.json (JSON only); ``reports_table`` shows each crash where
+    it was raised, the files its fix changes, the fixed run and that no GPU ran the server command."""
+    from workbench.views.runtime_explore import reports_table
+
+    reports = report.load_reports()
+    assert [r["folder"] for r in reports] == sorted(f"{name}-0.5.23" for name in report.CRASHES)
+    rows = {row["report"]: row for row in reports_table(reports).rows}
+    eagle = rows["eagle-idle-draft-extend-empty-batch-0.5.23"]
+    assert eagle["raised at"] == "sglang/srt/layers/rotary_embedding/base.py:347"
+    assert eagle["fix"] == "sglang/srt/models/llama.py, sglang/srt/models/llama_eagle.py"
+    assert all(row["fixed run"] == "ok" and row["GPU tested"] == "no" for row in rows.values())
+    assert all(report.confirmed(r) == [] for r in reports)

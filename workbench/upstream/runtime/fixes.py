@@ -17,10 +17,16 @@ Runs inside the release environment (no workbench import); the workbench names t
   DP-padded batch raises ``NotImplementedError`` because ``_pad_inputs_to_size`` asks the backend for
   ``get_cuda_graph_seq_len_fill_value`` and ``TorchNativeAttnBackend`` inherits the base class's
   ``raise``: the method defined on it returning 1, the value the triton backend returns.
-- ``eagle-idle-batch``: the smallest fix for EAGLE (EAGLE-1) drafts on an idle DP rank, whose empty
-  draft-extend batch reaches the Llama layer's rotary ``view(num_tokens, -1, head_size)`` with 0 rows
-  (``RuntimeError: cannot reshape tensor of 0 elements``): ``llama_eagle.LlamaModel.forward`` returns
-  the fc's empty output for a batch of 0 rows, the guard ``llama_eagle3`` has (``# idle batch``).
+- ``eagle-idle-batch``: the smallest fix for EAGLE (EAGLE-1) drafts on an idle DP rank, two changes.
+  Its empty draft-extend batch reaches the Llama layer's rotary ``view(num_tokens, -1, head_size)`` with 0
+  rows (``RuntimeError: cannot reshape tensor of 0 elements``): ``llama.LlamaAttention.forward`` returns its
+  (empty) input for a batch of 0 rows, so the decoder layer skips only the attention, as
+  ``Qwen3DecoderLayer.forward`` does (``if hidden_states.shape[0] != 0:``); the layer's stage boundaries
+  still run. Past that, the draft's own embedding reduces over the full TP group (``llama_eagle`` builds
+  its ``VocabParallelEmbedding`` without ``use_attn_tp_group``), and an empty batch skips that collective
+  (``vocab_parallel_embedding.py``: only attention-TP peers may), so the busy rank's all-reduce met the
+  idle rank's next collective (gloo aborted the idle rank, exit -6): ``llama_eagle.LlamaModel`` builds
+  its embedding with ``use_attn_tp_group=is_dp_attention_enabled()``, as ``qwen2.Qwen2Model`` does.
 
 The field fixes add the field to the real dataclass in place (annotation, class default, the
 dataclass re-generated with its own parameters); the fallback wraps
@@ -51,12 +57,16 @@ FIXES = {
         "torch_native's DP padding fill value defined (1, as the triton backend's)",
     ),
     "eagle-idle-batch": (
-        "LlamaModel.forward",
-        "an empty (idle DP rank) batch returns the fc's empty output, as llama_eagle3's idle-batch guard does",
+        "LlamaAttention.forward",
+        "an empty (idle DP rank) batch skips the Llama attention (its rotary cannot view 0 rows), as "
+        "Qwen3DecoderLayer's guard does; the EAGLE-1 draft's embedding reduces within the attention-TP group "
+        "under DP attention, as Qwen2Model's does",
     ),
 }
 FILL_VALUE = "torch-native-fill-value"
+LLAMA_MODULE = "sglang.srt.models.llama"
 EAGLE_MODULE = "sglang.srt.models.llama_eagle"
+EAGLE_IDLE_GUARD = "hidden_states.shape[0] == 0"  # the test the fix adds, looked for in the release's method
 EAGLE_IDLE = "eagle-idle-batch"
 FALLBACK = "triton-idle-fallback"
 FALLBACK_TEST = "spec_info.kv_indptr is None"  # the release's own test, where it has one
@@ -172,29 +182,56 @@ def _apply_fill_value(name: str, what: str) -> dict:
 
 
 def _apply_eagle_idle(name: str, what: str) -> dict:
-    cls = importlib.import_module(EAGLE_MODULE).LlamaModel
+    cls = importlib.import_module(LLAMA_MODULE).LlamaAttention
     original = cls.forward
-    present = "shape[0] == 0" in inspect.getsource(original)
+    present = EAGLE_IDLE_GUARD in inspect.getsource(original)
 
-    def forward(self, input_ids, positions, forward_batch, input_embeds=None, pp_proxy_tensors=None):
-        hidden = forward_batch.spec_info.hidden_states
-        if hidden.shape[0] == 0:  # an idle DP rank's empty batch: the fc's (empty) output, no layer
-            import torch
-
-            embeds = self.embed_tokens(input_ids) if input_embeds is None else input_embeds
-            return self.fc(torch.cat((embeds, hidden), dim=-1))
-        return original(self, input_ids, positions, forward_batch, input_embeds, pp_proxy_tensors)
+    def forward(self, positions, hidden_states, forward_batch, *args, **kwargs):
+        if hidden_states.shape[0] == 0:  # an idle DP rank's empty batch: no attention, the rows (none) unchanged
+            return hidden_states
+        return original(self, positions, hidden_states, forward_batch, *args, **kwargs)
 
     if not present:
         forward.__qualname__ = f"{cls.__name__}.forward"
         cls.forward = forward
+    embed_present = _apply_eagle_embedding()
     return {
         "fix": name,
-        "class": f"{EAGLE_MODULE}.LlamaModel",
+        "class": f"{LLAMA_MODULE}.LlamaAttention, {EAGLE_MODULE}.LlamaModel",
         "what": what,
-        "applied": not present,
-        "note": "the release already guards an empty batch" if present else "forward wrapped in place",
+        "applied": not present or not embed_present,
+        "attention_applied": not present,
+        "embedding_applied": not embed_present,
+        "note": "wrapped in place: "
+        + ", ".join(n for n, done in (("forward", not present), ("__init__", not embed_present)) if done)
+        if not present or not embed_present
+        else "the release already skips an empty batch and reduces the embedding within attention TP",
     }
+
+
+def _apply_eagle_embedding() -> bool:
+    """``llama_eagle.LlamaModel.__init__`` wrapped: under DP attention its ``embed_tokens`` is built again with
+    ``use_attn_tp_group=True`` (before any weight is loaded). Whether the release already does so."""
+    module = importlib.import_module(EAGLE_MODULE)
+    cls = module.LlamaModel
+    original = cls.__init__
+    if "use_attn_tp_group" in inspect.getsource(original):
+        return True
+    dp_attention = importlib.import_module("sglang.srt.layers.dp_attention")
+
+    def __init__(self, config, quant_config=None, prefix=""):
+        original(self, config, quant_config=quant_config, prefix=prefix)
+        if dp_attention.is_dp_attention_enabled():  # each DP rank embeds only its own tokens
+            self.embed_tokens = module.VocabParallelEmbedding(
+                config.vocab_size,
+                config.hidden_size,
+                use_attn_tp_group=True,
+                prefix=module.add_prefix("embed_tokens", prefix),
+            )
+
+    __init__.__qualname__ = f"{cls.__name__}.__init__"
+    cls.__init__ = __init__
+    return False
 
 
 def apply(names: list) -> list:
@@ -244,11 +281,14 @@ def changes(applied: list) -> list:
             name, change = FIXES[FILL_VALUE][0], "method defined, returning 1 (this file's code)"
             out.append({"fix": FILL_VALUE, "module": TORCH_NATIVE_MODULE, "name": name, "change": change})
         elif a["fix"] == EAGLE_IDLE:
-            name, change = (
-                FIXES[EAGLE_IDLE][0],
-                "forward wrapped: an empty batch returns the fc output (this file's code)",
-            )
-            out.append({"fix": EAGLE_IDLE, "module": EAGLE_MODULE, "name": name, "change": change})
+            name, change = FIXES[EAGLE_IDLE][0], "forward wrapped: an empty batch returns its input (this file's code)"
+            if a.get("attention_applied"):
+                out.append({"fix": EAGLE_IDLE, "module": LLAMA_MODULE, "name": name, "change": change})
+            if a.get("embedding_applied"):
+                change = (
+                    "__init__ wrapped: under DP attention embed_tokens uses the attention-TP group (this file's code)"
+                )
+                out.append({"fix": EAGLE_IDLE, "module": EAGLE_MODULE, "name": "LlamaModel.__init__", "change": change})
         else:
             change = f"dataclass field {FIELD}: Optional[torch.Tensor] = None added; its generated methods rebuilt"
             out.append({"fix": a["fix"], "module": MODULE, "name": f"{FIXES[a['fix']][0]}.{FIELD}", "change": change})

@@ -131,22 +131,15 @@ class RuntimeRecord:
 _WORKER_FILES = ("eagle_worker", "standalone_worker", "ngram_worker")  # the speculative workers the real runtime starts
 
 
-# Upstream limits a run can end on, recognised by what it raised or recorded: (test, note).
+# Upstream limits a run can end on, recognised by what it raised or recorded: (test, note). Only what stops a run
+# on this CPU and not on a GPU: torch_native's verify pass (``extend_prefix_lens`` None at
+# torch_native_backend.py:101) takes the same device-free lines on CUDA, so it is a crash (sglang #36352), not a limit.
 KNOWN_LIMITS: tuple[tuple[Callable[[RuntimeRecord], bool], str], ...] = (
     (
         lambda rec: rec.crash is not None and "get_cpu_graph_seq_len_fill_value" in (rec.crash.message or ""),
         "SGLang's CPU DP padding (forward_batch_info._pad_inputs_to_size) asks the attention backend for "
         "get_cpu_graph_seq_len_fill_value, which only the intel_amx (and hybrid linear) backends define: DP "
         "attention with this backend cannot run on a CPU in this release",
-    ),
-    (
-        lambda rec: (
-            rec.crash is not None
-            and rec.crash.forward_mode == "TARGET_VERIFY"
-            and "torch_native_backend.py" in ((rec.crash.raised_at or {}).get("file") or "")
-        ),
-        "torch_native's forward_extend needs extend_prefix_lens, which a TARGET_VERIFY batch does not carry: "
-        "SGLang's EAGLE verify pass does not run on torch_native",
     ),
     (
         lambda rec: (

@@ -10,8 +10,9 @@ Roles (what notebook 06 and the nightly show):
 - ``between+verify-input+pr-28221``: the same with PR #28221's field added back from the workbench.
 
 The other algorithms (asked for by name): ``eagle-dp1`` and ``eagle-dp2`` (the EAGLE-1 head; at DP 2 the idle
-rank's draft-extend reaches ``llama_eagle``'s rotary with 0 tokens) and ``standalone-dp1`` (the target's first
-two layers as the draft).
+rank's draft-extend reaches ``llama_eagle``'s rotary with 0 tokens), ``eagle-dp2+eagle-idle-batch+verify-input``
+(that crash's fix, and the verify pass's, which the idle rank reaches next) and ``standalone-dp1`` (the target's
+first two layers as the draft).
 
 The V1 worker's roles (0.5.12, whose ``--disable-overlap-schedule`` picks it; asked for by name):
 
@@ -63,6 +64,11 @@ ROLES: dict[str, dict] = {
     # the other algorithms the real runtime starts (release_run.ALGORITHMS), asked for by name
     "eagle-dp1": {"dp": 1, "algorithm": "EAGLE"},
     "eagle-dp2": {"dp": 2, "algorithm": "EAGLE"},
+    "eagle-dp2+eagle-idle-batch+verify-input": {
+        "dp": 2,
+        "algorithm": "EAGLE",
+        "fixes": ["eagle-idle-batch", "verify-input"],
+    },
     "standalone-dp1": {"dp": 1, "algorithm": "STANDALONE"},
 }
 DROPPED = ("EagleDraftExtendInput", "kv_indptr")
