@@ -11,10 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CI_RUN = ROOT / ".ci" / "run"
+CI_COLD = ROOT / "scripts" / "ci_cold.sh"
 
 
 def pytest_calls(script: str) -> list[list[str]]:
@@ -109,3 +111,23 @@ def test_the_tests_make_test_leaves_to_the_nightly_run_there_and_only_there():
     )
     assert res.returncode == 0 and f"{len(moved)} skipped" in res.stdout, res.stdout[-3000:]
     assert res.stdout.count("nightly test: long, run by the nightly workflow's network shards") >= 1, res.stdout
+
+
+def test_the_ci_scripts_pass_shellcheck():
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    res = subprocess.run([str(shellcheck), str(CI_RUN), str(CI_COLD)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout[-3000:]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--bogus"], "unknown argument '--bogus'; valid: none (the whole .ci/run) or --env VERSION"),
+        (["--env"], "--env needs a release, e.g. --env 0.5.14"),
+        (["--env", "0.5.14", "more"], "unexpected arguments after --env 0.5.14: more"),
+    ],
+)
+def test_ci_cold_refuses_bad_arguments_with_exit_2_before_anything_runs(args: list[str], message: str) -> None:
+    res = subprocess.run(["bash", str(CI_COLD), *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and message in res.stderr, (res.returncode, res.stderr)
+    assert "ci_cold: clone" not in res.stdout

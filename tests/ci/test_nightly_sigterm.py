@@ -80,6 +80,7 @@ def test_sigterm_ends_the_notebooks_kernels_and_ranks_and_leaves_nothing_in_the_
         assert left == [], f"processes outlived the runner: {[(p.pid, p.cmdline()) for p in left]}"
         assert sorted(p.name for p in tmp.iterdir()) == [], "the runner left files in its temp dir"
         assert not list((out / "jobs").glob("*.tmp")), "the notebook's own temp folder was left"
+        assert not (out / "report.html").exists(), "a stopped run wrote a report"
     finally:
         runner.kill()
         runner.wait()
