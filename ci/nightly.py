@@ -4,7 +4,8 @@ Runs every matrix cell's notebook through papermill (``min(cores, cells)`` at on
 against its expectation, checks output parity and accept length against the history, writes
 executed notebooks (``.ipynb`` and HTML), ``summary.json``, ``report.html``, ``junit.xml`` and
 ``summary.md`` into ``--out``, appends the night to the
-history database and exits 1 on any unexpected cell (2 on a usage or matrix error).
+history database and exits 1 on any unexpected cell (2 on a usage or matrix error). SIGTERM ends the
+running notebooks with what they started (kernels, DP ranks) and exits 143.
 
 ``--shard i/N`` runs one shard and writes only its partial ``results.json``; ``--merge DIR...``
 merges shard folders into one report, history entry and exit status. ``--lane DIR`` /
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from workbench.run.provenance import workbench_commit
 from workbench.run.serialise import from_dict, to_dict
+from workbench.run.supervisor import Terminated, sigterm_exits
 from workbench_ci import expect
 from workbench_ci.cells import default_jobs, prepare_all, run_cells, thread_env, usable_cores
 from workbench_ci.history import History
@@ -266,13 +268,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run, shard or merge; 0 when every cell ended as expected, 1 otherwise, 2 on a usage error."""
+    """Run, shard or merge; 0 when every cell ended as expected, 1 otherwise, 2 on a usage error, 143
+    when SIGTERM stopped a run (its running notebooks, their kernels and what those started are ended
+    first: ``run_cells`` ends them on the way out)."""
     args = build_parser().parse_args(argv)
     try:
-        return _merge(args) if args.merge else _run(args)
+        if args.merge:
+            return _merge(args)
+        with sigterm_exits():
+            return _run(args)
     except (MatrixError, KernelSpecError, OSError) as e:
         print(f"workbench_ci.nightly: error: {e}", file=sys.stderr)
         return 2
+    except Terminated as e:
+        print("workbench_ci.nightly: terminated (SIGTERM); the running notebooks were ended", file=sys.stderr)
+        return int(e.code)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CI_RUN = ROOT / ".ci" / "run"
+CI_COLD = ROOT / "scripts" / "ci_cold.sh"
 
 
 def pytest_calls(script: str) -> list[list[str]]:
@@ -65,7 +67,7 @@ def test_the_network_tests_ci_run_leaves_out_run_in_the_nightly():
         in_ci_run |= set(collect(["-m", "network", "-k", _option(args, "-k"), *[a for a in args if a.endswith(".py")]]))
     left_out = everything - in_ci_run
     # recall on a release, both end-to-end guard tests, the 0.5.12 seed replay, the guard job's lane, the
-    # bug corpus and the family's confirmation
+    # bug corpus, the family's confirmation and the real runtime on 0.5.12's V1 worker
     assert {x.split("::")[0] for x in left_out} == {
         "tests/upstream/static/test_upstream_recall.py",
         "tests/upstream/test_guard_e2e_network.py",
@@ -79,7 +81,13 @@ def test_the_network_tests_ci_run_leaves_out_run_in_the_nightly():
         # rank bundles in the release kernel, notebook 07 (~3 min)
         "tests/upstream/runtime/test_runtime_bundle_network.py",
         "tests/notebooks/test_lab_browser_runtime.py",  # the same in JupyterLab at a breakpoint
+        "tests/upstream/runtime/test_runtime_network.py",  # 0.5.12's V1 worker (three runs), below
     }, left_out
+    runtime = {x for x in left_out if x.startswith("tests/upstream/runtime/test_runtime_network.py::")}
+    assert runtime == {
+        "tests/upstream/runtime/test_runtime_network.py::"
+        "test_runtime_0_5_12_v1_worker_reaches_the_seed_crash_and_pr_28221_fixes_it"
+    }, runtime
     nightly = yaml.safe_load((ROOT / ".github" / "workflows" / "nightly.yml").read_text())["jobs"]["network"]
     [step] = [s for s in nightly["steps"] if '-m "network or nightly"' in s.get("run", "")]
     # the network shards select with -m network alone over all of tests/: every test left out above
@@ -109,3 +117,23 @@ def test_the_tests_make_test_leaves_to_the_nightly_run_there_and_only_there():
     )
     assert res.returncode == 0 and f"{len(moved)} skipped" in res.stdout, res.stdout[-3000:]
     assert res.stdout.count("nightly test: long, run by the nightly workflow's network shards") >= 1, res.stdout
+
+
+def test_the_ci_scripts_pass_shellcheck():
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    res = subprocess.run([str(shellcheck), str(CI_RUN), str(CI_COLD)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout[-3000:]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--bogus"], "unknown argument '--bogus'; valid: none (the whole .ci/run) or --env VERSION"),
+        (["--env"], "--env needs a release, e.g. --env 0.5.14"),
+        (["--env", "0.5.14", "more"], "unexpected arguments after --env 0.5.14: more"),
+    ],
+)
+def test_ci_cold_refuses_bad_arguments_with_exit_2_before_anything_runs(args: list[str], message: str) -> None:
+    res = subprocess.run(["bash", str(CI_COLD), *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and message in res.stderr, (res.returncode, res.stderr)
+    assert "ci_cold: clone" not in res.stdout

@@ -9,6 +9,11 @@ the first cause is kept. ``end`` lets the processes exit for ``wait_s``, then SI
 SIGKILLs what is left after ``grace_s`` and returns the pids whose group is still alive (should be
 none). With ``tree=True`` it also signals the descendants that started sessions of their own (a
 notebook kernel's runtime ranks), found with psutil before the first signal.
+
+Python's default SIGTERM ends a process at once, skipping its ``finally`` blocks and so the ``end`` of
+every supervisor it holds: its children, in sessions of their own, would outlive it. A long-lived
+parent (the nightly runner) runs inside ``sigterm_exits``, where SIGTERM raises ``Terminated``, a
+``SystemExit`` with code 143 (128 + SIGTERM).
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -151,6 +158,31 @@ class Supervisor:
     def __exit__(self, *exc: object) -> None:
         if self.ended_at is None:
             self.end()
+
+
+class Terminated(SystemExit):
+    """SIGTERM arrived inside ``sigterm_exits``; its code is 128 + SIGTERM (143), a shell's for that signal."""
+
+
+@contextmanager
+def sigterm_exits() -> Iterator[None]:
+    """In the block, SIGTERM raises ``Terminated`` in the main thread, so the ``finally``
+    blocks that end the supervised processes run; a further SIGTERM while they run is ignored (SIGKILL
+    still ends it). The previous handler comes back after the block. Elsewhere than the main thread
+    (where Python allows no handler) the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, _frame: object) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: None)
+        raise Terminated(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _wait_all(procs: list[subprocess.Popen], until: float) -> None:
