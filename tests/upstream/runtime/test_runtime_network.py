@@ -1,6 +1,7 @@
 """The released SGLang runtime on this CPU, end to end (network: the release's wheel and its replay
 environment, cached under ~/.cache/eagle-workbench). One module-scoped run per role, shared by the
-checks. Run with WB_NETWORK_TESTS=1; CI runs these for 0.5.14 and 0.5.12's V1 worker (.ci/run)."""
+checks. Run with WB_NETWORK_TESTS=1; .ci/run runs the 0.5.14 and 0.5.23 ones, and 0.5.12's V1 worker
+runs in the nightly workflow's network shards."""
 
 from __future__ import annotations
 
