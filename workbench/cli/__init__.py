@@ -26,6 +26,7 @@ exit codes (every command):
      each command's --help)
   2  usage error, before anything runs: an unknown flag or value, a refused crash bundle, an unknown
      release, a checkout that is not sglang (the message names the bad value and the valid ones)
+  143  SIGTERM stopped it: the processes it started (DP ranks, a release's ranks) were ended first
 """
 
 
@@ -56,9 +57,12 @@ def main(argv: list[str] | None = None) -> int:  # imports on use (module docstr
         import workbench_kernels
 
         workbench_kernels.setup(getattr(args, "device", None) or "cpu")  # where the Triton kernels run, chosen once
+    from workbench.run.supervisor import sigterm_exits
+
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for what a command records
     try:
-        return args.func(args)
+        with sigterm_exits():  # SIGTERM: exit 143 after the finally blocks end what the command started
+            return args.func(args)
     except (ConfigError, CheckpointError, ValueError) as e:  # bad values found after parsing
         print(f"workbench {args.cmd}: error: {e}", file=sys.stderr)
         return 2
