@@ -41,7 +41,8 @@ class HTML:
 
 def decoded_outputs(run: RecordLike) -> list[str | None]:
     """The generated text of every prompt (None where a prompt produced nothing)."""
-    return [None if o is None else decode(o) for o in as_record(run).outputs]
+    outputs = run.get("outputs") if isinstance(run, dict) else as_record(run).outputs  # a JSON form may be partial
+    return [None if o is None else decode(o) for o in outputs or []]
 
 
 def traceback_html(tb: str) -> str:
