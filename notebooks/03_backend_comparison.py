@@ -154,7 +154,7 @@ plots.show(plots.attention_split(doc))
 # without requests are kept apart and not shown here.
 
 # %%
-runs = [r for r in records.values() if r["status"] == "ok"]  # a failed config is a row of the table above
+runs = [r for r in records.values() if r.status == "ok"]  # a failed config is a row of the table above
 plots.show(plots.phase_latency(runs, mode="eagle"))
 
 # %% [markdown]

@@ -73,7 +73,7 @@ config = notebook.run_config(params)
 # %%
 result = workbench.reproduce(config)
 print(result.summary())
-bundle_path = (result.crash or {}).get("bundle")
+bundle_path = result.crash.bundle if result.crash else None
 print("crash bundle:", bundle_path or "none (no forward raised)")
 
 # %% [markdown]
@@ -101,7 +101,7 @@ if bundle is not None:
         print("replayed in-process:", "".join(traceback.format_exception_only(exc)).strip())
     else:
         print("the replay did not raise: the fix is applied, or the recorded failure is outside init_forward_metadata")
-view.frame_check(replayed, bundle, result.crash.get("traceback")) if replayed else None
+view.frame_check(replayed, bundle, result.crash.traceback) if replayed else None
 
 # %% [markdown]
 # ## 4 · The failing frame

@@ -38,20 +38,20 @@ def main() -> int:
         for backend in backends:
             for mode in ("greedy", "eagle"):
                 r = reproduce({**base, "backend": backend, "mode": mode, "device": device})
-                m = r.record["metrics"]
+                m = r.record.metrics
                 row = {
                     "device_asked": device,
-                    "device_recorded": r.record["env"]["device"],
+                    "device_recorded": r.record.env["device"],
                     "backend": backend,
                     "mode": mode,
                     "status": r.status,
-                    "kernel": r.record["config"]["kernel"],
+                    "kernel": r.record.config["kernel"],
                     "tokens_per_s": m["tokens_per_s"],
                     "accept_length": m.get("accept_length_mean"),
-                    "outputs_sha256": r.record["outputs_sha256"],
+                    "outputs_sha256": r.record.outputs_sha256,
                 }
                 rows.append(row)
-                outputs[(device, backend, mode)] = r.record["outputs_sha256"]
+                outputs[(device, backend, mode)] = r.record.outputs_sha256
                 print(json.dumps(row))
                 if r.status != "ok":
                     failures.append(f"{device} {backend} {mode} ended {r.status}")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.run.labels import record_label
-from workbench.run.record import RecordLike, as_record
+from workbench.run.record import RecordLike, as_record, record_json
 from workbench.views.display import run_all, show_runs_as_html
 
 SCHEMA = "workbench.notebook-record/1"
@@ -69,7 +69,7 @@ def save_record(
     entries such as a comparison or a sweep document) as JSON; returns the path."""
     if primary not in runs:
         raise ValueError(f"primary run {primary!r} is not among the runs {sorted(runs)}")
-    recs = {role: as_record(r) for role, r in runs.items()}
+    recs = {role: record_json(r) for role, r in runs.items()}
     doc = {
         "schema": SCHEMA,
         "notebook": notebook,
@@ -112,26 +112,26 @@ def require(expect: str, *runs: RecordLike, same_outputs_as: RecordLike | None =
     if expect == "any":
         return "expect='any': results shown, not checked"
     for run in map(as_record, runs):
-        if run["status"] != expect:
-            crash = run.get("crash") or {}
-            got = run["status"] + (f" ({crash.get('exception_type')}: {crash.get('message')})" if crash else "")
+        if run.status != expect:
+            crash = run.crash
+            got = run.status + (f" ({crash.exception_type}: {crash.message})" if crash else "")
             raise ExpectationError(
                 f"expect={expect!r} but the {record_label(run, ' ')} run on revision "
-                f"{run['config']['revision']} dp {run['config']['dp']} ended {got}"
+                f"{run.config['revision']} dp {run.config['dp']} ended {got}"
             )
         if expect == "ok" and same_outputs_as is not None:
             ref = as_record(same_outputs_as)
             if not same_outputs(run, ref):
                 raise ExpectationError(
-                    f"outputs differ from the {ref['config']['revision']} reference: "
-                    f"{run.get('outputs_sha256')} != {ref.get('outputs_sha256')}"
+                    f"outputs differ from the {ref.config['revision']} reference: "
+                    f"{run.outputs_sha256} != {ref.outputs_sha256}"
                 )
     return f"expect={expect!r}: met by {len(runs)} run(s)"
 
 
 def same_outputs(a: RecordLike, b: RecordLike) -> bool:
     """Both runs finished and generated the same tokens (equal outputs_sha256)."""
-    ha, hb = as_record(a).get("outputs_sha256"), as_record(b).get("outputs_sha256")
+    ha, hb = as_record(a).outputs_sha256, as_record(b).outputs_sha256
     return ha is not None and ha == hb
 
 

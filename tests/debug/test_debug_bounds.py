@@ -31,9 +31,9 @@ def idle_bundle(tmp_path_factory) -> Path:
         )
     finally:
         del os.environ["WB_BUNDLE_DIR"]
-    assert res.status == "crashed" and res.crash["bundle"], res.summary()
-    shutil.rmtree(res.record["dp"]["logs"], ignore_errors=True)
-    return Path(res.crash["bundle"])
+    assert res.status == "crashed" and res.crash.bundle, res.summary()
+    shutil.rmtree(res.record.dp.logs, ignore_errors=True)
+    return Path(res.crash.bundle)
 
 
 def test_every_forward_mode_the_writer_sees_loads_and_replays(tmp_path, monkeypatch):

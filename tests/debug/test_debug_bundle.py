@@ -63,26 +63,26 @@ def crashes(events):
     runs = run_all({(b, dp): job(b, dp) for b, dp in CASES})
     yield runs
     for res in runs.values():
-        shutil.rmtree(res.record["dp"]["logs"], ignore_errors=True)
+        shutil.rmtree(res.record.dp.logs, ignore_errors=True)
 
 
 @pytest.mark.parametrize("backend,dp", CASES)
 def test_replay_raises_at_the_ranks_frame_and_the_fix_matches_the_reference(crashes, backend, dp):
     res = crashes[(backend, dp)]
     assert res.status == "crashed", res.summary()
-    failures = [c for c in res.record["dp"]["rank_failures"] if c["exception_type"] == "AttributeError"]
-    assert {c["rank"] for c in failures} >= {1}
+    failures = [c for c in res.record.dp.rank_failures if c.exception_type == "AttributeError"]
+    assert {c.rank for c in failures} >= {1}
     for crash in failures:
-        assert crash["bundle"] and Path(crash["bundle"]).name == f"crash-bundle-rank{crash['rank']}"
-        size = sum(p.stat().st_size for p in Path(crash["bundle"]).iterdir())
+        assert crash.bundle and Path(crash.bundle).name == f"crash-bundle-rank{crash.rank}"
+        size = sum(p.stat().st_size for p in Path(crash.bundle).iterdir())
         assert size < 8192, f"the padded idle batch's bundle is {size} bytes"
         with pytest.raises(AttributeError) as info:
-            replay_crash(crash["bundle"])
-        assert str(info.value) == crash["message"] == MESSAGE
+            replay_crash(crash.bundle)
+        assert str(info.value) == crash.message == MESSAGE
         last = traceback.extract_tb(info.value.__traceback__)[-1]
-        assert (last.filename, last.lineno) == innermost_frame(crash["traceback"])
+        assert (last.filename, last.lineno) == innermost_frame(crash.traceback)
         assert "spec_info.kv_indptr" in last.line
-        fixed = replay_crash(crash["bundle"], fix=True)
+        fixed = replay_crash(crash.bundle, fix=True)
         assert fixed.fix and fixed.matches_reference is True, fixed.summary()
         assert fixed.metadata["kv_indptr"] == fixed.reference["kv_indptr"] == [0, 1]
         assert fixed.metadata["kv_indices"] == fixed.reference["kv_indices"]
@@ -102,7 +102,7 @@ def test_run_result_replay_and_apply_fix_take_the_fallback(crashes):
 
 def test_fix_metadata_reads_the_bundles_rows(crashes):
     """The fallback's indices come from the bundle's req_to_token rows (not a constant)."""
-    b = load_bundle(crashes[("flashinfer", 2)].crash["bundle"])
+    b = load_bundle(crashes[("flashinfer", 2)].crash.bundle)
     b.tensors["req_to_token.rows"][0, 0] = 7
     out = replay_crash(b, fix=True)
     assert out.metadata["kv_indices"] == out.reference["kv_indices"] == [7]
@@ -121,19 +121,19 @@ def test_dp1_forward_failure_writes_a_verify_bundle(monkeypatch):
 
     monkeypatch.setattr(TorchNativeBackend, "init_forward_metadata", failing)
     res = workbench.reproduce(backend="torch_native", revision="pr-28221", dp=1, **{**SMALL, "dp_policy": "balanced"})
-    assert res.status == "crashed" and res.crash["bundle"], res.summary()
-    b = load_bundle(res.crash["bundle"])
+    assert res.status == "crashed" and res.crash.bundle, res.summary()
+    b = load_bundle(res.crash.bundle)
     assert (b.meta["forward_mode"], b.meta["spec_info"]["class"]) == ("TARGET_VERIFY", "EagleVerifyInput")
     assert b.fb("extend_seq_lens") is not None and b.tensors["spec_info.custom_mask"].dtype == torch.bool
     read = int(b.fb("seq_lens").max()) + 4  # prefix + the tree's draft tokens: only what the metadata reads
     assert list(b.tensors["req_to_token.rows"].shape) == [1, read] and read < b.meta["req_to_token_shape"][1]
     with pytest.raises(ValueError, match="test: verify batch of 1"):
         res.replay_crash()
-    shutil.rmtree(Path(res.crash["bundle"]).parent)
+    shutil.rmtree(Path(res.crash.bundle).parent)
 
 
 def test_cli_replays_and_writes_json(crashes, tmp_path, capsys):
-    bundle = crashes[("triton", 3)].crash["bundle"]
+    bundle = crashes[("triton", 3)].crash.bundle
     assert workbench_main(["debug", bundle]) == 0
     assert "same exception and innermost frame as recorded" in capsys.readouterr().out
     assert workbench_main(["debug", bundle, "--fix", "pr-28221", "--json", str(tmp_path / "o.json")]) == 0
@@ -142,7 +142,7 @@ def test_cli_replays_and_writes_json(crashes, tmp_path, capsys):
 
 
 def _copy(crashes, tmp_path) -> Path:
-    return Path(shutil.copytree(crashes[("triton", 2)].crash["bundle"], tmp_path / "crash-bundle-rank1"))
+    return Path(shutil.copytree(crashes[("triton", 2)].crash.bundle, tmp_path / "crash-bundle-rank1"))
 
 
 def _edit_json(d: Path, edit) -> None:
@@ -195,7 +195,7 @@ def test_progress_sees_rank_events_and_the_run_renders_as_html(crashes, events):
     res = crashes[("triton", 2)]
     page = res._repr_html_()
     assert ">crashed</span>" in page and "<table>" in page and "triton (interpreter, CPU)" in page
-    assert "<details><summary>traceback" in page and "kv_indptr" in page and res.crash["bundle"] in page
+    assert "<details><summary>traceback" in page and "kv_indptr" in page and res.crash.bundle in page
     assert repr(res).startswith("RunResult: [crashed]")
 
 

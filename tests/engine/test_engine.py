@@ -52,10 +52,10 @@ def test_eagle_is_lossless_and_leaks_no_slot(spec, eagle_runs, greedy, prompts):
     res = eagle_runs[spec]
     assert res.status == "ok", res.summary()
     for i in range(len(prompts)):
-        assert res.record["outputs"][i] == greedy.record["outputs"][i], f"prompt {i} differs at {spec}"
-        assert len(res.record["outputs"][i]) == NEW_TOKENS or res.record["outputs"][i][-1] == 256
-    assert res.record["outputs_sha256"] == greedy.record["outputs_sha256"]
-    assert res.record["slots_leaked"] == 0
+        assert res.record.outputs[i] == greedy.record.outputs[i], f"prompt {i} differs at {spec}"
+        assert len(res.record.outputs[i]) == NEW_TOKENS or res.record.outputs[i][-1] == 256
+    assert res.record.outputs_sha256 == greedy.record.outputs_sha256
+    assert res.record.slots_leaked == 0
     m = res.metrics
     assert m["verify_steps"] == len(m["accept_length_per_step"]) > 0
     assert all(1 <= a <= spec[0] + 1 for a in m["accept_length_per_step"])
@@ -94,7 +94,7 @@ def test_paged_greedy_equals_the_cache_free_causal_forward(backend, prompts):
     res = reproduce(backend=backend, mode="greedy", prompts=chosen, max_new_tokens=16, model_dir=MODEL_DIR)
     assert res.status == "ok", res.summary()
     for i, prompt in enumerate(chosen):
-        assert res.record["outputs"][i] == cache_free_greedy(target, prompt, 16), f"{backend} prompt {i}"
+        assert res.record.outputs[i] == cache_free_greedy(target, prompt, 16), f"{backend} prompt {i}"
 
 
 def test_loaded_linear_weights_are_column_major_with_the_checkpoints_values():
@@ -263,11 +263,11 @@ def test_every_backend_gives_the_greedy_output_on_the_shipped_prompts(backend, g
     native = None if backend == "triton" else request.getfixturevalue("native_5_4_16")
     res = native if backend == "torch_native" else reproduce(backend=backend, model_dir=MODEL_DIR, **ALL_BACKENDS_SPEC)
     assert res.status == "ok", res.summary()
-    assert res.record["outputs"] == greedy_24.record["outputs"], backend
-    assert res.record["slots_leaked"] == 0
+    assert res.record.outputs == greedy_24.record.outputs, backend
+    assert res.record.slots_leaked == 0
     stand_in = backend in ("flashinfer", "fa3")
-    assert res.record["config"]["kernel_stand_in"] == stand_in
-    assert ("stand-in" in res.record["config"]["kernel"]) == stand_in
+    assert res.record.config["kernel_stand_in"] == stand_in
+    assert ("stand-in" in res.record.config["kernel"]) == stand_in
     if stand_in:
         assert native.status == "ok", native.summary()
         assert res.metrics["accept_length_per_step"] == native.metrics["accept_length_per_step"]

@@ -68,7 +68,7 @@ def test_a_traced_run_leaves_every_method_the_classes_own(monkeypatch, prompts, 
     sink = Sink()
     cfg = RunConfig(backend="triton", mode=mode, prompts=prompts[:2], warmup=False, **SMALL).validate()
     res = runner.run_rank(cfg, cfg.prompts, [0, 1], events=sink)
-    assert res["crash"] is None and len(res["outputs"]) == 2
+    assert res.crash is None and len(res.outputs) == 2
     (worker,) = built
     watched = [worker, worker.metrics, worker.target, worker.target.attn_backend]
     if mode == "eagle":
@@ -77,10 +77,10 @@ def test_a_traced_run_leaves_every_method_the_classes_own(monkeypatch, prompts, 
     assert {cls: _methods(cls) for cls in CLASSES} == before
     # and the observers did watch: one forward event per timed forward, the phases and accepts streamed
     kinds = [e[0] for e in sink.events]
-    forwards = sum(len(v) for v in res["metrics"].samples["forward_s"].values())
+    forwards = sum(len(v) for v in res.metrics.samples["forward_s"].values())
     assert kinds.count("forward") == forwards > 0
-    assert kinds.count("latency") == sum(len(v) for v in res["metrics"].samples["latency_s"].values())
-    assert kinds.count("accepts") == (len(res["metrics"].samples["latency_s"]["verify"]) if mode == "eagle" else 0)
+    assert kinds.count("latency") == sum(len(v) for v in res.metrics.samples["latency_s"].values())
+    assert kinds.count("accepts") == (len(res.metrics.samples["latency_s"]["verify"]) if mode == "eagle" else 0)
 
 
 class Counting(Observer):

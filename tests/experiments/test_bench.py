@@ -12,15 +12,21 @@ import pytest
 from workbench import cli
 from workbench.experiments import bench as bench_mod
 from workbench.experiments.bench import bench, run_paired, speedup_row
-from workbench.run.record import RunResult
+from workbench.run.record import RunRecord, RunResult
 
 DRIFT = [1.0, 0.5, 1.6, 0.7, 1.3, 0.9]  # how busy the box was in each repeat (shared by both modes)
 NOISE = [1.02, 0.97, 1.0, 1.03, 0.98, 1.01]  # EAGLE3's own run-to-run noise
 
 
-def _record(cfg: dict, tps: float, sha: str) -> dict:
+def _record(cfg: dict, tps: float, sha: str) -> RunRecord:
+    return RunRecord.from_json(_record_json(cfg, tps, sha))
+
+
+def _record_json(cfg: dict, tps: float, sha: str) -> dict:
     return {
         "status": "ok",
+        "crash": None,
+        "outputs": [],
         "config": {**cfg, "kernel": "torch SDPA", "kernel_stand_in": False, "steps": 5, "topk": 1, "draft_tokens": 6},
         "env": {"triton_interpret": False, "device": "cpu", "torch_threads": 1, "workbench_commit": "abc123"},
         "metrics": {
@@ -73,12 +79,13 @@ def test_a_known_paired_ratio_comes_out_through_drift(tmp_path):
 def test_the_commit_of_the_runs_is_one_commit_or_all_of_them():
     from workbench.experiments.stats import records_commit
 
-    def rec(commit: str | None) -> dict:
-        return {"env": {"workbench_commit": commit}}
+    def rec(commit: str | None) -> RunRecord:
+        env = {"workbench_commit": commit} if commit != "-" else {}
+        return RunRecord("ok", {}, None, {}, [], None, env)
 
     assert records_commit([rec("a"), rec("a"), rec(None)]) == "a"
     assert records_commit([rec("b"), rec("a"), rec("b")]) == ["a", "b"]  # runs of different code, all named
-    assert records_commit([rec(None), {"env": {}}]) is None
+    assert records_commit([rec(None), rec("-")]) is None
 
 
 def test_speedup_row_pairs_repeat_by_repeat():

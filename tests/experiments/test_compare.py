@@ -38,13 +38,13 @@ def test_summaries_and_paired_ratios_carry_order_statistic_intervals_and_verdict
 
 def test_tokens_per_s_covers_generation_only():
     rec = reproduce({**TINY, "backend": "torch_native"}).record
-    m = rec["metrics"]
+    m = rec.metrics
     assert 0 < m["generation_s"] < m["wall_s"] and m["setup_s"] > 0 and m["warmup_s"] > 0
     assert m["generation_s"] + m["setup_s"] == pytest.approx(m["wall_s"], rel=0.05)
     assert m["tokens_per_s"] == pytest.approx(m["tokens_generated"] / m["generation_s"])
-    assert rec["env"]["device"] == "cpu"
+    assert rec.env["device"] == "cpu"
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    assert head and rec["env"]["workbench_commit"] in (head, head + "+dirty")  # the code that ran, read by git
+    assert head and rec.env["workbench_commit"] in (head, head + "+dirty")  # the code that ran, read by git
     # every forward is timed once, its metadata and attention with it; phases hold whole forwards
     verify = m["forward_s"]["target/TARGET_VERIFY"]
     assert len(verify) == len(m["latency_s"]["verify"]) == len(m["metadata_s"]["target/TARGET_VERIFY"])
@@ -57,12 +57,12 @@ def test_dp2_generation_comes_from_rank_stamps_and_keeps_idle_ranks_apart():
     rec = reproduce(
         {**TINY, "backend": "torch_native", "dp": 2, "dp_policy": "pack", "prompts": TINY["prompts"][:1]}
     ).record
-    m = rec["metrics"]
-    assert rec["status"] == "ok" and m["setup_s"] > m["generation_s"] > 0  # rank start is setup, not generation
+    m = rec.metrics
+    assert rec.status == "ok" and m["setup_s"] > m["generation_s"] > 0  # rank start is setup, not generation
     assert m["latency_s_idle"]["verify"] and m["forward_s_idle"]  # rank 1 holds nothing
     assert len(m["latency_s_idle"]["verify"]) == len(m["latency_s"]["verify"])
     assert 0 < m["warmup_s"] < m["setup_s"]  # every rank warmed up (in setup, not in generation)
-    assert m["collective_s"]["forward/busy"] and set(rec["dp"]["rank_setup_s"]) == {"0", "1"}
+    assert m["collective_s"]["forward/busy"] and set(rec.dp.rank_setup_s) == {"0", "1"}
 
 
 def test_compare_reports_medians_intervals_speedup_and_verdicts(tmp_path):
@@ -152,7 +152,7 @@ def test_identical_backends_are_one_group_and_one_finding_line():
 
 def test_bfloat16_runs_and_the_shipped_sweep_is_labelled():
     rec = reproduce({**TINY, "backend": "torch_native", "dtype": "bfloat16"}).record
-    assert rec["status"] == "ok" and rec["config"]["dtype"] == "bfloat16"
+    assert rec.status == "ok" and rec.config["dtype"] == "bfloat16"
     shipped = load_shipped()
     assert shipped["shipped"] and shipped["measured"] and shipped["versions"]["torch"]
     settings = {tuple(r["setting"]) for r in shipped["rows"]}

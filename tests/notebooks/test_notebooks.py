@@ -276,8 +276,9 @@ def test_06_shows_the_real_runtime_beside_the_engine_from_the_shipped_measuremen
 def test_require_rejects_a_bad_expect():
     from workbench.notebook import ExpectationError, require
 
-    rec = {"status": "ok", "config": {"backend": "fa3", "revision": "pr-28221", "dp": 1}, "outputs_sha256": "a"}
-    assert "met" in require("ok", rec)
+    cfg = {"backend": "fa3", "revision": "pr-28221", "dp": 1}
+    rec = {"status": "ok", "config": cfg, "crash": None, "metrics": {}, "outputs": [], "outputs_sha256": "a", "env": {}}
+    assert "met" in require("ok", rec)  # a run record's JSON form reads as the record
     with pytest.raises(ExpectationError, match="expect='crashed'"):
         require("crashed", rec)
     with pytest.raises(ExpectationError, match="outputs differ"):

@@ -99,7 +99,7 @@ def test_threads_apply_to_the_run_and_are_restored_afterwards():
     before = torch.get_num_threads()
     want = 1 if before != 1 else 2
     r = reproduce(backend="torch_native", mode="greedy", prompts=["def f(x):"], max_new_tokens=2, threads=want)
-    assert r.status == "ok" and r.record["env"]["torch_threads"] == want
+    assert r.status == "ok" and r.record.env["torch_threads"] == want
     assert torch.get_num_threads() == before
     with pytest.raises(ConfigError, match="invalid threads 0; valid: an integer >= 1"):
         make_config(threads=0)

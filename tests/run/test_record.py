@@ -57,7 +57,7 @@ def test_every_crash_producer_emits_exactly_the_constructors_fields(tmp_path):
 
     produced = {}
     res = run_rank(RunConfig(model_dir=str(tmp_path / "missing")), ["x"], [0])  # fails while building the worker
-    produced["runner"] = res["crash"]
+    produced["runner"] = to_dict(res.crash)
     events = []
 
     class Sink:
@@ -65,9 +65,11 @@ def test_every_crash_producer_emits_exactly_the_constructors_fields(tmp_path):
 
     rank_main(0, 1, "bogus://nowhere", RunConfig().to_dict(), ["x"], [0], Sink(), 5.0)
     produced["rank setup"] = events[-1][2]["crash"]
-    produced["signal"] = signal_crash(1, -9, {"phase": "verify", "forward_mode": "IDLE", "batch_size": 1}, None)
+    last = {"phase": "verify", "forward_mode": "IDLE", "batch_size": 1}
+    produced["signal"] = to_dict(signal_crash(1, -9, last, None))
     col = Collector(RunConfig(dp=2))
-    produced["timeout"] = col.record(["x"], 1.0, "timeout", {})["crash"]
+    dp_info = {"assignment": [[0], []], "init_method": "tcp://127.0.0.1:1", "logs": None}
+    produced["timeout"] = to_dict(col.record(["x"], 1.0, "timeout", dp_info).crash)
     rec = _record("0.5.13", "triton")
     _fill_from_case(
         rec,
@@ -119,8 +121,8 @@ def test_crash_from_exception_says_where_it_was_raised():
     try:
         {}.__getattribute__("kv_indptr")
     except AttributeError as e:
-        crash = crash_from_exception(
-            e, rank=1, where={"phase": "draft-extend", "forward_mode": "IDLE", "batch_size": 1}
+        crash = to_dict(
+            crash_from_exception(e, rank=1, where={"phase": "draft-extend", "forward_mode": "IDLE", "batch_size": 1})
         )
     assert tuple(crash) == CRASH_FIELDS and crash["raised_at"]["file"] == "tests/run/test_record.py"
     assert "kv_indptr" in crash["raised_at"]["code"] and crash["traceback"].startswith("Traceback")
@@ -146,7 +148,7 @@ def test_every_execution_status_is_judged_by_the_nightly():
 def test_the_record_renders_only_through_the_view_a_face_sets(monkeypatch):
     """``RunResult`` holds no HTML of its own: without a registered view Jupyter shows its repr; a face
     (``workbench.notebook``, ``workbench.reproduce``) registers ``workbench.views.display.run_html``."""
-    from workbench.run.record import RunResult
+    from workbench.run.record import RunRecord, RunResult
     from workbench.views.display import run_html, show_runs_as_html
 
     record = {
@@ -163,9 +165,67 @@ def test_the_record_renders_only_through_the_view_a_face_sets(monkeypatch):
         "metrics": {"accept_length_mean": 2.5, "tokens_per_s": 10.0},
         "outputs": [],
         "outputs_sha256": "ab" * 32,
+        "env": {},
     }
+    record = RunRecord.from_json(record)
     monkeypatch.setattr(RunResult, "html_view", None)
     assert RunResult(record)._repr_html_() is None and repr(RunResult(record)).startswith("RunResult: [ok]")
     show_runs_as_html()
     assert RunResult.html_view is run_html and RunResult(record)._repr_html_() == run_html(record)
     assert ">ok</span>" in RunResult(record)._repr_html_()
+
+
+def _run_record_json(**changes) -> dict:
+    where = {"rank": 1, "phase": "draft-extend", "forward_mode": "IDLE", "batch_size": 1}
+    crash = crash_record(**where, exception_type="AttributeError", message=MESSAGE)
+    rec = {
+        "status": "crashed",
+        "config": {"backend": "triton", "revision": "pr-24860", "dp": 2, "prompts": ["x"]},
+        "crash": crash,
+        "metrics": {"tokens_per_s": None},
+        "outputs": [[1, 2], None],
+        "outputs_sha256": None,
+        "env": {"workbench_commit": "abc"},
+        "dp": {
+            "assignment": [[0], []],
+            "init_method": "tcp://127.0.0.1:1",
+            "logs": None,
+            "ranks_reported": [0, 1],
+            "rank_failures": [crash],
+            "last_forward": {"0": {"phase": "decode", "forward_mode": "DECODE", "batch_size": 1}},
+            "rank_setup_s": {"0": 1.5, "1": None},
+            "port_attempts": 1,
+        },
+        "slots_leaked": None,
+    }
+    return {**rec, **changes}
+
+
+def test_the_run_record_reads_its_json_and_writes_it_back_unchanged():
+    from workbench.run.record import RunRecord
+
+    data = _run_record_json()
+    rec = RunRecord.from_json(json.loads(json.dumps(data)))
+    assert rec.crash.rank == 1 and rec.dp.rank_failures[0].message == MESSAGE and rec.dp.assignment == [[0], []]
+    assert rec.to_json() == data and [c.rank for c in rec.failures()] == [1, 1]
+    # the shape a dp 1 run wrote before ``dp`` and ``slots_leaked`` were fields: both keys absent
+    old = {k: v for k, v in _run_record_json(crash=None, status="ok").items() if k not in ("dp", "slots_leaked")}
+    back = RunRecord.from_json(old)
+    assert back.dp is None and back.slots_leaked is None and back.failures() == []
+    with pytest.raises(RecordError, match=r"RunRecord.status: invalid value 'done'"):
+        RunRecord.from_json(_run_record_json(status="done"))
+    with pytest.raises(RecordError, match=r"RunRecord.dp.rank_failures\[0\]: missing required field"):
+        RunRecord.from_json(_run_record_json(dp={**_run_record_json()["dp"], "rank_failures": [{}]}))
+
+
+def test_a_rank_report_survives_the_event_stream():
+    """A DP rank sends its ``RankReport`` as a JSON event; the launcher reads back the same report."""
+    from workbench.run.record import RankReport
+
+    crash = crash_from_exception(ValueError("boom"), rank=1, where={"phase": "verify"}, time=2.0)
+    sent = RankReport(outputs={0: [5, 6], 3: [7]}, crash=crash, kernel="k", gen_start=1.0, samples={"x": [1.0]})
+    event = json.loads(json.dumps(sent.to_event()))
+    assert "metrics" not in event and set(event["outputs"]) == {"0", "3"}
+    assert RankReport.from_event(event) == sent
+    with pytest.raises(RecordError, match=r"RankReport: unknown key\(s\) \['status'\]"):
+        RankReport.from_event({**event, "status": "done"})

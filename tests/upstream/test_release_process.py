@@ -218,3 +218,25 @@ def test_the_boot_registers_the_alias_and_runs_main(tmp_path: Path) -> None:
     assert run.result is not None, run.output
     assert (run.result["stage"], run.result["missing"]) == ("import", "sglang")
     assert json.dumps(run.result)  # plain JSON
+
+
+def test_the_release_kernel_gets_the_ranks_environment_recipe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The kernelspec ``workbench upstream kernel`` writes: ``release_process``'s command and the same
+    settings a real-runtime rank gets (``release_settings`` with ``runtime_settings``), less the ranks'
+    thread binding, its ``TMPDIR`` in the kernelspec's folder; nothing of the caller's environment."""
+    from workbench.upstream.runtime.kernel import TARGET, kernel_spec
+    from workbench.upstream.runtime.release_run import runtime_settings
+
+    monkeypatch.setenv("WB_SECRET_OF_THE_CALLER", "x")
+    py, src, tree = tmp_path / "venv/bin/python", tmp_path / "src", tmp_path / "spec_tree.py"
+    spec = kernel_spec("0.5.14", None, py, src, tmp_path / "venv", tree, tmp_path / "sglang-0.5.14")
+    rank = rp.release_env(tmp_path / "run", runtime_settings(tree, 2))
+    env = spec["env"]
+    assert spec["argv"] == [*rp.command(py, TARGET, "-f", [str(src)]), "{connection_file}"]
+    assert spec["argv"][1:3] == ["-I", "-u"]  # isolated: PYTHONPATH and the other PYTHON* variables are ignored
+    shared = set(rank) & set(env) - {"TMPDIR"}
+    assert {"TRITON_INTERPRET", "TOKENIZERS_PARALLELISM", "SGLANG_USE_CPU_ENGINE", "TORCH_COMPILE_DISABLE"} <= shared
+    assert "WB_SPEC_TREE_SRC" in shared and {k: env[k] for k in shared} == {k: rank[k] for k in shared}
+    assert env["TMPDIR"] == str(tmp_path / "sglang-0.5.14" / "tmp") and env["WB_SGLANG_SRC"] == str(src)
+    assert "SGLANG_CPU_OMP_THREADS_BIND" in rank and "SGLANG_CPU_OMP_THREADS_BIND" not in env
+    assert "WB_SECRET_OF_THE_CALLER" in rank and "WB_SECRET_OF_THE_CALLER" not in env

@@ -22,7 +22,7 @@ def cmd_run(args: argparse.Namespace) -> int:  # imports on use (workbench.cli d
     if args.json:
         print(f"record written to {res.save(args.json)}")
     if res.crash and args.show_traceback:
-        print(res.crash["traceback"])
+        print(res.crash.traceback)
     met = res.status in EXPECT[args.expect]
     if not met:
         print(f"expected {args.expect}, the run ended {res.status}: exit 1")

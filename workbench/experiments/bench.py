@@ -21,7 +21,7 @@ from workbench.experiments.stats import INTERVAL, fmt, fmt_interval, paired_rati
 from workbench.models.loader import load_prompts
 from workbench.run.api import reproduce
 from workbench.run.events import OnEvent
-from workbench.run.record import RunResult
+from workbench.run.record import RunRecord, RunResult
 
 MODES = ("greedy", "eagle")
 SCHEMA = "workbench.bench/2"
@@ -75,12 +75,12 @@ def run_paired(
     return runs, order
 
 
-def tokens_per_s(records: Sequence[dict]) -> list[float | None]:
+def tokens_per_s(records: Sequence[RunRecord]) -> list[float | None]:
     """Each run's generation tokens/s, in repeat order."""
-    return [r["metrics"]["tokens_per_s"] for r in records]
+    return [r.metrics["tokens_per_s"] for r in records]
 
 
-def eagle_over_greedy(greedy: Sequence[dict], eagle: Sequence[dict]) -> dict:
+def eagle_over_greedy(greedy: Sequence[RunRecord], eagle: Sequence[RunRecord]) -> dict:
     """The comparison's verdict on one backend's run records, repeat i of each paired: the paired
     ratio of tokens/s with its interval and verdict, the accept length, the share of greedy outputs
     in a repetition loop and ``lossless`` (every run's outputs equal the first greedy run's)."""
@@ -88,43 +88,43 @@ def eagle_over_greedy(greedy: Sequence[dict], eagle: Sequence[dict]) -> dict:
     return {
         "speedup": speedup,
         "verdict": verdict(speedup),
-        "accept_length_mean": eagle[0]["metrics"]["accept_length_mean"],
-        "repetition_loop_share": (greedy[0]["metrics"].get("repetition_loops") or {}).get("share"),
-        "lossless": all(r["outputs_sha256"] == greedy[0]["outputs_sha256"] for r in [*eagle, *greedy]),
+        "accept_length_mean": eagle[0].metrics["accept_length_mean"],
+        "repetition_loop_share": (greedy[0].metrics.get("repetition_loops") or {}).get("share"),
+        "lossless": all(r.outputs_sha256 == greedy[0].outputs_sha256 for r in [*eagle, *greedy]),
     }
 
 
-def round_breakdown(records: list[dict]) -> dict[str, float]:
+def round_breakdown(records: list[RunRecord]) -> dict[str, float]:
     """Median ms of each phase of a scheduling round over all runs (``draft`` spans the draft's
     forwards), and the round's total per token where the runs are EAGLE3 runs."""
     phases: dict[str, list[float]] = {}
     for rec in records:
-        for k, v in rec["metrics"]["latency_s"].items():
+        for k, v in rec.metrics["latency_s"].items():
             phases.setdefault(k, []).extend(v)
     out = {k: 1000 * statistics.median(v) for k, v in phases.items() if v and k != "prefill"}
-    accept = [r["metrics"]["accept_length_mean"] for r in records if r["metrics"].get("accept_length_mean")]
+    accept = [r.metrics["accept_length_mean"] for r in records if r.metrics.get("accept_length_mean")]
     if accept and all(k in out for k in ("draft", "verify")):
         out["round"] = sum(out.get(k, 0.0) for k in ("draft", "verify", "draft-extend"))
         out["round_per_token"] = out["round"] / statistics.median(accept)
     return out
 
 
-def speedup_row(backend: str, greedy: list[dict], eagle: list[dict]) -> dict:
+def speedup_row(backend: str, greedy: list[RunRecord], eagle: list[RunRecord]) -> dict:
     """One backend's figures from its greedy and EAGLE3 run records, repeat i of each paired."""
     e0 = eagle[0]
     found = eagle_over_greedy(greedy, eagle)
     return {
         "backend": backend,
-        "kernel": e0["config"]["kernel"],
-        "kernel_stand_in": e0["config"]["kernel_stand_in"],
-        "interpreter": e0["env"]["triton_interpret"],
-        "device": e0["env"]["device"],
-        "torch_threads": e0["env"].get("torch_threads"),
+        "kernel": e0.config["kernel"],
+        "kernel_stand_in": e0.config["kernel_stand_in"],
+        "interpreter": e0.env["triton_interpret"],
+        "device": e0.env["device"],
+        "torch_threads": e0.env.get("torch_threads"),
         "repeats": len(eagle),
-        "spec": [e0["config"]["steps"], e0["config"]["topk"], e0["config"]["draft_tokens"]],
+        "spec": [e0.config["steps"], e0.config["topk"], e0.config["draft_tokens"]],
         "accept_length_mean": found["accept_length_mean"],
-        "acceptance_rate": e0["metrics"]["acceptance_rate"],
-        "acceptance_per_position": e0["metrics"].get("acceptance_per_position"),
+        "acceptance_rate": e0.metrics["acceptance_rate"],
+        "acceptance_per_position": e0.metrics.get("acceptance_per_position"),
         "repetition_loop_share": found["repetition_loop_share"],
         "greedy_tokens_per_s": summarize(tokens_per_s(greedy)),
         "eagle_tokens_per_s": summarize(tokens_per_s(eagle)),
@@ -132,7 +132,7 @@ def speedup_row(backend: str, greedy: list[dict], eagle: list[dict]) -> dict:
         "verdict": found["verdict"],
         "interval": INTERVAL,
         "lossless": found["lossless"],
-        "setup_s": summarize([r["metrics"]["setup_s"] for r in eagle + greedy]),
+        "setup_s": summarize([r.metrics["setup_s"] for r in eagle + greedy]),
         "eagle_round_ms": round_breakdown(eagle),
         "greedy_round_ms": round_breakdown(greedy),
     }

@@ -21,7 +21,7 @@ from workbench.experiments.definition import COMPARISON, describe
 from workbench.experiments.stats import INTERVAL, fmt, fmt_interval, paired_ratio, records_commit, summarize, verdict
 from workbench.run.events import OnEvent
 from workbench.run.labels import record_label
-from workbench.run.record import RunResult
+from workbench.run.record import RunRecord, RunResult
 
 SCHEMA = "workbench.compare/2"  # a format name (not a module path)
 NOTE = (
@@ -31,61 +31,61 @@ NOTE = (
 )
 
 
-def _per_run(records: Iterable[dict], kind: str, key: str, reduce=statistics.median) -> list[float]:
+def _per_run(records: Iterable[RunRecord], kind: str, key: str, reduce=statistics.median) -> list[float]:
     out = []
     for rec in records:
-        v = (rec["metrics"].get(kind) or {}).get(key)
+        v = (rec.metrics.get(kind) or {}).get(key)
         if v:
             out.append(reduce(v))
     return out
 
 
-def _keys(records: Sequence[dict], kind: str) -> list[str]:
+def _keys(records: Sequence[RunRecord], kind: str) -> list[str]:
     seen: dict[str, None] = {}
     for rec in records:
-        for k in rec["metrics"].get(kind) or {}:
+        for k in rec.metrics.get(kind) or {}:
             seen.setdefault(k)
     return list(seen)
 
 
-def summarize_runs(records: Sequence[dict]) -> dict:
+def summarize_runs(records: Sequence[RunRecord]) -> dict:
     """Figures of one backend × mode × dp over its repeats (all ok run records of the same config)."""
-    m = lambda name: [r["metrics"][name] for r in records]  # noqa: E731
+    m = lambda name: [r.metrics[name] for r in records]  # noqa: E731
     first = records[0]
     fwd_keys = _keys(records, "forward_s")
     attention_share = []
     for rec in records:
-        fwd, att = rec["metrics"]["forward_s"], rec["metrics"]["attention_s"]
+        fwd, att = rec.metrics["forward_s"], rec.metrics["attention_s"]
         total = sum(sum(v) for v in fwd.values())
         if total:
             attention_share.append(sum(sum(att.get(k, [])) for k in fwd) / total)
     collective = _per_run(records, "collective_s", "forward/busy")
-    forward_total = [sum(sum(v) for v in r["metrics"]["forward_s"].values()) for r in records]
+    forward_total = [sum(sum(v) for v in r.metrics["forward_s"].values()) for r in records]
     collective_total = _per_run(records, "collective_s", "forward/busy", reduce=sum)
     return {
-        "backend": first["config"]["backend"],
+        "backend": first.config["backend"],
         "label": record_label(first, sep=" "),
-        "kernel": first["config"]["kernel"],
-        "kernel_stand_in": first["config"]["kernel_stand_in"],
-        "mode": first["config"]["mode"],
-        "dp": first["config"]["dp"],
-        "device": first["env"]["device"],
-        "dtype": first["config"].get("dtype"),
-        "torch_threads_per_rank": first["env"].get("torch_threads"),
+        "kernel": first.config["kernel"],
+        "kernel_stand_in": first.config["kernel_stand_in"],
+        "mode": first.config["mode"],
+        "dp": first.config["dp"],
+        "device": first.env["device"],
+        "dtype": first.config.get("dtype"),
+        "torch_threads_per_rank": first.env.get("torch_threads"),
         "repeats": len(records),
-        "outputs_sha256": sorted({r["outputs_sha256"] for r in records}),
+        "outputs_sha256": sorted({r.outputs_sha256 for r in records}),
         "tokens_per_s": summarize(m("tokens_per_s")),
         "tokens_per_s_values": m("tokens_per_s"),
         "generation_s": summarize(m("generation_s")),
         "setup_s": summarize(m("setup_s")),
-        "tokens_generated": first["metrics"]["tokens_generated"],
+        "tokens_generated": first.metrics["tokens_generated"],
         "accept_length_mean": summarize(m("accept_length_mean")),
         "phase_ms": {
             p: summarize([1000 * v for v in _per_run(records, "latency_s", p)]) for p in _keys(records, "latency_s")
         },
         "forward_ms": {k: summarize([1000 * v for v in _per_run(records, "forward_s", k)]) for k in fwd_keys},
         "forwards_per_run": {
-            k: statistics.median(len(r["metrics"]["forward_s"].get(k, [])) for r in records) for k in fwd_keys
+            k: statistics.median(len(r.metrics["forward_s"].get(k, [])) for r in records) for k in fwd_keys
         },
         "metadata_ms": {
             k: summarize([1000 * v for v in _per_run(records, "metadata_s", k)]) for k in _keys(records, "metadata_s")
@@ -98,7 +98,7 @@ def summarize_runs(records: Sequence[dict]) -> dict:
     }
 
 
-def pairs(records: dict[str, list[dict]], rows: list[dict]) -> list[dict]:
+def pairs(records: dict[str, list[RunRecord]], rows: list[dict]) -> list[dict]:
     """Every two backends of the same mode and dp: tokens/s of a over b per repeat, and the verdict."""
     out = []
     for i, a in enumerate(rows):
@@ -124,7 +124,7 @@ def pairs(records: dict[str, list[dict]], rows: list[dict]) -> list[dict]:
     return out
 
 
-def dp_cost(records: dict[str, list[dict]], rows: list[dict]) -> list[dict]:
+def dp_cost(records: dict[str, list[RunRecord]], rows: list[dict]) -> list[dict]:
     """Per backend × mode: tokens/s at each dp > 1 against dp 1 (paired per repeat), and the DP
     collectives per forward."""
     by = {(r["backend"], r["mode"], r["dp"]): r for r in rows}
@@ -158,7 +158,7 @@ def dp_cost(records: dict[str, list[dict]], rows: list[dict]) -> list[dict]:
     return out
 
 
-def speedups(records: dict[str, list[dict]], backends: Sequence[str], dps: Sequence[int]) -> list[dict]:
+def speedups(records: dict[str, list[RunRecord]], backends: Sequence[str], dps: Sequence[int]) -> list[dict]:
     """EAGLE3 over greedy per backend and dp: the paired ratio of tokens/s, its verdict, losslessness."""
     out = []
     for dp in dps:
@@ -199,19 +199,19 @@ def headline(doc: dict) -> str:
     return f"Compared {doc['compared']}. Found EAGLE3/greedy: {found or 'no pair of greedy and EAGLE3 runs'}.{extra}"
 
 
-def failed_row(rec: dict) -> dict:
+def failed_row(rec: RunRecord) -> dict:
     """A run that did not end ok, as a row: its backend, mode and dp, and how it ended."""
-    crash = rec.get("crash") or {}
+    crash = rec.crash
     return {
-        "backend": rec["config"]["backend"],
+        "backend": rec.config["backend"],
         "label": record_label(rec, sep=" "),
-        "kernel": rec["config"]["kernel"],
-        "mode": rec["config"]["mode"],
-        "dp": rec["config"]["dp"],
-        "status": rec["status"],
-        "exception": f"{crash.get('exception_type')}: {crash.get('message')}" if crash else None,
-        "phase": crash.get("phase"),
-        "rank": crash.get("rank"),
+        "kernel": rec.config["kernel"],
+        "mode": rec.config["mode"],
+        "dp": rec.config["dp"],
+        "status": rec.status,
+        "exception": f"{crash.exception_type}: {crash.message}" if crash else None,
+        "phase": crash.phase if crash else None,
+        "rank": crash.rank if crash else None,
     }
 
 

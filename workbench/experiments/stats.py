@@ -11,8 +11,12 @@ decision would take at the observed split (``intervals.repeats_to_decide``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from workbench.experiments.intervals import LEVEL, METHOD, median_interval, min_repeats, repeats_to_decide
+
+if TYPE_CHECKING:
+    from workbench.run.record import RunRecord
 
 INTERVAL = (
     f"median over repeats with the order-statistic interval [x_(k), x_(n-k+1)] (distribution-free; exact "
@@ -63,10 +67,10 @@ def verdict(ratio: dict | None, above: str = "faster", below: str = "slower") ->
     return {"verdict": "undecided", "repeats_needed": need, "text": f"undecided ({why})"}
 
 
-def records_commit(records: Sequence[dict]) -> str | list[str] | None:
+def records_commit(records: Sequence[RunRecord]) -> str | list[str] | None:
     """The workbench commit the runs' records name (``env.workbench_commit``): one commit, the sorted
     distinct commits when the runs differ, None when no record names one."""
-    found = sorted({c for r in records if (c := (r.get("env") or {}).get("workbench_commit"))})
+    found = sorted({c for r in records if (c := r.env.get("workbench_commit"))})
     return found[0] if len(found) == 1 else (found or None)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from workbench.experiments.stats import records_commit
 from workbench.run.events import OnEvent
 from workbench.run.labels import backend_sort_key, record_label
+from workbench.run.record import RunRecord
 
 SCHEMA = "workbench.sweep/1"  # the shipped acceptance_sweep.json's format name (not a module path)
 # (7, 1, 8) is the comparison's chain (workbench.experiments.definition); the CLI's --settings default
@@ -39,21 +40,21 @@ def agreement(outputs: list[list[int]], reference: list[list[int]]) -> dict:
     return {"identical_prompts": same, "prompts": len(reference), "prefix_share": prefix / total if total else None}
 
 
-def _row(rec: dict, reference: list[list[int]]) -> dict:
-    cfg, m = rec["config"], rec["metrics"]
+def _row(rec: RunRecord, reference: list[list[int]]) -> dict:
+    cfg, m = rec.config, rec.metrics
     return {
         "backend": cfg["backend"],
         "label": record_label(rec, sep=" "),
         "kernel": cfg["kernel"],
         "dtype": cfg["dtype"],
         "setting": [cfg["steps"], cfg["topk"], cfg["draft_tokens"]],
-        "status": rec["status"],
+        "status": rec.status,
         "accept_length_mean": m["accept_length_mean"],
         "acceptance_rate": m["acceptance_rate"],
         "acceptance_per_position": m["acceptance_per_position"],
         "verify_steps": m["verify_steps"],
-        "outputs_sha256": rec["outputs_sha256"],
-        "agreement_with_fp32_greedy": agreement(rec["outputs"], reference) if rec["status"] == "ok" else None,
+        "outputs_sha256": rec.outputs_sha256,
+        "agreement_with_fp32_greedy": agreement(rec.outputs, reference) if rec.status == "ok" else None,
     }
 
 
@@ -149,7 +150,7 @@ def sweep(
         on_event("run", None, {"label": f"greedy/{reference_backend} float32 reference", "status": ref.status})
     if ref.status != "ok":
         raise RuntimeError(f"the fp32 greedy reference run ended {ref.status}: {ref.summary()}")
-    reference = ref.record["outputs"]
+    reference = ref.record.outputs
     rows, records = [], [ref.record]
     for dtype in dtypes:
         for steps, topk, draft_tokens in settings:
@@ -170,7 +171,7 @@ def sweep(
                 rows.append(_row(rec, reference))
                 if on_event is not None:
                     label = f"{b} {dtype} ({steps}, {topk}, {draft_tokens})"
-                    on_event("run", None, {"label": label, "status": rec["status"]})
+                    on_event("run", None, {"label": label, "status": rec.status})
                 if verbose:
                     r = rows[-1]
                     print(
@@ -178,12 +179,12 @@ def sweep(
                         f"agreement {r['agreement_with_fp32_greedy']}",
                         flush=True,
                     )
-    env = ref.record["env"]
+    env = ref.record.env
     return {
         "schema": SCHEMA,
         "measured": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "versions": {k: env.get(k) for k in ("python", "torch", "triton", "platform")},
-        "models_sha256": ref.record["config"].get("models_sha256"),
+        "models_sha256": ref.record.config.get("models_sha256"),
         "commit": records_commit(records),
         "config": {k: v for k, v in config.items() if k not in ("backend", "prompts")},
         "prompts": len(reference),
@@ -192,7 +193,7 @@ def sweep(
             "backend": reference_backend,
             "mode": "greedy",
             "dtype": "float32",
-            "outputs_sha256": ref.record["outputs_sha256"],
+            "outputs_sha256": ref.record.outputs_sha256,
         },
         "agreement_definition": AGREEMENT,
         "rows": rows,

@@ -37,18 +37,18 @@ def reproduce(config: RunConfig | dict | None = None, on_event: OnEvent | None =
         res = run_rank(cfg, prompts, list(range(len(prompts))))
     if on_event is not None:
         on_event("done", 0, res)
-    extra = {"slots_leaked": res["slots_capacity"] - res["slots_free"]} if "slots_free" in res else {}
+    leaked = res.slots_capacity - res.slots_free if res.slots_free is not None else None
     return RunResult(
         build_record(
             cfg,
             prompts,
-            res["outputs"],
-            res["metrics"],
-            res["wall_s"],
-            res["crash"],
-            res["kernel"],
-            res["kernel_stand_in"],
-            extra=extra,
+            res.outputs,
+            res.metrics,
+            res.wall_s,
+            res.crash,
+            res.kernel,
+            res.kernel_stand_in,
+            slots_leaked=leaked,
             timing=res,
         )
     )

@@ -4,6 +4,11 @@ the experiments' rows, the notebook gate and every view and plot label read the 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from workbench.run.record import RunRecord
+
 # These backends compute with torch stand-ins of their libraries' kernels on every machine (docs/design.md §3).
 STAND_IN_ON_CPU = {"flashinfer": "torch stand-in", "fa3": "torch stand-in"}
 BACKEND_ORDER = ("triton", "flashinfer", "fa3", "torch_native")
@@ -22,12 +27,13 @@ def backend_label(backend: str, stand_in: bool | None = None, interpreter: bool 
     return backend
 
 
-def record_label(record: dict, sep: str = "\n") -> str:
-    """The backend label of a run record, from its config.kernel_stand_in and config.kernel.
+def record_label(record: RunRecord | dict, sep: str = "\n") -> str:
+    """The backend label of a run record (or its JSON form, as a notebook record holds it), from its
+    config.kernel_stand_in and config.kernel.
 
     The kernel label, not env.triton_interpret: DP runs record the env of the parent process, which
     never imports the kernels."""
-    cfg = record.get("config", {})
+    cfg = record.get("config", {}) if isinstance(record, dict) else record.config
     backend = cfg.get("backend", "?")
     interp = backend == "triton" and "interpreter" in str(cfg.get("kernel") or "")
     return backend_label(backend, cfg.get("kernel_stand_in"), interp, sep)

@@ -22,7 +22,7 @@ from workbench.models.tokenizer import encode
 from workbench.run.config import RunConfig
 from workbench.run.events import EventSink, EventStream
 from workbench.run.faults import FaultInjection
-from workbench.run.record import crash_from_exception
+from workbench.run.record import RankReport, crash_from_exception
 from workbench.run.timing import Timing, apply_dtype, tensor_device, warm_up
 from workbench.speculative.eagle_worker import EagleWorker
 from workbench.speculative.revisions import get_revision
@@ -74,15 +74,12 @@ def run_rank(
     any_rank: AnyRank | None = None,
     events: EventSink | None = None,
     bundle_dir: str | None = None,
-) -> dict:
-    """Run this rank's share of the prompts. Never raises: a failure becomes a ``crash`` entry.
+) -> RankReport:
+    """Run this rank's share of the prompts. Never raises: a failure becomes the report's ``crash``.
 
-    Returns {"outputs": {prompt index: token ids}, "metrics": Metrics, "crash": None | dict,
-    "backend": name, "kernel": label, "device": where the tensors are, "wall_s": seconds,
-    "setup_s": seconds before the first prefill, "generation_s": first prefill to last token,
-    "gen_start" / "gen_end": epoch seconds of both ends (DP merges ranks with them)}. A forward that
+    Returns the rank's ``RankReport`` (outputs, metrics, crash, kernel, timings). A forward that
     raises leaves a crash bundle in ``bundle_dir`` (when None, a new folder under
-    ``workbench.debug.bundle.bundle_root()``); ``crash["bundle"]`` gives its path. ``events``: where
+    ``workbench.debug.bundle.bundle_root()``); ``crash.bundle`` gives its path. ``events``: where
     a DP rank streams its forwards, phases and accepts (``workbench.run.events``).
     """
     torch.manual_seed(cfg.seed)
@@ -108,7 +105,7 @@ def _run_rank(
     any_rank: AnyRank | None,
     events: EventSink | None,
     bundle_dir: str | None,
-) -> dict:
+) -> RankReport:
     metrics = Metrics()
     watching = observers(cfg, rank, metrics, bundle_dir, events, dp=dp_comm is not None)
     capture = next(o for o in watching if isinstance(o, CrashCapture))
@@ -116,43 +113,33 @@ def _run_rank(
     hooks = Hooks(watching, synchronize=sync)
     if dp_comm is not None:
         dp_comm.hooks = hooks
-    out = {
-        "outputs": {},
-        "metrics": metrics,
-        "crash": None,
-        "kernel": None,
-        "kernel_stand_in": None,
-        "warmup_s": None,
-        "gen_start": None,
-        "gen_end": None,
-        "generation_s": None,
-    }
+    out = RankReport(metrics=metrics)
     worker, sched = None, None
     t0 = time.perf_counter()
     gen_t0 = None
     try:
         worker = build_worker(cfg, dp_comm, metrics, hooks)
         apply_dtype(worker, cfg.dtype)
-        out["kernel"], out["kernel_stand_in"] = worker.backend.kernel, worker.backend.kernel_is_stand_in
-        out["device"], out["torch_threads"] = tensor_device(worker), torch.get_num_threads()
+        out.kernel, out.kernel_stand_in = worker.backend.kernel, worker.backend.kernel_is_stand_in
+        out.device, out.torch_threads = tensor_device(worker), torch.get_num_threads()
         if cfg.warmup:  # every rank, the same request (timing.warm_up)
-            out["warmup_s"] = warm_up(worker, metrics, Req)
+            out.warmup_s = warm_up(worker, metrics, Req)
         reqs = [Req(i, encode(prompts[i]), cfg.max_new_tokens) for i in prompt_ids]
         sched = Scheduler(worker, cfg.max_running, any_rank)
         sched.add(reqs)
-        gen_t0, out["gen_start"] = time.perf_counter(), time.time()
+        gen_t0, out.gen_start = time.perf_counter(), time.time()
         for r in sched.run():
-            out["outputs"][r.rid] = r.output_ids
-        out["slots_free"] = worker.memory.allocator.available()
-        out["slots_capacity"] = worker.memory.allocator.capacity
+            out.outputs[r.rid] = r.output_ids
+        out.slots_free = worker.memory.allocator.available()
+        out.slots_capacity = worker.memory.allocator.capacity
     except Exception as e:  # the record carries it; DP callers end the other ranks
         where = dict(worker.current) if worker is not None else {"phase": "setup"}
-        out["crash"] = crash_from_exception(e, rank=rank, where=where, time=time.time(), bundle=capture.path)
+        out.crash = crash_from_exception(e, rank=rank, where=where, time=time.time(), bundle=capture.path)
         for r in sched.finished if sched is not None else []:  # requests done before the crash stay
-            out["outputs"][r.rid] = r.output_ids
+            out.outputs[r.rid] = r.output_ids
     end = time.perf_counter()
-    out["wall_s"] = end - t0
-    out["setup_s"] = (gen_t0 if gen_t0 is not None else end) - t0
+    out.wall_s = end - t0
+    out.setup_s = (gen_t0 if gen_t0 is not None else end) - t0
     if gen_t0 is not None:
-        out["generation_s"], out["gen_end"] = end - gen_t0, time.time()
+        out.generation_s, out.gen_end = end - gen_t0, time.time()
     return out

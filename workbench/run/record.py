@@ -1,6 +1,6 @@
-"""The run record: one JSON-serialisable dict per run, ``RunResult`` around it, and the one
-constructor of its ``crash`` entry that every producer uses (rank runner, DP collector, torchrun
-merge, upstream replay).
+"""The run record: ``RunRecord`` (a dataclass; JSON through ``workbench.run.serialise``), ``RunResult``
+around it, the one constructor of its ``crash`` entry that every producer uses (rank runner, DP
+collector, torchrun merge, upstream replay), and ``RankReport``, what one rank reports at its end.
 
 Light on purpose (torch is imported only when a record is built): the nightly imports the status
 names and crash fields from here.
@@ -15,13 +15,13 @@ import os
 import platform
 import traceback as traceback_mod
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 from workbench.engine.metrics import Metrics, loop_summary
 from workbench.run.provenance import workbench_commit
-from workbench.run.serialise import to_dict
+from workbench.run.serialise import from_dict, to_dict
 
 if TYPE_CHECKING:
     from workbench.run.config import RunConfig
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 # records, notebook executions; see docs/design.md): ok (it ran to its end), crashed (the code under
 # test raised), timeout (it ran past its deadline), killed (its process died or was killed from
 # outside), error (it could not run: a set-up step, the environment or the harness failed).
-STATUSES = ("ok", "crashed", "timeout", "killed", "error")
-RecordLike = dict | Any  # a run record dict or a RunResult
+Status = Literal["ok", "crashed", "timeout", "killed", "error"]
+STATUSES: tuple[str, ...] = get_args(Status)
 
 
 @dataclass
@@ -99,9 +99,9 @@ def raised_at(exc: BaseException) -> dict | None:
 
 def crash_from_exception(
     exc: BaseException, *, rank: int | None, where: dict, time: float | None = None, bundle: str | None = None
-) -> dict:
-    """``crash_record`` of a caught exception; ``where`` holds phase, forward_mode, batch_size."""
-    return crash_record(
+) -> Crash:
+    """The ``Crash`` of a caught exception; ``where`` holds phase, forward_mode, batch_size."""
+    return Crash(
         rank=rank,
         phase=where.get("phase"),
         forward_mode=where.get("forward_mode"),
@@ -143,24 +143,118 @@ def environment(backend_kernel: str | None, device: str | None = None) -> dict:
     return env
 
 
+@dataclass
+class RankReport:
+    """What one rank reports at its end (``run_rank``; a DP rank sends it as its ``done`` event).
+
+    outputs: token ids by prompt index; crash: None or the rank's crash; kernel / kernel_stand_in /
+    device / torch_threads: what computed; wall_s, setup_s (before the first prefill), warmup_s,
+    generation_s (first prefill to last token) in seconds; gen_start / gen_end: epoch seconds of both
+    ends (DP merges ranks with them); slots_free / slots_capacity: the KV pool at the end (None when
+    the run did not get there). ``metrics`` stays in the rank's process; a DP rank sends its samples
+    (``Metrics.export_samples``) and accept lengths instead.
+    """
+
+    outputs: dict[int, list[int]] = field(default_factory=dict)
+    crash: Crash | None = None
+    kernel: str | None = None
+    kernel_stand_in: bool | None = None
+    device: str | None = None
+    torch_threads: int | None = None
+    warmup_s: float | None = None
+    wall_s: float | None = None
+    setup_s: float | None = None
+    generation_s: float | None = None
+    gen_start: float | None = None
+    gen_end: float | None = None
+    slots_free: int | None = None
+    slots_capacity: int | None = None
+    samples: dict | None = None
+    accepts: list[int] | None = None
+    metrics: Metrics | None = field(default=None, repr=False)
+
+    def to_event(self) -> dict:
+        """The JSON form a DP rank streams (``metrics`` left out: it is sent as ``samples``)."""
+        out = to_dict(self)
+        del out["metrics"]
+        return out
+
+    @classmethod
+    def from_event(cls, payload: dict) -> RankReport:
+        """A report read back from a rank's ``done`` event (JSON turned the prompt indices to strings)."""
+        data = {**payload, "outputs": {int(k): v for k, v in (payload.get("outputs") or {}).items()}}
+        return from_dict(cls, data)
+
+
+@dataclass
+class DPInfo:
+    """The ``dp`` entry of a DP run's record: how prompts were assigned, which ranks reported, every
+    rank's failure (``rank_failures``; the record's ``crash`` is the primary one), the last forward each
+    rank started (by rank, as a string), each rank's set-up seconds, and where the rank logs were kept."""
+
+    assignment: list[list[int]]
+    init_method: str
+    logs: str | None
+    ranks_reported: list[int]
+    rank_failures: list[Crash]
+    last_forward: dict[str, dict]
+    rank_setup_s: dict[str, float | None] = field(default_factory=dict)
+    port_attempts: int | None = None
+
+
+@dataclass
+class RunRecord:
+    """One run's record: how it ended (``status``), its config (the ``RunConfig`` fields plus prompts,
+    kernel, kernel_stand_in, models_sha256), the crash (None when none), metrics, outputs by prompt,
+    their sha256 (None after a crash), the environment, and for DP runs ``dp`` and the KV slots leaked.
+    ``to_json`` / ``from_json`` are its one JSON form (``workbench.run.serialise``)."""
+
+    status: Status
+    config: dict
+    crash: Crash | None
+    metrics: dict
+    outputs: list[list[int] | None]
+    outputs_sha256: str | None
+    env: dict
+    dp: DPInfo | None = None
+    slots_leaked: int | None = None
+
+    def to_json(self) -> dict:
+        """The record as JSON-ready dicts."""
+        return to_dict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> RunRecord:
+        """The record of its JSON form, read strictly (``RecordError`` names a bad field)."""
+        return from_dict(cls, data)
+
+    def failures(self) -> list[Crash]:
+        """The primary crash first, then every rank's failure (DP runs)."""
+        return [c for c in [self.crash, *(self.dp.rank_failures if self.dp else [])] if c is not None]
+
+
 def build_record(
     cfg: RunConfig,
     prompts: list[str],
     outputs: dict[int, list[int]],
     metrics: Metrics,
     wall_s: float,
-    crash: dict | None,
+    crash: Crash | None,
     kernel: str | None,
     kernel_stand_in: bool | None,
     status: str | None = None,
-    extra: dict | None = None,
-    timing: dict | None = None,
-) -> dict:
+    dp: DPInfo | None = None,
+    slots_leaked: int | None = None,
+    timing: RankReport | dict | None = None,
+) -> RunRecord:
     """The run record of ``cfg`` over ``prompts``; ``status`` (one of STATUSES) defaults from ``crash``;
-    ``timing``: generation_s, setup_s, warmup_s, device and torch_threads as ``run_rank`` reports them."""
+    ``timing``: generation_s, setup_s, warmup_s, device and torch_threads, a rank's report or the DP
+    collector's merge of them."""
     if status is not None and status not in STATUSES:
         raise ValueError(f"invalid status {status!r}; valid: {', '.join(STATUSES)}")
-    timing = timing or {}
+    if isinstance(timing, RankReport):
+        timing = {k: getattr(timing, k) for k in ("generation_s", "setup_s", "warmup_s", "device", "torch_threads")}
+    t = timing or {}
     ordered = [outputs.get(i) for i in range(len(prompts))]
     tokens = sum(len(o) for o in ordered if o)
     from workbench.models.loader import models_sha256  # torch: not at import (the nightly's merge runs without it)
@@ -169,26 +263,38 @@ def build_record(
     config.update(
         prompts=prompts, kernel=kernel, kernel_stand_in=kernel_stand_in, models_sha256=models_sha256(cfg.model_dir)
     )
-    rec = {
-        "status": status or ("ok" if not crash else "error" if crash.get("phase") == "setup" else "crashed"),
-        "config": config,
-        "crash": crash,
-        "metrics": {
-            **metrics.summary(tokens, wall_s, timing.get("generation_s"), timing.get("setup_s")),
-            "warmup_s": timing.get("warmup_s"),
+    return RunRecord(
+        status=status or ("ok" if not crash else "error" if crash.phase == "setup" else "crashed"),
+        config=config,
+        crash=crash,
+        metrics={
+            **metrics.summary(tokens, wall_s, t.get("generation_s"), t.get("setup_s")),
+            "warmup_s": t.get("warmup_s"),
             "repetition_loops": loop_summary(ordered),
         },
-        "outputs": ordered,
-        "outputs_sha256": outputs_sha256(ordered) if not crash else None,
-        "env": {**environment(kernel, timing.get("device")), "torch_threads": timing.get("torch_threads")},
-    }
-    rec.update(extra or {})
-    return rec
+        outputs=ordered,
+        outputs_sha256=outputs_sha256(ordered) if not crash else None,
+        env={**environment(kernel, t.get("device")), "torch_threads": t.get("torch_threads")},
+        dp=dp,
+        slots_leaked=slots_leaked,
+    )
 
 
-def as_record(run: RecordLike) -> dict:
-    """The run record dict of a RunResult or a record."""
-    return run if isinstance(run, dict) else run.record
+RecordLike = RunRecord | dict | Any  # a run record, its JSON form, or a RunResult
+
+
+def as_record(run: RecordLike) -> RunRecord:
+    """The run record of a RunResult, a record, or a record's JSON form (read strictly)."""
+    if isinstance(run, RunRecord):
+        return run
+    if isinstance(run, dict):
+        return RunRecord.from_json(run)
+    return run.record
+
+
+def record_json(run: RecordLike) -> dict:
+    """The JSON form of a RunResult, a record, or a record's JSON form (returned as it is)."""
+    return run if isinstance(run, dict) else as_record(run).to_json()
 
 
 @dataclass
@@ -196,20 +302,20 @@ class RunResult:
     """A run record with conveniences for notebooks. It renders nothing itself: Jupyter's HTML comes
     from ``html_view``, which the faces set to ``workbench.views.display.run_html``."""
 
-    record: dict
-    html_view: ClassVar[Callable[[dict], str] | None] = None
+    record: RunRecord
+    html_view: ClassVar[Callable[[RunRecord], str] | None] = None
 
     @property
     def status(self) -> str:
-        return self.record["status"]
+        return self.record.status
 
     @property
-    def crash(self) -> dict | None:
-        return self.record.get("crash")
+    def crash(self) -> Crash | None:
+        return self.record.crash
 
     @property
     def metrics(self) -> dict:
-        return self.record.get("metrics") or {}
+        return self.record.metrics
 
     def __repr__(self) -> str:
         return f"RunResult: {self.summary()}"
@@ -225,21 +331,21 @@ class RunResult:
         # torch and the backends load only for a replay: ci and the views import this module for its names
         from workbench.debug.replay import replay_crash
 
-        crashes = [self.crash] + list((self.record.get("dp") or {}).get("rank_failures") or [])
-        chosen = next((c for c in crashes if c and (rank is None or c.get("rank") == rank) and c.get("bundle")), None)
+        crashes = self.record.failures()
+        chosen = next((c for c in crashes if (rank is None or c.rank == rank) and c.bundle), None)
         if chosen is None:
-            have = sorted({c.get("rank") for c in crashes if c and c.get("bundle")})
+            have = sorted({c.rank for c in crashes if c.bundle}, key=str)
             raise ValueError(f"no crash bundle for rank {rank} in this run (ranks with bundles: {have})")
-        return replay_crash(chosen["bundle"], fix=fix)
+        return replay_crash(chosen.bundle, fix=fix)
 
     def save(self, path: str) -> Path:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(self.record, indent=1))
+        p.write_text(json.dumps(self.record.to_json(), indent=1))
         return p
 
     def summary(self) -> str:
-        c, m = self.record["config"], self.metrics
+        c, m = self.record.config, self.metrics
         head = (
             f"[{self.status}] backend={c['backend']} ({c.get('kernel')}) revision={c['revision']} dp={c['dp']} "
             f"steps={c['steps']} topk={c['topk']} draft_tokens={c['draft_tokens']}"
@@ -247,13 +353,13 @@ class RunResult:
         if self.crash:
             cr = self.crash
             return (
-                head + f"\n  rank {cr['rank']} phase {cr['phase']} mode {cr['forward_mode']} bs {cr['batch_size']}: "
-                f"{cr['exception_type']}: {cr['message']}"
+                head + f"\n  rank {cr.rank} phase {cr.phase} mode {cr.forward_mode} bs {cr.batch_size}: "
+                f"{cr.exception_type}: {cr.message}"
             )
         al = m.get("accept_length_mean")
         tps = m.get("tokens_per_s")
         return (
             head + f"\n  accept length {al if al is None else round(al, 3)}, "
             f"tokens/s {tps if tps is None else round(tps, 1)}, "
-            f"sha256 {str(self.record.get('outputs_sha256'))[:16]}"
+            f"sha256 {str(self.record.outputs_sha256)[:16]}"
         )

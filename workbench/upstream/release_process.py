@@ -9,9 +9,12 @@ started here.
   (its ``main()``, read as the package ``wb_upstream`` whose parent packages are registered empty,
   so in-release code imports its siblings by ordinary relative imports and imports nothing of the
   workbench's own ``__init__`` files), or a ``.py`` file (a reproducer) run as ``__main__``.
-- **Environment** (``release_env``): the caller's variables without ``SCRUBBED``, ``TMPDIR`` set to
-  the run's own folder (what the release writes there, torch's ``torchinductor_<user>``, goes with
-  the folder), and ``SETTINGS``; a caller adds its own (the runtime's SGLang settings).
+- **Environment** (``release_env``): the caller's variables without ``SCRUBBED``, then
+  ``release_settings``: ``SETTINGS``, the caller's own (the runtime's SGLang settings,
+  ``runtime.release_run.runtime_settings``) and ``TMPDIR`` set to the run's own folder (what the
+  release writes there, torch's ``torchinductor_<user>``, goes with the folder). The release kernel's
+  kernelspec writes the same ``release_settings`` (Jupyter adds them to its own environment; ``-I``
+  keeps the ``PYTHON*`` variables out).
 - **Result channel**: one result file. The config the process gets (``CONFIG``) names it as
   ``result_path``; the in-release code writes its JSON there (``in_release.result_channel.write``), once,
   atomically. Nothing is read from stdout.
@@ -68,12 +71,16 @@ BOOT = REGISTER + (
 TAIL_CHARS = 4000
 
 
+def release_settings(run_dir: Path | str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """What the recipe sets: ``SETTINGS``, the caller's ``extra``, ``TMPDIR`` = ``run_dir`` (all that a
+    kernelspec, which can only set variables, writes)."""
+    return {**SETTINGS, **(extra or {}), "TMPDIR": str(run_dir)}
+
+
 def release_env(run_dir: Path | str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a process in a release: the caller's, scrubbed, ``TMPDIR`` = ``run_dir``."""
+    """The environment of a process in a release: the caller's without ``SCRUBBED``, then ``release_settings``."""
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
-    env.update(SETTINGS)
-    env.update(extra or {})
-    env["TMPDIR"] = str(run_dir)
+    env.update(release_settings(run_dir, extra))
     return env
 
 

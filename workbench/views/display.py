@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from workbench.models.tokenizer import decode
 from workbench.run.events import OnEvent
-from workbench.run.record import RecordLike, RunResult, as_record
+from workbench.run.record import RecordLike, RunRecord, RunResult, as_record
 from workbench.views.tables import Table, where_table
 
 STATUS_COLOURS = {"ok": "#2e7d32", "crashed": "#c62828", "timeout": "#ef6c00", "error": "#6a1b9a"}
@@ -41,7 +41,8 @@ class HTML:
 
 def decoded_outputs(run: RecordLike) -> list[str | None]:
     """The generated text of every prompt (None where a prompt produced nothing)."""
-    return [None if o is None else decode(o) for o in as_record(run).get("outputs") or []]
+    outputs = run.get("outputs") if isinstance(run, dict) else as_record(run).outputs  # a JSON form may be partial
+    return [None if o is None else decode(o) for o in outputs or []]
 
 
 def traceback_html(tb: str) -> str:
@@ -50,10 +51,10 @@ def traceback_html(tb: str) -> str:
     return f"<details><summary>traceback ({len(tb.splitlines())} lines)</summary>{body}</details>"
 
 
-def run_html(record: dict) -> str:
+def run_html(record: RunRecord) -> str:
     """The run record as a notebook would show it (``RunResult._repr_html_``)."""
-    cfg, crash, m = record["config"], record.get("crash"), record.get("metrics") or {}
-    status = record["status"]
+    cfg, crash, m = record.config, record.crash, record.metrics
+    status = record.status
     colour = STATUS_COLOURS.get(status, "#455a64")
     kernel = cfg.get("kernel") or "?"
     label = kernel + (" (stand-in for the library's GPU kernel)" if cfg.get("kernel_stand_in") else "")
@@ -68,27 +69,27 @@ def run_html(record: dict) -> str:
     parts = [f"<div>{head}</div>"]
     if crash:
         parts.append(
-            f"<div style='color:{colour}'><b>{html.escape(str(crash.get('exception_type')))}</b>: "
-            f"{html.escape(str(crash.get('message')))}</div>"
+            f"<div style='color:{colour}'><b>{html.escape(crash.exception_type)}</b>: "
+            f"{html.escape(crash.message)}</div>"
         )
-        if crash.get("bundle"):
+        if crash.bundle:
             parts.append(
-                f"<div>crash bundle: <code>{html.escape(crash['bundle'])}</code> "
+                f"<div>crash bundle: <code>{html.escape(crash.bundle)}</code> "
                 f"(<code>result.replay_crash()</code> replays it here)</div>"
             )
     else:
         al, tps = m.get("accept_length_mean"), m.get("tokens_per_s")
         parts.append(
             f"<div>accept length {'-' if al is None else f'{al:.3f}'} · tokens/s "
-            f"{'-' if tps is None else f'{tps:.1f}'} · outputs sha256 {str(record.get('outputs_sha256'))[:16]}</div>"
+            f"{'-' if tps is None else f'{tps:.1f}'} · outputs sha256 {str(record.outputs_sha256)[:16]}</div>"
         )
     parts.append(where_table(record)._repr_html_())
     texts = [t for t in decoded_outputs(record) if t is not None]
     if texts:
         shown = "".join(f"<pre style='margin:2px 0'>{html.escape(t)}</pre>" for t in texts[:4])
         parts.append(f"<details><summary>decoded outputs ({len(texts)})</summary>{shown}</details>")
-    if crash and crash.get("traceback"):
-        parts.append(traceback_html(crash["traceback"]))
+    if crash and crash.traceback:
+        parts.append(traceback_html(crash.traceback))
     return "<div class='wb-run'>" + "".join(parts) + "</div>"
 
 
@@ -100,10 +101,10 @@ def show_runs_as_html() -> None:
 
 def traceback_text(run: RecordLike) -> str:
     """The crashing rank's traceback, or a line saying there was none."""
-    crash = as_record(run).get("crash")
+    crash = as_record(run).crash
     if not crash:
         return "no crash: the run finished ok"
-    return crash.get("traceback") or f"{crash.get('exception_type')}: {crash.get('message')} (no traceback captured)"
+    return crash.traceback or f"{crash.exception_type}: {crash.message} (no traceback captured)"
 
 
 def text_diff(a: RecordLike, b: RecordLike, labels: Sequence[str] = ("a", "b")) -> HTML:
@@ -169,8 +170,8 @@ def progress(desc: str = "runs", disable: bool | None = False) -> Iterator[OnEve
         if kind == "forward":
             ranks[rank] = f"{payload.get('phase')} {payload.get('forward_mode')} bs {payload.get('batch_size')}"
         elif kind == "done":
-            crash = (payload or {}).get("crash")
-            ranks[rank] = f"crashed: {crash['exception_type']}" if crash else "done"
+            crash = payload.crash  # the rank's RankReport
+            ranks[rank] = f"crashed: {crash.exception_type}" if crash else "done"
         else:
             return
         now = time.monotonic()

@@ -3,6 +3,7 @@ runs, its CPU shims and device equivalences, and the workbench's own engine besi
 
 from __future__ import annotations
 
+from workbench.run.record import RecordLike, record_json
 from workbench.views.tables import Table
 
 
@@ -68,11 +69,13 @@ def equivalences_table(rec: dict) -> Table:
 
 
 def side_by_side(workbench_runs: dict, runtime_runs: dict) -> Table:
-    """One row per code state: the workbench engine's outcome and the real runtime's."""
+    """One row per code state: the workbench engine's outcome and the real runtime's (a workbench run is
+    a ``RunRecord``, a ``RunResult`` or a JSON form; a runtime run its JSON form)."""
 
-    def cell(r: dict | None) -> str:
+    def cell(r: RecordLike | None) -> str:
         if r is None:
             return "-"
+        r = record_json(r)
         c = r.get("crash")
         if not c:
             return r["status"]

@@ -46,20 +46,20 @@ def summary_table(runs: Mapping[str, RecordLike] | Iterable[RecordLike]) -> Tabl
     rows = []
     for role, run in items:
         rec = as_record(run)
-        cfg, m, crash = rec["config"], rec.get("metrics") or {}, rec.get("crash") or {}
+        cfg, m, crash = rec.config, rec.metrics, rec.crash
         rows.append(
             {
                 "run": role,
-                "status": rec["status"],
+                "status": rec.status,
                 "mode": cfg.get("mode"),
                 "backend": record_label(rec, sep=" "),
                 "kernel": cfg.get("kernel"),
                 "revision": cfg["revision"] + (" + apply_fix()" if cfg.get("apply_fix_in_place") else ""),
                 "dp": cfg["dp"],
-                "exception": crash.get("exception_type"),
+                "exception": crash.exception_type if crash else None,
                 "accept length": _fmt(m.get("accept_length_mean")),
                 "tokens/s": _fmt(m.get("tokens_per_s"), 1),
-                "outputs sha256": (rec.get("outputs_sha256") or "")[:16] or None,
+                "outputs sha256": (rec.outputs_sha256 or "")[:16] or None,
             }
         )
     return Table(rows)
@@ -68,20 +68,15 @@ def summary_table(runs: Mapping[str, RecordLike] | Iterable[RecordLike]) -> Tabl
 def where_table(run: RecordLike) -> Table:
     """Where the run was when it ended, per DP rank: assigned prompts, last forward pass, outcome."""
     rec = as_record(run)
-    crash = rec.get("crash") or {}
-    dp = rec.get("dp") or {}
-    assignment = dp.get("assignment") or [list(range(len(rec["config"].get("prompts") or [])))]
-    last = dp.get("last_forward") or {}
+    crash, dp = rec.crash, rec.dp
+    assignment = dp.assignment if dp else [list(range(len(rec.config.get("prompts") or [])))]
+    last = dp.last_forward if dp else {}
     rows = []
     for rank, prompts in enumerate(assignment):
         fwd = last.get(str(rank)) or {}
-        crashed_here = crash.get("rank") == rank
+        crashed_here = crash is not None and crash.rank == rank
         if crashed_here:
-            fwd = {
-                "phase": crash.get("phase"),
-                "forward_mode": crash.get("forward_mode"),
-                "batch_size": crash.get("batch_size"),
-            }
+            fwd = {"phase": crash.phase, "forward_mode": crash.forward_mode, "batch_size": crash.batch_size}
         rows.append(
             {
                 "rank": rank,
@@ -90,9 +85,9 @@ def where_table(run: RecordLike) -> Table:
                 "phase": fwd.get("phase"),
                 "forward mode": fwd.get("forward_mode"),
                 "batch size": fwd.get("batch_size"),
-                "outcome": f"{crash.get('exception_type')}: {crash.get('message')}"
+                "outcome": f"{crash.exception_type}: {crash.message}"
                 if crashed_here
-                else ("stopped (another rank failed)" if crash else rec["status"]),
+                else ("stopped (another rank failed)" if crash else rec.status),
             }
         )
     return Table(rows)

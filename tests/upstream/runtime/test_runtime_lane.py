@@ -607,7 +607,7 @@ def test_record_from_rank_reports() -> None:
     assert c.raised_at["file"] == "sglang/srt/layers/attention/triton_backend.py" and c.spec_info == "EagleVerifyInput"
     assert [f.rank for f in rec.rank_failures] == [0] and rec.shims == [{"name": "x"}]
     done = {
-        "status": "done",
+        "status": "ok",
         "rank": 0,
         "outputs": {"p0": [72, 105], "p1": [33]},
         "spec": {"p0": {"spec_verify_ct": 2, "spec_num_correct_drafts": 3}},
@@ -616,7 +616,7 @@ def test_record_from_rank_reports() -> None:
         "shim_guard": {"violations": [], "after_run": {"violations": []}},
     }
     ok = _new("torch_native", 1, 60)
-    release_record.fill(ok, release_launch.RankRun(results={0: done}, ended_by="done"), [[1], [2]])
+    release_record.fill(ok, release_launch.RankRun(results={0: done}, ended_by="ok"), [[1], [2]])
     assert ok.status == "ok" and ok.outputs == [[72, 105], [33]] and ok.outputs_text == ["Hi", "!"]
     assert ok.metrics["accept_length_mean"] == 2.5 and ok.outputs_sha256
     release_record.check_reference(
@@ -641,12 +641,12 @@ def test_a_guard_violation_or_an_unheld_rank_ends_the_run_with_status_error() ->
     held = {"violations": [], "after_run": {"violations": []}}
     seen = {"module": "sglang.srt.speculative.eagle_info", "name": "EagleDraftExtendInput.kv_indptr"}
     hidden = {**held, "after_run": {"violations": [{**seen, "kind": "attribute not in the source", "detail": ""}]}}
-    done = {"status": "done", "rank": 0, "outputs": {"p0": [1]}, "spec": {}, "timings": {}, "shim_guard": held}
-    idle = {"status": "done", "rank": 1, "outputs": {}, "spec": {}, "timings": {}}
+    done = {"status": "ok", "rank": 0, "outputs": {"p0": [1]}, "spec": {}, "timings": {}, "shim_guard": held}
+    idle = {"status": "ok", "rank": 1, "outputs": {}, "spec": {}, "timings": {}}
     for rank1, status in ((held, "ok"), (hidden, "error"), (None, "error")):
         rec = _new("triton", 2, 60)
         results = {0: done, 1: {**idle, "shim_guard": rank1} if rank1 else idle}
-        release_record.fill(rec, release_launch.RankRun(results=results, ended_by="done"), [[1]])
+        release_record.fill(rec, release_launch.RankRun(results=results, ended_by="ok"), [[1]])
         assert rec.status == status, rank1
         if rank1 is hidden:
             v = rec.error.violations[0]

@@ -33,6 +33,7 @@ from workbench.run.dp import LOG_DIR_ENV
 from workbench.run.dp.collect import Collector
 from workbench.run.dp.policy import assign
 from workbench.run.events import OnEvent
+from workbench.run.record import RankReport, RunRecord
 from workbench.run.supervisor import Supervisor
 
 PORT_ATTEMPTS = 3  # launches when the rendezvous port was taken before rank 0 bound it
@@ -67,7 +68,9 @@ def keep_logs(workdir: Path, log_dir: Path | None, dp: int) -> str | None:
     return str(dest.resolve())
 
 
-def run_dp(cfg: RunConfig, prompts: list[str], log_dir: Path | None = None, on_event: OnEvent | None = None) -> dict:
+def run_dp(
+    cfg: RunConfig, prompts: list[str], log_dir: Path | None = None, on_event: OnEvent | None = None
+) -> RunRecord:
     """Returns the merged run record (status ok / crashed / timeout); no temporary file outlives the call.
     ``on_event(kind, rank, payload)`` gets every rank event as it arrives (``workbench.run.events``)."""
     if log_dir is None and os.environ.get(LOG_DIR_ENV):
@@ -78,21 +81,20 @@ def run_dp(cfg: RunConfig, prompts: list[str], log_dir: Path | None = None, on_e
             rec = _run_ranks(cfg, prompts, workdir, on_event)
             if not _port_taken(rec) or attempt == PORT_ATTEMPTS:
                 break
-        rec["dp"]["port_attempts"] = attempt
-        rec["dp"]["logs"] = keep_logs(workdir, log_dir, cfg.dp)
+        rec.dp.port_attempts = attempt
+        rec.dp.logs = keep_logs(workdir, log_dir, cfg.dp)
         return rec
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _port_taken(rec: dict) -> bool:
+def _port_taken(rec: RunRecord) -> bool:
     """Rank 0 could not listen on the chosen port: another process took it between free_port() and
     the bind (a race on a busy machine), not a fault of the run; the launch is retried on a new port."""
-    crash = rec.get("crash") or {}
-    return crash.get("phase") == "setup" and "EADDRINUSE" in str(crash.get("message"))
+    return rec.crash is not None and rec.crash.phase == "setup" and "EADDRINUSE" in rec.crash.message
 
 
-def _run_ranks(cfg: RunConfig, prompts: list[str], workdir: Path, on_event: OnEvent | None) -> dict:
+def _run_ranks(cfg: RunConfig, prompts: list[str], workdir: Path, on_event: OnEvent | None) -> RunRecord:
     t0, started = time.perf_counter(), time.time()
     sup = Supervisor(cfg.timeout_s, grace_s=GRACE_S)
     plan = assign(len(prompts), cfg.dp, cfg.dp_policy, cfg.max_running)
@@ -143,6 +145,8 @@ def _run_ranks(cfg: RunConfig, prompts: list[str], workdir: Path, on_event: OnEv
                         col.rank_died(r, p.returncode, workdir / f"rank{r}.log")
                         first_crash_at = first_crash_at or time.perf_counter()
                 continue
+            if kind == "done":
+                payload = RankReport.from_event(payload)
             if on_event is not None:
                 on_event(kind, rank, payload)
             if col.feed(kind, rank, payload):

@@ -21,7 +21,7 @@ import workbench_kernels
 from workbench.run.config import RunConfig
 from workbench.run.dp.comm import DPCommunicator
 from workbench.run.rank_run import run_rank
-from workbench.run.record import crash_from_exception
+from workbench.run.record import RankReport, crash_from_exception
 from workbench.speculative.eagle_draft_extend_pr28221 import fix_applied
 
 
@@ -62,17 +62,17 @@ def rank_main(
         )
     except Exception as e:
         crash = crash_from_exception(e, rank=rank, where={"phase": "setup"}, time=time.time())
-        queue.put(("done", rank, {"crash": crash, "outputs": {}}))
+        queue.put(("done", rank, RankReport(crash=crash).to_event()))
         return
     comm = DPCommunicator(rank, world)
     with fix_applied() if cfg.apply_fix_in_place else contextlib.nullcontext():
         res = run_rank(
             cfg, prompts, ids, rank, comm, lambda flag: comm.any_rank(flag), events=queue, bundle_dir=bundle_dir
         )
-    m = res.pop("metrics")  # phase latencies and accepts were streamed; the other samples go with the result
-    res["samples"], res["accepts"] = m.export_samples(), list(m.accept_length_per_step)
-    queue.put(("done", rank, res))
-    if res["crash"] is None:
+    m = res.metrics  # phase latencies and accepts were streamed; the other samples go with the report
+    res.samples, res.accepts = m.export_samples(), list(m.accept_length_per_step)
+    queue.put(("done", rank, res.to_event()))
+    if res.crash is None:
         dist.destroy_process_group()
 
 

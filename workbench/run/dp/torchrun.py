@@ -20,7 +20,7 @@ from workbench.run.config import RunConfig, add_run_args, config_from_args, make
 from workbench.run.dp.collect import Collector
 from workbench.run.dp.policy import assign
 from workbench.run.dp.rank import Emitter, rank_main
-from workbench.run.record import RunResult
+from workbench.run.record import RankReport, RunRecord, RunResult
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -46,14 +46,12 @@ def _run(args: argparse.Namespace) -> int:
             min(cfg.timeout_s, 120.0),
             bundle_dir=str(args.out),
         )
-    failed = any(
-        json.loads(line)[0] == "done" and json.loads(line)[2].get("crash")
-        for line in (args.out / f"rank{rank}.jsonl").read_text().splitlines()
-    )
+    events = [json.loads(line) for line in (args.out / f"rank{rank}.jsonl").read_text().splitlines()]
+    failed = any(kind == "done" and RankReport.from_event(payload).crash for kind, _, payload in events)
     return 1 if failed else 0
 
 
-def merge(directory: Path) -> dict:
+def merge(directory: Path) -> RunRecord:
     """One run record from a torchrun job's event files (ranks that never finished count as died)."""
     job = json.loads((directory / "job.json").read_text())
     cfg = RunConfig(**job["config"])

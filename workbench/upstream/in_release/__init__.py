@@ -9,7 +9,9 @@ imports nothing.
 
 - ``stubs``: GPU libraries (flashinfer, aiter, ...) served from stubs at import: ``GpuLibraryReached``
   on first use while armed (the replay driver's traced cases);
-- ``devices``: ``device="cuda"`` redirected to the CPU inside a torch function mode (the replay driver);
+- ``devices``: the one device redirect (``CudaToCpu``: ``device="cuda"`` to the CPU, ``pin_memory``
+  dropped), around a replay's case (the replay driver) and installed for good by the runtime's
+  ``pin-memory-cpu`` and ``cuda-device-factories`` shims;
 - ``shims``: every CPU shim the real runtime applies, each declaring what it changes
   (``targets``; the shim guard holds the rest); ``shim_support``: what they build on
   (``load_functions``, the ``sgl_kernel`` import stand-in); ``cpu_ops``: torch/Triton versions of

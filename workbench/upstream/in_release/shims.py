@@ -165,40 +165,27 @@ def _extend_cache_locs() -> None:
     cache_locs.assign_extend_cache_locs_func = assign_extend_cache_locs_func
 
 
-def _wrap_factories(names: tuple, change: Callable[[dict], None]) -> None:
-    import torch
-
-    for name in names:
-        original = getattr(torch, name)
-
-        def factory(*args, _original=original, **kwargs):
-            change(kwargs)
-            return _original(*args, **kwargs)
-
-        factory.__name__ = name
-        setattr(torch, name, factory)
+# The torch functions the two device shims redirect (``in_release.devices``, the replays' redirect too).
+PIN_MEMORY_FUNCTIONS = ("tensor", "empty", "zeros", "full")
+CUDA_DEVICE_FUNCTIONS = ("tensor", "empty", "zeros", "ones", "full", "arange")
 
 
 def _pin_memory() -> None:
     import torch
 
+    from .devices import CudaToCpu  # on use: torch is imported when the shims are installed
+
     if not torch.cuda.is_available():
-        _wrap_factories(("tensor", "empty", "zeros", "full"), lambda kw: kw.pop("pin_memory", None))
-        torch.Tensor.pin_memory = lambda self, *args, **kwargs: self
+        CudaToCpu(PIN_MEMORY_FUNCTIONS, ("pin_memory",), device=False).install()
 
 
 def _cuda_device_factories() -> None:
     import torch
 
-    def on_cpu(kwargs: dict) -> None:
-        device = kwargs.get("device")
-        if (isinstance(device, str) and device.startswith("cuda")) or (
-            isinstance(device, torch.device) and device.type == "cuda"
-        ):
-            kwargs["device"] = "cpu"
+    from .devices import CudaToCpu  # on use, as in _pin_memory
 
     if not torch.cuda.is_available():
-        _wrap_factories(("tensor", "empty", "zeros", "ones", "full", "arange"), on_cpu)
+        CudaToCpu(CUDA_DEVICE_FUNCTIONS, (), pin_memory=False).install()
 
 
 def _cpu_collectives() -> None:
@@ -316,7 +303,7 @@ SHIMS = (
     Shim(
         "pin-memory-cpu",
         ("srt/model_executor/forward_batch_info.py", "pin_memory=True"),
-        ("torch.tensor", "torch.empty", "torch.zeros", "torch.full", "torch.Tensor.pin_memory"),
+        (*(f"torch.{n}" for n in PIN_MEMORY_FUNCTIONS), "torch.Tensor.pin_memory"),
         "DP attention's token-count sync stages its counts in pinned host memory for the copy to the GPU; a "
         "CPU-only torch has no pinned allocator and raises. With no GPU pin_memory is dropped (same values); "
         "the DP padding code is not touched.",
@@ -325,7 +312,7 @@ SHIMS = (
     Shim(
         "cuda-device-factories",
         ("srt/speculative/eagle_info.py", 'device="cuda"'),
-        ("torch.tensor", "torch.empty", "torch.zeros", "torch.ones", "torch.full", "torch.arange"),
+        tuple(f"torch.{n}" for n in CUDA_DEVICE_FUNCTIONS),
         'idle ranks\' spec inputs are built with a hard-coded device="cuda"; a CPU-only torch raises. With no '
         "GPU torch's tensor factories put such tensors on the CPU (same shape, dtype, values); the spec-input "
         "classes are not touched, so what they declare (and lack) is unchanged.",

@@ -2,7 +2,8 @@
 
 The kernelspec runs ``release_kernel.py`` with the release's cached dependency venv (the
 environments cache stays the one copy: nothing is copied) through ``release_process``'s boot (the
-release's or a checkout's sources first on the path), with the real runtime's settings and CPU shims, so a
+release's or a checkout's sources first on the path) and its environment recipe (``release_settings``
+with ``release_run.runtime_settings``), with the real runtime's CPU shims, so a
 crash bundle of ``workbench upstream
 run`` replays there in the release's own code (``workbench.debug.sglang_replay``). ipykernel is
 added to that venv in place when it lacks it. ``metadata.debugger`` lets JupyterLab's visual
@@ -22,14 +23,13 @@ from workbench.upstream.sources.envs import add_packages, ensure_env, ensure_sou
 from workbench.upstream.sources.releases import check_version, known_releases
 from workbench.upstream.sources.trees import source_root
 
-from ..release_process import command
-from .release_run import TREE_KERNELS_FILE, TREE_KERNELS_RELEASE
+from ..release_process import command, release_settings
+from .release_run import TREE_KERNELS_FILE, TREE_KERNELS_RELEASE, runtime_settings
 
 HERE = Path(__file__).resolve().parent
 WORKBENCH_ROOT = HERE.parents[2]  # the folder holding workbench/
 TARGET = "runtime.release_kernel"
 IPYKERNEL = "ipykernel==7.4.0"  # as constraints.txt pins it for the workbench's own venv
-SETTINGS = {"SGLANG_USE_CPU_ENGINE": "1", "TRITON_INTERPRET": "1", "TORCH_COMPILE_DISABLE": "1"}
 
 
 class KernelError(ValueError):
@@ -51,6 +51,38 @@ def kernel_name(version: str, sglang_src: Path | None = None) -> str:
     return f"sglang-{version}-src-{digest}"
 
 
+def kernel_spec(
+    version: str,
+    src: Path | None,
+    python: Path,
+    src_root: Path,
+    venv: Path,
+    tree_src: Path,
+    folder: Path,
+) -> dict:
+    """The kernelspec (``kernel.json``) of ``version`` (or the checkout ``src``) in the kernelspec folder
+    ``folder``: ``release_process``'s command and environment recipe (``release_settings`` with the
+    runtime's settings; ``TMPDIR`` is ``folder/tmp``: torch's torchinductor_<user> and the debugger's cell
+    files stay with the kernelspec, not in /tmp)."""
+    own = {
+        "WB_SGLANG_VERSION": version,
+        "WB_SGLANG_SRC": str(src_root),
+        "WB_WORKBENCH_ROOT": str(WORKBENCH_ROOT),
+        "WB_WORKBENCH_PYTHON": sys.executable,  # the workbench's own Python, for `workbench upstream run`
+    }
+    return {
+        "argv": command(python, TARGET, "-f", [str(src_root)]) + ["{connection_file}"],
+        "display_name": f"SGLang {version}{' checkout ' + str(src) if src else ''} (workbench CPU runtime)",
+        "language": "python",
+        "env": release_settings(folder / "tmp", {**runtime_settings(tree_src), **own}),
+        "interrupt_mode": "signal",
+        "metadata": {
+            "debugger": True,
+            "workbench": {"sglang": version, "sglang_src": str(src) if src else None, "venv": str(venv)},
+        },
+    }
+
+
 def register(ctx: UpstreamContext, version: str, sglang_src: Path | str | None = None) -> dict:
     """Write the kernelspec of ``version`` (or the checkout on its environment); returns its facts.
     Raises ReleaseError / SourceError for bad arguments, EnvBuildError when the environment cannot
@@ -63,26 +95,7 @@ def register(ctx: UpstreamContext, version: str, sglang_src: Path | str | None =
     tree_src = ensure_sources(ctx, TREE_KERNELS_RELEASE) / TREE_KERNELS_FILE
     name = kernel_name(version, src)
     folder = kernels_dir() / name
-    spec = {
-        "argv": command(env.python, TARGET, "-f", [str(env.src_root)]) + ["{connection_file}"],
-        "display_name": f"SGLang {version}{' checkout ' + str(src) if src else ''} (workbench CPU runtime)",
-        "language": "python",
-        "env": {
-            **SETTINGS,
-            "WB_SGLANG_VERSION": version,
-            "WB_SGLANG_SRC": str(env.src_root),
-            "WB_WORKBENCH_ROOT": str(WORKBENCH_ROOT),
-            "WB_WORKBENCH_PYTHON": sys.executable,  # the workbench's own Python, for `workbench upstream run`
-            "WB_SPEC_TREE_SRC": str(tree_src),
-            # torch's torchinductor_<user> and the debugger's cell files stay with the kernelspec, not in /tmp
-            "TMPDIR": str(folder / "tmp"),
-        },
-        "interrupt_mode": "signal",
-        "metadata": {
-            "debugger": True,
-            "workbench": {"sglang": version, "sglang_src": str(src) if src else None, "venv": str(env.root)},
-        },
-    }
+    spec = kernel_spec(version, src, env.python, env.src_root, env.root, tree_src, folder)
     (folder / "tmp").mkdir(parents=True, exist_ok=True)
     (folder / "kernel.json").write_text(json.dumps(spec, indent=1))
     return {"name": name, "path": str(folder), "python": str(env.python), "src_root": str(env.src_root), "added": added}

@@ -52,7 +52,7 @@ class RankRun:
     """What the ranks left: their result dicts by rank, how the wait ended, and the timings."""
 
     results: dict = field(default_factory=dict)
-    ended_by: str = ""  # done | crashed | error | exited | timeout
+    ended_by: str = ""  # ok | crashed | error (a rank's status) | exited | timeout
     exit_codes: dict = field(default_factory=dict)
     wall_s: float = 0.0
     left_running: list = field(default_factory=list)  # pids still alive after the kill (should be empty)
@@ -74,17 +74,17 @@ class _Watch:
             res = read_result(path)
             if res is not None:
                 out.results[r] = res
-                if res["status"] != "done" and self.first_failure is None:
+                if res["status"] != "ok" and self.first_failure is None:
                     self.first_failure, out.ended_by = now, res["status"]
         if self.first_failure is not None:
-            failed = [r for r, res in out.results.items() if res["status"] != "done"]
+            failed = [r for r, res in out.results.items() if res["status"] != "ok"]
             if now > self.first_failure + CAUSE_WINDOW_S or len(failed) == len(self.paths):
                 return out.ended_by
-        elif all(out.results.get(r, {}).get("status") == "done" for r in self.busy):
+        elif all(out.results.get(r, {}).get("status") == "ok" for r in self.busy):
             self.done_at = self.done_at or now  # the idle ranks report after the busy ones (their guard after the run)
             if len(out.results) == len(self.paths) or now > self.done_at + IDLE_REPORT_S:
-                out.ended_by = "done"
-                return "done"
+                out.ended_by = "ok"
+                return "ok"
         for p, c in zip(self.procs, self.configs, strict=True):
             if p.poll() is not None and self.first_failure is None:
                 time.sleep(POLL_S)  # a rank writes its result just before exiting

@@ -15,7 +15,7 @@ attention-TP rank per DP rank), binds the two sockets the tokenizer manager woul
 token ids out), sends its requests and runs the scheduler's own event loop. The shim guard holds
 the protected modules against the release's source once the scheduler is built (a violation stops
 the rank) and again after the run. A collector thread reads the scheduler's ``BatchTokenIDOutput``
-messages; when every request of this rank finished it writes ``{"status": "done", ...}`` to
+messages; when every request of this rank finished it writes ``{"status": "ok", ...}`` to
 ``result_path``; an idle rank writes it once the busy ranks have (``busy_result_paths``). If the
 event loop raises, the rank writes ``{"status": "crashed", ...}`` with the traceback, its frames
 and what the crashing frames held (forward mode, batch size, spec-input class), writes its crash
@@ -189,7 +189,7 @@ def _idle_report(cfg: dict, done) -> None:
                     results.append(json.load(f))
             except (OSError, ValueError):
                 results.append(None)
-        if results and all(r is not None and r.get("status") == "done" for r in results):
+        if results and all(r is not None and r.get("status") == "ok" for r in results):
             done()
             return
         time.sleep(0.2)
@@ -269,7 +269,7 @@ def main() -> None:
                 _write(
                     result_path,
                     {
-                        "status": "done",
+                        "status": "ok",
                         "rank": rank,
                         "outputs": collector.outputs,
                         "finished": collector.finished,

@@ -267,7 +267,7 @@ def _hold_guard(rec: RuntimeRecord, results: dict) -> None:
 
 def _fill(rec: RuntimeRecord, ranks, prompts: list[list[int]]) -> None:
     results = ranks.results
-    failed = sorted((r for r in results.values() if r["status"] != "done"), key=lambda r: r.get("time") or 0)
+    failed = sorted((r for r in results.values() if r["status"] != "ok"), key=lambda r: r.get("time") or 0)
     reporting = next((results[r] for r in sorted(results) if results[r].get("shims")), None)
     if reporting:
         rec.shims, rec.fixes = reporting["shims"], reporting.get("fixes", [])
@@ -292,7 +292,7 @@ def _fill(rec: RuntimeRecord, ranks, prompts: list[list[int]]) -> None:
         rec.status = "timeout"
         rec.error = RunError(stage="run", message=f"no result within {rec.config.timeout_s} s")
         return
-    if ranks.ended_by != "done":
+    if ranks.ended_by != "ok":
         rec.status = "error"
         rec.error = RunError(stage="run", message=f"a rank exited without a result (exit codes {ranks.exit_codes})")
         return

@@ -55,6 +55,15 @@ TREE_KERNELS_FILE = "sglang/kernels/ops/speculative/spec_tree.py"
 LOG_DIR_ENV = "WB_LOG_DIR"
 
 
+def runtime_settings(tree_src: Path, dp: int | None = None) -> dict[str, str]:
+    """SGLang's settings for the CPU (``in_release.shims.SETTINGS`` says why each) and the tree kernels'
+    source, for ``dp`` ranks (their thread binding) or, ``dp`` None, the release kernel (no binding)."""
+    out = {"SGLANG_USE_CPU_ENGINE": "1", "TORCH_COMPILE_DISABLE": "1", "WB_SPEC_TREE_SRC": str(tree_src)}
+    if dp is not None:
+        out["SGLANG_CPU_OMP_THREADS_BIND"] = thread_binding(dp)
+    return out
+
+
 class RuntimeConfigError(ValueError):
     """A bad argument, named with the valid values, before anything starts."""
 
@@ -325,15 +334,7 @@ def run_runtime(
     run_dir = Path(tempfile.mkdtemp(prefix="wb-rt-"))
     try:
         configs = _rank_configs(cfg, run_dir, prompts, env.src_root)
-        proc_env = release_env(
-            run_dir,  # torch makes torchinductor_<user> there, removed with the run
-            {
-                "SGLANG_USE_CPU_ENGINE": "1",
-                "TORCH_COMPILE_DISABLE": "1",
-                "SGLANG_CPU_OMP_THREADS_BIND": thread_binding(dp),
-                "WB_SPEC_TREE_SRC": str(tree_src),
-            },
-        )
+        proc_env = release_env(run_dir, runtime_settings(tree_src, dp))  # torchinductor_<user> goes with run_dir
         rec.env["settings"] = {
             k: proc_env[k] for k in ("SGLANG_USE_CPU_ENGINE", "TRITON_INTERPRET", "SGLANG_CPU_OMP_THREADS_BIND")
         }

@@ -10,18 +10,21 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from workbench.run.labels import backend_sort_key, record_label
+from workbench.run.record import RecordLike, record_json
 
 LINE_STYLES = (("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", "-"), ("P", "--"))  # lines stay apart
 STATUS_COLORS = {"ok": "#4caf50", "crashed": "#e53935", "timeout": "#fb8c00", "error": "#8e24aa", None: "#eeeeee"}
 
 
 def group_by_backend(
-    records: Iterable[dict], mode: str | None = "eagle", ok_only: bool = True
+    records: Iterable[RecordLike], mode: str | None = "eagle", ok_only: bool = True
 ) -> dict[str, list[dict]]:
-    """Records keyed by backend label, in the canonical backend order; ``mode`` None keeps both modes."""
+    """Records keyed by backend label, in the canonical backend order; ``mode`` None keeps both modes.
+    The plots read JSON forms (a notebook record's runs, which the nightly draws); a ``RunRecord`` or
+    ``RunResult`` is drawn by its JSON form."""
     groups: dict[str, list[dict]] = {}
     keyed = []
-    for r in records:
+    for r in map(record_json, records):
         cfg = r.get("config", {})
         if (mode and cfg.get("mode", "eagle") != mode) or (ok_only and r.get("status") != "ok"):
             continue

@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from workbench.run.labels import backend_label, backend_sort_key, record_label
+from workbench.run.record import RecordLike, record_json
 from workbench.views.plots.common import STATUS_COLORS, empty, new_figure, save
 
 REVISION_ORDER = ("pre-24860", "pr-24860", "pr-28221")
@@ -48,7 +49,7 @@ def _panel_title(dp: int, recs: list) -> str:
 
 
 def crash_matrix(
-    records: Iterable[dict],
+    records: Iterable[RecordLike],
     path: str | Path | None = None,
     title: str = "EAGLE3 + DP attention: where the run crashes",
     as_expected: Sequence[bool | None] | None = None,
@@ -57,7 +58,7 @@ def crash_matrix(
 
     ``as_expected`` (one entry per record: True, False, or None for no expectation) marks each cell
     "as expected" or, framed in red, "UNEXPECTED" (any unexpected run of a cell makes it so)."""
-    records = list(records)
+    records = [record_json(r) for r in records]  # run records or their JSON forms (a notebook record's)
     marks = list(as_expected) if as_expected is not None else [None] * len(records)
     if len(marks) != len(records):
         raise ValueError(f"as_expected has {len(marks)} entries for {len(records)} records")

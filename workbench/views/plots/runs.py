@@ -8,13 +8,14 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from workbench.run.record import RecordLike
 from workbench.views.plots.common import LINE_STYLES, empty, group_by_backend, new_figure, save
 
 PHASE_ORDER = ("prefill", "draft", "verify", "draft-extend", "decode")
 
 
 def phase_latency(
-    records: Iterable[dict], path: str | Path | None = None, mode: str | None = "eagle", title: str | None = None
+    records: Iterable[RecordLike], path: str | Path | None = None, mode: str | None = "eagle", title: str | None = None
 ) -> Figure:
     """Box plots of per-forward latency samples (ms, log scale), one panel per phase, one box per backend."""
     groups = group_by_backend(records, mode=mode)
@@ -46,7 +47,7 @@ def phase_latency(
     return fig
 
 
-def accept_length_hist(records: Iterable[dict], path: str | Path | None = None) -> Figure:
+def accept_length_hist(records: Iterable[RecordLike], path: str | Path | None = None) -> Figure:
     """Histogram of accept length (accepted drafts + 1 bonus token per request per verify step), mean marked."""
     groups = group_by_backend(records)
     groups = {b: rs for b, rs in groups.items() if any(r["metrics"].get("accept_length_per_step") for r in rs)}
@@ -81,7 +82,7 @@ def accept_length_hist(records: Iterable[dict], path: str | Path | None = None) 
     return fig
 
 
-def acceptance_per_position(records: Iterable[dict], path: str | Path | None = None) -> Figure:
+def acceptance_per_position(records: Iterable[RecordLike], path: str | Path | None = None) -> Figure:
     """Fraction of verify steps whose accepted path reaches draft depth d, per backend."""
     groups = group_by_backend(records)
     fig = new_figure(6.4, 4.0)
