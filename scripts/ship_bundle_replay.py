@@ -58,17 +58,19 @@ def crash_bundle(scratch: Path) -> tuple[Path | None, dict]:
             os.environ.pop(BUNDLE_DIR_ENV, None)
         else:
             os.environ[BUNDLE_DIR_ENV] = saved
-    crash = res.crash or {}
+    crash = res.crash
     about = {
         "settings": {k: v for k, v in RUN.items() if k != "timeout_s"},
         "status": res.status,
-        "crash": {k: crash.get(k) for k in ("rank", "phase", "forward_mode", "batch_size", "exception_type", "message")}
+        "crash": {
+            k: getattr(crash, k) for k in ("rank", "phase", "forward_mode", "batch_size", "exception_type", "message")
+        }
         if crash
         else None,
-        "kernel": res.record["config"].get("kernel"),
-        "workbench_commit": (res.record.get("env") or {}).get("workbench_commit"),
+        "kernel": res.record.config.get("kernel"),
+        "workbench_commit": res.record.env.get("workbench_commit"),
     }
-    bundle = crash.get("bundle")
+    bundle = crash.bundle if crash else None
     return (Path(bundle) if res.status == "crashed" and bundle else None), about
 
 

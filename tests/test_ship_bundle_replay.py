@@ -1,6 +1,7 @@
 """``scripts/ship_bundle_replay.py`` writes the shipped bundle replay only when the run crashed and every
-release's replay agrees with the bundle, with the provenance the replay's output lacks. The run and the
-replay are stand-ins here (recorded calls); the live run is the catalogued command (``make assets``)."""
+release's replay agrees with the bundle, with the provenance the replay's output lacks. The replay (a
+release environment) is a stand-in here (recorded calls), and so is the run except in the last test, which
+runs it; the live replay is the catalogued command (``make assets``)."""
 
 from __future__ import annotations
 
@@ -81,3 +82,13 @@ def test_a_run_without_a_bundle_writes_nothing(monkeypatch, tmp_path, capsys):
     out = tmp_path / "replay.json"
     assert ship.main(["--out", str(out)]) == 1
     assert not out.exists() and 'the run did not leave a crash bundle: {"status": "ok"' in capsys.readouterr().err
+
+
+def test_the_run_leaves_the_crashing_ranks_bundle_and_says_how_it_ended(tmp_path):
+    """The real workbench run (not a stand-in): rank 1's idle draft-extend crash, its bundle folder."""
+    bundle, about = ship.crash_bundle(tmp_path / "scratch")
+    assert about["status"] == "crashed" and bundle is not None and bundle.name == "crash-bundle-rank1"
+    assert (bundle / "bundle.json").is_file() and (bundle / "tensors.safetensors").is_file()
+    assert about["crash"]["rank"] == 1 and about["crash"]["phase"] == "draft-extend"
+    assert about["crash"]["forward_mode"] == "IDLE" and "kv_indptr" in about["crash"]["message"]
+    assert about["workbench_commit"] and about["kernel"].startswith("triton")
