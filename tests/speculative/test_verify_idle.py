@@ -80,11 +80,11 @@ def test_an_eager_idle_verify_crashes_the_idle_rank_even_on_the_fixed_revision()
     )
     assert res.status == "crashed", res.summary()
     c = res.crash
-    assert (c["rank"], c["phase"], c["forward_mode"], c["batch_size"], c["message"]) == (
+    assert (c.rank, c.phase, c.forward_mode, c.batch_size, c.message) == (
         1,
         "verify",
         "IDLE",
         1,
         MESSAGE,
     )
-    assert c["raised_at"]["file"].endswith("workbench/backends/triton.py") and "kv_indptr" in c["raised_at"]["code"]
+    assert c.raised_at["file"].endswith("workbench/backends/triton.py") and "kv_indptr" in c.raised_at["code"]
