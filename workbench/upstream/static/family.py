@@ -16,17 +16,21 @@ leaves at a default None (and `__init__`/`__post_init__` do not set); for `Forwa
 dataclass fields with default None that `ForwardBatch.init_new` sets neither in `cls(...)` nor
 under a branch an IDLE batch can take, the fields it sets to an empty tensor in such a branch, and
 the `ScheduleBatch.prepare_for_idle` fields set to an empty tensor that `init_new` passes through
-by name (empty on the unpadded IDLE batch only: the DP padding refills them).
+by name (empty on the unpadded IDLE batch only: the DP padding refills them). A field `init_new` sets
+None under IDLE is not None when the DP padding (`prepare_mlp_sync_batch`) sets it again on every path
+an IDLE batch takes (`_padding_sets`).
 
-A dereference is `.x` (an attribute or method of the value), an index, `len()` / `max()` /
-`min()` / `sum()` / `iter()` ..., iteration, arithmetic or an ordering comparison, of the read or
-of a local bound to it (`a, b = spec_info.a, spec_info.b`). On a None value every one raises; on
-an empty tensor only those that need an element do (`.max()` / `.min()` / `.item()` with no
-dimension, `max()` / `min()`, a constant index). It is guarded when the same function tests the
-value for None (`is None`, `is not None`, its truth) at or before that line (for an empty value,
-also `.numel()` / `len()`), when the branch it is in excludes IDLE, or when the walk from the same
-entry assigns that attribute of `spec_info` / `forward_batch` anywhere (as the contract lint treats
-a backend's own writes: the multi-step draft backends set `spec_info.kv_indptr` before each step).
+A dereference is `.x` (an attribute or method of the value), an index, `len()` / `max()` / `min()` /
+`sum()` / `iter()` / `range()` ..., iteration, arithmetic, an ordering comparison or a torch
+constructor's size (`torch.empty(n)`), of the read, of a local bound to it (`a, b = spec_info.a,
+spec_info.b`), or of the parameter of a same-file callee the read is handed to (`passed`). On a None
+value every one raises; on an empty tensor only those that need an element do (`.max()` / `.min()` /
+`.item()` with no dimension, `max()` / `min()`, a constant index). It is guarded when the same
+function tests the value for None (`is None`, `is not None`, its truth) at or before that line (for
+an empty value, also `.numel()` / `len()`), when the branch it is in excludes IDLE, or when the walk
+from the same entry assigns that attribute of `spec_info` / `forward_batch` anywhere (as the
+contract lint treats a backend's own writes: the multi-step draft backends set `spec_info.kv_indptr`
+before each step).
 """
 
 from __future__ import annotations
