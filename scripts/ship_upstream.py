@@ -93,7 +93,10 @@ def ship_repro(ctx: UpstreamContext, versions: list[str]) -> None:
     out = ASSETS / "upstream_repro"
     shutil.rmtree(out, ignore_errors=True)
     index = reproducers(ctx, versions[-1], out, versions)
-    index["command"] = f"workbench upstream repro --sglang {versions[-1]} --out workbench/assets/upstream_repro"
+    index["command"] = (
+        f"workbench upstream repro --sglang {versions[-1]} --out workbench/assets/upstream_repro "
+        f"--range {' '.join(versions)}"
+    )
     (out / "index.json").write_text(json.dumps(index, indent=1) + "\n")
 
 

@@ -253,3 +253,103 @@ def test_the_0_5_12_draft_pass_none_shape_is_found_and_confirmed_by_replay(tmp_p
     (f,) = [f for f in res["findings"] if f["key"] == key]
     assert (f["read_file"].rsplit("/", 1)[-1], f["deref_line"], f["deref_op"]) == ("triton_backend.py", 333, ".shape")
     assert f["verdict"] == "confirmed" and "'NoneType' object has no attribute 'shape'" in f["verdict_reason"]
+
+
+CALLEE_BACKEND = textwrap.dedent("""
+    class Backend:
+        def init_forward_metadata(self, forward_batch):
+            if forward_batch.forward_mode.is_decode_or_idle():
+                kv_indices = self._scratch(forward_batch.later_none, forward_batch.seq_lens.device)
+                checked = self._checked(forward_batch.later_none)
+        def _scratch(self, required_tokens, device):
+            if self.buf is None or self.buf.numel() < 1:
+                self.buf = torch.empty(required_tokens, dtype=torch.int32, device=device)
+            return self.buf
+        def _checked(self, n):
+            if n is None:
+                return 0
+            return torch.zeros(n)
+""")
+
+
+def _callee_files(backend: str, batch: str = BATCH) -> dict[str, str]:
+    idle_none = "        if ret.forward_mode.is_idle():\n            ret.later_none = None\n        return ret\n"
+    edited = batch.replace("        return ret\n", idle_none).replace(
+        '    positions: "Tensor" = None\n', '    positions: "Tensor" = None\n    later_none: int = None\n', 1
+    )
+    assert edited.count("later_none") == batch.count("later_none") + 2
+    return {**_files(backend), MODES_FILE: edited}
+
+
+def test_a_none_handed_to_a_callee_is_dereferenced_where_the_callee_uses_it() -> None:
+    res = analyse_family(memory_tree(_callee_files(CALLEE_BACKEND), "toy"))
+    (f,) = [f for f in res["findings"] if f["attr"] == "later_none"]
+    assert (f["kind"], f["deref_line"], f["deref_op"]) == (
+        "batch-none-deref",
+        _lines(CALLEE_BACKEND, "self.buf = torch.empty(required_tokens"),
+        "torch.empty() size",
+    )
+    assert f["read_line"] == _lines(CALLEE_BACKEND, "kv_indices = self._scratch") and f["read_function"] == (
+        "Backend._scratch"
+    )
+    assert f["passed"] == f"passed as required_tokens to Backend._scratch at toy_backend.py:{f['read_line']}"
+    # the callee that tests its parameter for None is guarded; so is a caller that tests the field first
+    guarded = CALLEE_BACKEND.replace(
+        "            kv_indices = self._scratch(",
+        "            if forward_batch.later_none is None:\n"
+        "                return\n"
+        "            kv_indices = self._scratch(",
+    )
+    assert guarded != CALLEE_BACKEND
+    assert not [
+        f for f in analyse_family(memory_tree(_callee_files(guarded), "toy"))["findings"] if f["attr"] == "later_none"
+    ]
+
+
+def test_a_parameter_rebound_in_the_callee_is_not_the_caller_s_none() -> None:
+    rebound = CALLEE_BACKEND.replace(
+        "        if self.buf is None", "        required_tokens = 8\n        if self.buf is None"
+    )
+    assert rebound != CALLEE_BACKEND
+    assert not [
+        f for f in analyse_family(memory_tree(_callee_files(rebound), "toy"))["findings"] if f["attr"] == "later_none"
+    ]
+
+
+PADDING = textwrap.dedent("""
+    def prepare_mlp_sync_batch(self):
+        self.later_set = 1
+        if self.forward_mode.is_decode_or_idle():
+            if self.flag:
+                self.later_none = 4
+            elif self.extend_in_batch:
+                self.forward_mode = ForwardMode.EXTEND
+            elif self.seq_lens.shape[0] == 0:
+                self.later_none = 1
+            else:
+                pass
+""")
+PADDED = BATCH.replace(
+    "    def prepare_mlp_sync_batch(self):\n        self.later_set = 1\n", textwrap.indent(PADDING.lstrip("\n"), "    ")
+)
+assert PADDED != BATCH
+
+
+def test_a_none_the_dp_padding_sets_again_on_every_idle_path_is_not_reported() -> None:
+    # seq_lens is empty on the unpadded IDLE batch (prepare_for_idle), so `shape[0] == 0` holds there;
+    # a path that relabels the batch EXTEND hands no IDLE batch on
+    schedule = textwrap.dedent("""
+        class ScheduleBatch:
+            def prepare_for_idle(self):
+                self.seq_lens = torch.empty(0, dtype=torch.int64)
+    """)
+    files = _callee_files(CALLEE_BACKEND, PADDED)
+    files["sglang/srt/managers/schedule_batch.py"] = schedule
+    res = analyse_family(memory_tree(files, "toy"))
+    assert "later_none" not in res["batch_idle_values"]
+    # set again only on some IDLE paths (another branch is not decided by the mode or an empty field): reported
+    partial = PADDED.replace("elif self.seq_lens.shape[0] == 0:", "elif self.other:")
+    files[MODES_FILE] = _callee_files(CALLEE_BACKEND, partial)[MODES_FILE]
+    res = analyse_family(memory_tree(files, "toy"))
+    assert res["batch_idle_values"]["later_none"]["state"] == "None"
+    assert [f["deref_op"] for f in res["findings"] if f["attr"] == "later_none"] == ["torch.empty() size"]

@@ -150,3 +150,54 @@ def test_a_spec_input_type_test_constrains_classes() -> None:
     tree = memory_tree({MODES_FILE: MODES, f"{SPEC_DIR}info.py": spec, f"{ATTN_DIR}b_backend.py": backend})
     got = {(f["spec_class"], f["attr"]) for f in analyse(tree)["findings"]}
     assert got == {("VerifyInput", "verify_only"), ("OtherInput", "other_only")}
+
+
+def test_an_input_installed_as_self_is_installed_for_each_class_that_runs_the_method() -> None:
+    import textwrap
+
+    from upstream_fixtures import MODES_FILE
+
+    from workbench.upstream.sources.trees import memory_tree
+
+    spec = textwrap.dedent("""
+        class SpecInput:
+            def __init__(self, spec_input_type):
+                self.spec_input_type = spec_input_type
+        class VerifyInput(SpecInput):
+            def __init__(self):
+                super().__init__(SpecInputType.VERIFY)
+            def prepare_for_verify(self, batch):
+                batch.spec_info = self
+                batch.forward_mode = ForwardMode.TARGET_VERIFY
+            @staticmethod
+            def not_an_instance(batch, self):
+                batch.spec_info = self
+        class InheritsVerify(VerifyInput):
+            pass
+        class OverridesVerify(VerifyInput):
+            def prepare_for_verify(self, batch):
+                batch.forward_mode = ForwardMode.TARGET_VERIFY
+        class Worker:
+            def verify(self, batch):
+                batch.spec_info = self
+                batch.forward_mode = ForwardMode.TARGET_VERIFY
+    """)
+    backend = textwrap.dedent("""
+        class B:
+            def init_forward_metadata(self, fb):
+                if fb.forward_mode.is_target_verify():
+                    n = fb.spec_info.draft_token_num
+    """)
+    tree = memory_tree({MODES_FILE: MODES, f"{SPEC_DIR}info.py": spec, f"{ATTN_DIR}b_backend.py": backend})
+    result = analyse(tree)
+    installs = {(i["class"], i["install_line"], i["install_function"], tuple(i["modes"])) for i in result["installs"]}
+    line = spec.splitlines().index("        batch.spec_info = self") + 1
+    # the method's own class and the subclass that inherits it; not the one that overrides it, not a
+    # static method's parameter named self, not `self` in a class that is no spec input
+    assert installs == {
+        ("VerifyInput", line, "VerifyInput.prepare_for_verify", ("TARGET_VERIFY",)),
+        ("InheritsVerify", line, "VerifyInput.prepare_for_verify", ("TARGET_VERIFY",)),
+    }
+    assert result["unresolved_installs"] == []
+    got = {(f["spec_class"], f["attr"], f["install_kind"]) for f in result["findings"]}
+    assert got == {("VerifyInput", "draft_token_num", "assign"), ("InheritsVerify", "draft_token_num", "assign")}

@@ -16,26 +16,31 @@ leaves at a default None (and `__init__`/`__post_init__` do not set); for `Forwa
 dataclass fields with default None that `ForwardBatch.init_new` sets neither in `cls(...)` nor
 under a branch an IDLE batch can take, the fields it sets to an empty tensor in such a branch, and
 the `ScheduleBatch.prepare_for_idle` fields set to an empty tensor that `init_new` passes through
-by name (empty on the unpadded IDLE batch only: the DP padding refills them).
+by name (empty on the unpadded IDLE batch only: the DP padding refills them). A field `init_new` sets
+None under IDLE is not None when the DP padding (`prepare_mlp_sync_batch`) sets it again on every path
+an IDLE batch takes (`_padding_sets`).
 
-A dereference is `.x` (an attribute or method of the value), an index, `len()` / `max()` /
-`min()` / `sum()` / `iter()` ..., iteration, arithmetic or an ordering comparison, of the read or
-of a local bound to it (`a, b = spec_info.a, spec_info.b`). On a None value every one raises; on
-an empty tensor only those that need an element do (`.max()` / `.min()` / `.item()` with no
-dimension, `max()` / `min()`, a constant index). It is guarded when the same function tests the
-value for None (`is None`, `is not None`, its truth) at or before that line (for an empty value,
-also `.numel()` / `len()`), when the branch it is in excludes IDLE, or when the walk from the same
-entry assigns that attribute of `spec_info` / `forward_batch` anywhere (as the contract lint treats
-a backend's own writes: the multi-step draft backends set `spec_info.kv_indptr` before each step).
+A dereference is `.x` (an attribute or method of the value), an index, `len()` / `max()` / `min()` /
+`sum()` / `iter()` / `range()` ..., iteration, arithmetic, an ordering comparison or a torch
+constructor's size (`torch.empty(n)`), of the read, of a local bound to it (`a, b = spec_info.a,
+spec_info.b`), or of the parameter of a same-file callee the read is handed to (`passed`). On a None
+value every one raises; on an empty tensor only those that need an element do (`.max()` / `.min()` /
+`.item()` with no dimension, `max()` / `min()`, a constant index). It is guarded when the same
+function tests the value for None (`is None`, `is not None`, its truth) at or before that line (for
+an empty value, also `.numel()` / `len()`), when the branch it is in excludes IDLE, or when the walk
+from the same entry assigns that attribute of `spec_info` / `forward_batch` anywhere (as the
+contract lint treats a backend's own writes: the multi-step draft backends set `spec_info.kv_indptr`
+before each step).
 """
 
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
 from ..sources.trees import SourceTree
 from .lint import ATTN_DIR, MODES_FILE, RUNNER_DIR, SPEC_DIR, _reaches, analyse, backend_name
-from .modes import ForwardModes, parse_forward_modes, predicate_call
+from .modes import ForwardModes, mode_names, parse_forward_modes, predicate_call
 from .reads import ENTRY, Ctx, FileScanner, is_spec
 
 KINDS = ("none-deref", "batch-none-deref", "runner-none-deref")
@@ -43,7 +48,23 @@ SCHEDULE_FILE = "sglang/srt/managers/schedule_batch.py"
 BATCH_CLASS = "ForwardBatch"
 _EMPTY_CTORS = ("empty", "zeros", "ones", "full", "tensor", "randn", "arange")
 _REDUCE = ("max", "min", "item", "amax", "amin", "argmax", "argmin")
-_BUILTIN_DEREF = ("len", "max", "min", "sum", "iter", "list", "tuple", "sorted", "enumerate", "zip", "int", "float")
+_BUILTIN_DEREF = (
+    "len",
+    "max",
+    "min",
+    "sum",
+    "iter",
+    "list",
+    "tuple",
+    "sorted",
+    "enumerate",
+    "zip",
+    "int",
+    "float",
+    "range",
+)
+# torch constructors whose size argument raises on None (`torch.empty(None)`: TypeError)
+_SIZE_CTORS = ("empty", "zeros", "ones", "full", "rand", "randn", "arange")
 
 
 def is_batch(node: ast.expr) -> bool:
@@ -258,11 +279,16 @@ def batch_idle_values(tree: SourceTree, fm: ForwardModes | None) -> dict[str, di
     for a, line in none_fields.items():
         if a not in given and a not in set_idle:
             out[a] = {"state": "None", "how": "dataclass default None, not set by init_new in IDLE", "line": line}
+    schedule_empty = _idle_schedule_empty(tree)
+    empty_before_padding = {a for a in schedule_empty if isinstance(given.get(a), ast.Attribute)}
+    refilled = _padding_sets(node, fm, empty_before_padding)
     for a, v in set_idle.items():
         st = _state(v) if v is not None else None
+        if st == "None" and a in refilled:
+            continue  # the DP padding sets it again on every IDLE path before the metadata runs
         if st:
             out[a] = {"state": st, "how": f"ret.{a} = {ast.unparse(v)[:60]} in init_new under IDLE", "line": v.lineno}
-    for a, line in _idle_schedule_empty(tree).items():
+    for a, line in schedule_empty.items():
         v = given.get(a)
         if a not in out and isinstance(v, ast.Attribute) and v.attr == a and a not in set_idle:
             out[a] = {
@@ -274,6 +300,97 @@ def batch_idle_values(tree: SourceTree, fm: ForwardModes | None) -> dict[str, di
     for v in out.values():
         v.setdefault("file", MODES_FILE)
     return out
+
+
+PADDING = "prepare_mlp_sync_batch"  # the DP padding: the only path that hands an IDLE batch to the metadata
+
+
+def _idle_test(test: ast.expr, fm: ForwardModes, empty: set[str]) -> bool | None:
+    """Whether a test holds on an IDLE batch before its padding: a forward-mode predicate (and / or /
+    not of them), or `self.<f>.shape[0] == 0` / `len(self.<f>) == 0` / `self.<f>.numel() == 0` of a
+    field empty on that batch; None when it depends on anything else."""
+    if isinstance(test, ast.BoolOp):
+        parts = [_idle_test(v, fm, empty) for v in test.values]
+        decisive = isinstance(test.op, ast.Or)  # an Or is decided by a true part, an And by a false one
+        if decisive in parts:
+            return decisive
+        return (not decisive) if all(p is not None for p in parts) else None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _idle_test(test.operand, fm, empty)
+        return None if inner is None else not inner
+    pred = predicate_call(test)
+    if pred is not None:
+        acc = fm.accepts(*pred)
+        return None if acc is None else "IDLE" in acc
+    if (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.Eq, ast.NotEq))
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == 0
+    ):
+        size = test.left
+        field = None
+        if isinstance(size, ast.Subscript) and isinstance(size.value, ast.Attribute) and size.value.attr == "shape":
+            field = size.value.value
+        elif isinstance(size, ast.Call) and getattr(size.func, "id", None) == "len" and size.args:
+            field = size.args[0]
+        elif isinstance(size, ast.Call) and getattr(size.func, "attr", None) == "numel":
+            field = size.func.value
+        if isinstance(field, ast.Attribute) and getattr(field.value, "id", "") == "self" and field.attr in empty:
+            return isinstance(test.ops[0], ast.Eq)
+    return None
+
+
+_ALL = frozenset({"*"})  # a path that raises or relabels the batch: no IDLE batch reaches the metadata on it
+
+
+def _leaves_idle(value: ast.expr) -> bool:
+    """`ForwardMode.X` with X not IDLE (`self.forward_mode = ForwardMode.EXTEND`: the batch is no longer IDLE)."""
+    names = mode_names(value)
+    return bool(names) and "IDLE" not in names
+
+
+def _must_set(body: list[ast.stmt], fm: ForwardModes, empty: set[str]) -> frozenset:
+    """The `self.<f>` fields every path of `body` an IDLE batch takes assigns (a path that raises, or
+    that relabels the batch to another forward mode, counts as assigning all: it hands no IDLE batch to
+    the metadata; a return ends the path)."""
+    done: set[str] = set()
+    for stmt in body:
+        if isinstance(stmt, ast.Raise):
+            return _ALL
+        if isinstance(stmt, ast.Return):
+            return frozenset(done)
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            for t in targets:
+                for e in t.elts if isinstance(t, ast.Tuple) else [t]:
+                    if isinstance(e, ast.Attribute) and getattr(e.value, "id", "") == "self":
+                        if e.attr == "forward_mode" and stmt.value is not None and _leaves_idle(stmt.value):
+                            return _ALL
+                        done.add(e.attr)
+        elif isinstance(stmt, ast.If):
+            holds = _idle_test(stmt.test, fm, empty)
+            yes = _must_set(stmt.body, fm, empty) if holds is not False else _ALL
+            no = _must_set(stmt.orelse, fm, empty) if holds is not True else _ALL
+            both = yes & no if _ALL not in (yes, no) else (no if yes == _ALL else yes)
+            if both == _ALL:
+                return _ALL
+            done |= both
+        elif isinstance(stmt, (ast.With, ast.Try)):
+            inner = _must_set(stmt.body, fm, empty)
+            if inner == _ALL:
+                return _ALL
+            done |= inner
+    return frozenset(done)
+
+
+def _padding_sets(cls: ast.ClassDef, fm: ForwardModes, empty: set[str]) -> set[str]:
+    """The fields `ForwardBatch.prepare_mlp_sync_batch` (the DP padding) sets on every path an IDLE
+    batch takes (`empty`: the fields empty on that batch, which decide its `shape[0] == 0` tests)."""
+    func = next((m for m in cls.body if isinstance(m, ast.FunctionDef) and m.name == PADDING), None)
+    got = _must_set(func.body, fm, empty) if func is not None else frozenset()
+    return set() if got == _ALL else set(got)
 
 
 def _idle_schedule_empty(tree: SourceTree) -> dict[str, int]:
@@ -315,14 +432,39 @@ class DerefScanner(FileScanner):
         return self.derefs
 
     def _target(self, node: ast.AST, ctx: Ctx, where: str) -> tuple | None:
+        """(receiver, attribute, read line, passed as) of a read, of a local bound to one, or of a
+        parameter the caller handed one to (`passed as`: where, else None)."""
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
             if is_spec(node.value, ctx.aliases):
-                return ("spec", node.attr, node.lineno)
+                return ("spec", node.attr, node.lineno, None)
             if is_batch(node.value) and node.attr != "spec_info":
-                return ("batch", node.attr, node.lineno)
+                return ("batch", node.attr, node.lineno, None)
         if isinstance(node, ast.Name):
-            return self._alias.get(where, {}).get(node.id)
+            local = self._alias.get(where, {})
+            if node.id in local:
+                return local[node.id]
+            return dict(ctx.bound).get(node.id)
         return None
+
+    def _enter(self, call: ast.Call, target: ast.FunctionDef, owner: str | None, ctx: Ctx, where: str) -> None:
+        """Walk a callee with each of its parameters the caller hands a read to bound to that read
+        (a None passed on is dereferenced where the callee uses it); the caller's bindings stay behind."""
+        a = target.args
+        params = [x.arg for x in [*a.posonlyargs, *a.args]]
+        if owner is not None and params[:1] in (["self"], ["cls"]):
+            params = params[1:]
+        passed = [(p, v) for p, v in zip(params, call.args, strict=False) if not isinstance(v, ast.Starred)]
+        kwonly = {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
+        passed += [(k.arg, k.value) for k in call.keywords if k.arg in kwonly]
+        name = f"{owner}.{target.name}" if owner else target.name
+        bound = []
+        for param, value in passed:
+            t = self._target(value, ctx, where)
+            if t is not None and self._checked.get(where, {}).get((t[0], t[1], "none"), 10**9) > call.lineno:
+                via = f"passed as {param} to {name} at {self.fname.rsplit('/', 1)[-1]}:{call.lineno}"
+                bound.append((param, (t[0], t[1], t[2], t[3] or via)))
+        self._alias.pop(name, None)
+        self._func(owner, target, replace(ctx, bound=frozenset(bound)), owner or "")
 
     def _check(self, t: tuple | None, what: str, line: int, where: str) -> None:
         if t is not None:
@@ -355,10 +497,7 @@ class DerefScanner(FileScanner):
                 if isinstance(name, ast.Name):
                     found = self._target(v, ctx, where)
                     local = self._alias.setdefault(where, {})
-                    if found is not None:
-                        local[name.id] = found
-                    else:
-                        local.pop(name.id, None)
+                    local[name.id] = found  # None: rebound to another value (a parameter's binding too)
         return out
 
     def _expr(self, node: ast.expr, ctx: Ctx, cname: str | None, where: str):
@@ -386,6 +525,13 @@ class DerefScanner(FileScanner):
                     self._check(t, "empty", line, where)
                 empty = f.attr == "item" or (f.attr in _REDUCE and not node.args and not node.keywords)
                 self._deref(t, f".{f.attr}()", line, empty, ctx, where)
+                if f.attr in _SIZE_CTORS and getattr(f.value, "id", None) == "torch":
+                    size = node.args[:1] or [k.value for k in node.keywords if k.arg in ("size", "end")]
+                    for arg in size:
+                        for part in arg.elts if isinstance(arg, (ast.Tuple, ast.List)) else [arg]:
+                            self._deref(
+                                self._target(part, ctx, where), f"torch.{f.attr}() size", line, False, ctx, where
+                            )
             elif isinstance(f, ast.Name) and f.id in _BUILTIN_DEREF and node.args:
                 t = self._target(node.args[0], ctx, where)
                 if t is not None and f.id == "len":
@@ -420,6 +566,7 @@ class DerefScanner(FileScanner):
                 )
                 <= line,
                 "function": where,
+                "passed": t[3],
                 "code": self.lines[line - 1].strip() if 0 < line <= len(self.lines) else "",
                 "modes": None if ctx.modes is None else sorted(ctx.modes),
                 "only": [list(o) for o in ctx.only],
@@ -532,6 +679,7 @@ def analyse_family(tree: SourceTree, base: dict | None = None) -> dict:
                         "read_file": fname,
                         "read_line": d["read_line"],
                         "read_function": d["function"],
+                        "passed": d["passed"],
                         "deref_line": d["line"],
                         "deref_op": d["op"],
                         "deref_code": d["code"],

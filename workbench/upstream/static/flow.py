@@ -1,17 +1,18 @@
 """Where spec-input objects flow: from a construction to the expression that installs it.
 
 A value is a set of origins: a spec-input construction (`Cls(...)`, `Cls.create_idle_input(...)`,
-`cls(...)` in a classmethod, a factory) with the steps it took to get where it is used: returned
-by a function (any depth) and bound by its caller, held in a local, chosen from a dict literal or
-a conditional expression, returned in a tuple and unpacked (`x, ok = f()`: each name may hold any
-element), copied by `dataclasses.replace` / `copy.copy`, passed as a parameter (`Param`
-markers, resolved by the caller), or read as the field of a result object the flow sees built
-(`out = self.verify(b); out.draft_extend_input`: the value `C(draft_extend_input=v)` / `cls(...)`
-gave it, by keyword, `__init__` parameter or dataclass position, or a `out.draft_extend_input = v`
-patch before `out` is returned). Not followed: an input stored in an attribute of an object the
-flow does not see built and read back elsewhere (`result.next_draft_input = x`, installed by the
-scheduler next round from a parameter): a flow through every such field joins every worker's
-result into every install and buries the findings in noise.
+`cls(...)` in a classmethod, a factory) with the steps it took to get where it is used: returned by
+a function (any depth) and bound by its caller, held in a local, chosen from a dict literal or a
+conditional expression, `self` in a spec input's own method (`batch.spec_info = self`: an instance
+of each spec-input class that runs that method), returned in a tuple and unpacked (`x, ok = f()`:
+each name may hold any element), copied by `dataclasses.replace` / `copy.copy`, passed as a
+parameter (`Param` markers, resolved by the caller), or read as the field of a result object the
+flow sees built (`out = self.verify(b); out.draft_extend_input`: the value `C(draft_extend_input=v)`
+/ `cls(...)` gave it, by keyword, `__init__` parameter or dataclass position, or a
+`out.draft_extend_input = v` patch before `out` is returned). Not followed: an input stored in an
+attribute of an object the flow does not see built and read back elsewhere (`result.next_draft_input
+= x`, installed by the scheduler next round from a parameter): a flow through every such field joins
+every worker's result into every install and buries the findings in noise.
 Calls resolve as `program.Index` says (types read from the sources, else by name): an
 over-approximation, more flow, never less. Loads of `.spec_info` itself are opaque (an installed
 input moving on is not a new install).
@@ -55,6 +56,10 @@ class Param:
 class Program(Index):
     """`Index` plus the values expressions carry (see the module docstring)."""
 
+    def __init__(self, files: dict[str, str], spec_classes: dict[str, dict]):
+        super().__init__(files, spec_classes)
+        self._selfs: dict[tuple[str, str], frozenset] = {}
+
     # -- values ---------------------------------------------------------------------------
     def value(self, expr: ast.expr | None, where: Func, bind: str | None = None, depth: int = 0) -> frozenset:
         """Origins (and `Param`s of `where`) the expression may evaluate to."""
@@ -70,6 +75,8 @@ class Program(Index):
         if isinstance(e, ast.Call):
             return self._call(e, where, bind, depth)
         if isinstance(e, ast.Name):
+            if e.id == "self" and "self" not in where.locals:
+                return set(self._self_origins(where))
             if e.id in where.locals:
                 out: set = set()
                 for v in where.locals[e.id]:
@@ -142,6 +149,25 @@ class Program(Index):
                 else:
                     out.add(o.step(f"returned by {callee.qualname}"))
         return out
+
+    def _self_origins(self, where: Func) -> frozenset:
+        """What `self` may be in an instance method of a spec input (or of a base it inherits the
+        method from): an instance of every spec-input class whose lookup of the method lands on
+        `where` (a subclass that overrides it runs its own). Empty outside such a method."""
+        a = where.node.args
+        first = [x.arg for x in [*a.posonlyargs, *a.args]][:1]
+        if where.owner is None or where.is_classmethod or first != ["self"]:
+            return frozenset()
+        if any(getattr(d, "id", None) == "staticmethod" for d in where.node.decorator_list):
+            return frozenset()
+        key = (where.file, where.qualname)
+        if key not in self._selfs:
+            self._selfs[key] = frozenset(
+                Origin(c, f"self in {where.qualname}", where.file, where.node.lineno, False)
+                for c in sorted(self.spec)
+                if self.method(c, where.name) is where
+            )
+        return self._selfs[key]
 
     # -- fields of result objects ------------------------------------------------------------
     def _field(self, e: ast.Attribute, where: Func, bind: str | None, depth: int) -> set:

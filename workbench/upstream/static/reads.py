@@ -33,6 +33,7 @@ class Ctx:
     has: frozenset = frozenset()  # attributes known to exist (guards)
     only: tuple = ()  # class constraints: ("isinstance", C, bool) | ("pred", name, bool) | ("type", X, bool)
     aliases: frozenset = frozenset()
+    bound: frozenset = frozenset()  # (parameter, what the caller passed): the family's values handed to a callee
 
 
 @dataclass
@@ -258,7 +259,11 @@ class FileScanner:
             facts.true_only.append(("pred", func.attr, True))
             facts.false_only.append(("pred", func.attr, False))
         for target, owner in self._callees(func, cname):
-            self._func(owner, target, ctx, owner or "")
+            self._enter(node, target, owner, ctx, where)
+
+    def _enter(self, call: ast.Call, target: ast.FunctionDef, owner: str | None, ctx: Ctx, where: str) -> None:
+        """Walk a callee of `call` (made in `where`) under the caller's context."""
+        self._func(owner, target, ctx, owner or "")
 
     def _callees(self, func: ast.expr, cname: str | None) -> list[tuple[ast.FunctionDef, str | None]]:
         out = []

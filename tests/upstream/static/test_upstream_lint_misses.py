@@ -1,0 +1,89 @@
+"""The lint's and the family's known misses, each on the real release file where real code confirmed it
+(the oracle's mutants, `workbench upstream recall --oracle`), and the false positive real code refuted.
+
+Network: each needs the release's wheel (cached under ~/.cache/eagle-workbench once fetched); the
+synthetic versions of each rule are in test_upstream_lint.py and test_upstream_family.py."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from workbench.upstream.context import UpstreamContext, quiet
+from workbench.upstream.sources.trees import release_tree
+from workbench.upstream.static.family import analyse_family
+from workbench.upstream.static.lint import MODES_FILE, analyse
+from workbench.upstream.static.recall import _removal
+from workbench.upstream.static.site_mutants import set_batch_idle_none
+
+pytestmark = [
+    pytest.mark.network,
+    pytest.mark.skipif(
+        os.environ.get("WB_NETWORK_TESTS") != "1", reason="network test: needs the release's wheel; WB_NETWORK_TESTS=1"
+    ),
+    pytest.mark.timeout(900),
+]
+CTX = UpstreamContext(log=quiet)
+ATTN = "sglang/srt/layers/attention/"
+
+
+def _batch_none(version: str, attr: str) -> dict:
+    """The family of `version` with `ForwardBatch.init_new` leaving `attr` None on IDLE (the oracle's mutant)."""
+    tree = release_tree(CTX, version)
+    mutated = tree.with_changes({MODES_FILE: set_batch_idle_none(tree.files[MODES_FILE], MODES_FILE, attr)})
+    return analyse_family(mutated)
+
+
+def _at(findings: list[dict], attr: str, spec_class: str, path: str, line: int) -> list[dict]:
+    return [
+        f
+        for f in findings
+        if f["attr"] == attr and f["spec_class"] == spec_class and f["read_file"] == path and f["read_line"] == line
+    ]
+
+
+def test_0_5_14_dflash_verify_input_installed_as_self() -> None:
+    """`batch.spec_info = self` in `DFlashVerifyInput.prepare_for_verify` (dflash_info.py:65) is its
+    TARGET_VERIFY install; the replay confirmed `custom_mask` removed from it at triton_backend.py:701 and
+    `spec_input_type` removed at flashinfer_backend.py:1721 (the `== SpecInputType.DFLASH_VERIFY` test)."""
+    tree = release_tree(CTX, "0.5.14")
+    installs = analyse(tree, paths=False)["installs"]
+    mine = [i for i in installs if i["class"] == "DFlashVerifyInput" and i["install_line"] == 65]
+    # `batch.forward_mode = ForwardMode.IDLE if batch.forward_mode.is_idle() else ForwardMode.TARGET_VERIFY`
+    assert [(i["install_file"], i["install_function"], i["modes"]) for i in mine] == [
+        ("sglang/srt/speculative/dflash_info.py", "DFlashVerifyInput.prepare_for_verify", ["IDLE", "TARGET_VERIFY"])
+    ]
+    for attr, path, line in (
+        ("custom_mask", f"{ATTN}triton_backend.py", 701),
+        ("spec_input_type", f"{ATTN}flashinfer_backend.py", 1721),
+    ):
+        mutated = tree.with_changes(_removal(tree, "DFlashVerifyInput", attr, {}))
+        hits = _at(analyse(mutated, paths=False)["findings"], attr, "DFlashVerifyInput", path, line)
+        assert [h["mode"] for h in hits] == ["TARGET_VERIFY"], (attr, hits)
+        assert hits[0]["install_line"] == 65
+
+
+def test_0_5_23_seq_lens_sum_none_handed_to_torch_empty_in_a_callee() -> None:
+    """`forward_batch.seq_lens_sum` None on IDLE, passed to `_get_kv_indices_scratch` (aiter_backend.py:2072)
+    and used as `torch.empty`'s size there (aiter_backend.py:1304): the replay raised TypeError there."""
+    fam = _batch_none("0.5.23", "seq_lens_sum")
+    hits = [
+        f
+        for f in fam["findings"]
+        if f["attr"] == "seq_lens_sum" and f["read_file"] == f"{ATTN}aiter_backend.py" and f["deref_line"] == 1304
+    ]
+    assert hits and {h["deref_op"] for h in hits} == {"torch.empty() size"}
+    assert {h["read_function"] for h in hits} == {"AiterAttnBackend._get_kv_indices_scratch"}
+    assert 2072 in {h["read_line"] for h in hits} and all("passed as required_tokens" in h["passed"] for h in hits)
+
+
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.23"])
+def test_batch_size_none_is_set_again_by_the_dp_padding(version: str) -> None:
+    """`batch_size` None on IDLE is not reported: `prepare_mlp_sync_batch` sets it on every path an IDLE
+    batch takes before the padding (the replay ran the metadata clean on trtllm_mha, triton, intel_amx)."""
+    fam = _batch_none(version, "batch_size")
+    assert "batch_size" not in fam["batch_idle_values"]
+    assert [f for f in fam["findings"] if f["attr"] == "batch_size"] == []
+    # the same rule keeps a field the padding sets on some IDLE paths only
+    assert _batch_none(version, "seq_lens_sum")["batch_idle_values"]["seq_lens_sum"]["state"] == "None"
