@@ -195,25 +195,26 @@ def recall() -> list[str]:
 
 
 def oracle_recall() -> list[str]:
+    d = _load("upstream_oracle_recall.json")
     rows = []
-    for run in _load("upstream_oracle_recall.json")["runs"]:
-        for v, r in run["releases"].items():
-            for kind, x in r.get("kinds", {}).items():
-                rows.append(
-                    [
-                        v,
-                        "real backends" if "--real-backends" in run["command"] else "all",
-                        kind,
-                        x.get("run"),
-                        x.get("confirmed"),
-                        x.get("refuted"),
-                        x.get("undecided"),
-                        _f(x.get("recall")),
-                        _f(x.get("precision")),
-                    ]
-                )
-    head = ["release", "sample", "kind", "run", "confirmed", "refuted", "undecided", "recall", "precision"]
-    return _table(head, rows)
+    for v, r in d["releases"].items():
+        for kind, x in r.get("kinds", {}).items():
+            rows.append(
+                [
+                    v,
+                    f"`{kind}`",
+                    r["sites"][kind],
+                    r["population"][kind],
+                    r["runnable"][kind],
+                    f"{x['run']}: {x['confirmed']} / {x['refuted']} / {x['undecided']}",
+                    x["reported"],
+                    _f(x.get("recall")),
+                    _f(x.get("precision")),
+                ]
+            )
+    head = ["release", "kind", "sites", "mutants (built)", "runnable"]
+    head += ["run: confirmed / refuted / undecided", "reported", "recall", "precision"]
+    return [f"Sampling: {d['sampling']}; run {_duration(d['run_s'])}.", "", *_table(head, rows)]
 
 
 def findings() -> list[str]:

@@ -186,7 +186,9 @@ def _run_once(ctx, case: dict, backend_cls: type, bundle: dict | None, out: dict
         out["stage"] = "spec_info"
         spec, out["built_by"] = build(ctx, case["spec_module"], case["spec_class"], mode == "IDLE", shape, out)
         out["stage"] = "batch"
-        batch, out["notes"] = make_batch(ctx, mode, kind, spec, shape, bundle, case.get("batch_none") or [])
+        batch, out["notes"] = make_batch(
+            ctx, mode, kind, spec, shape, bundle, case.get("batch_none") or [], case.get("batch_none_after") or []
+        )
     if case.get("trace"):
         batch.spec_info = SpecProxy(spec)
     out["batch"] = {

@@ -36,9 +36,15 @@ def _raised_at(exc: BaseException) -> str | None:
     return at
 
 
-class _Model:
+class StandInModel:
+    """The model stand-in of the replay's runner: no layers (no weights are loaded); ``forward``
+    returns None (nothing after the metadata is replayed)."""
+
     def forward(self, *args, **kwargs):
         return None
+
+    def modules(self):
+        return iter(())
 
 
 def idle_path():
@@ -74,7 +80,7 @@ def run_idle(runner, backend, batch) -> dict:
 
     backend.init_forward_metadata = spy
     for key, value in (
-        ("model", _Model()),
+        ("model", StandInModel()),
         ("support_pp", False),
         ("device_timer", None),
         ("_pp_kwargs", lambda pp=None: {}),
