@@ -358,6 +358,7 @@ def test_the_run_replays_each_mutant_once_and_reuses_the_cache(monkeypatch: pyte
     chunks: list[int] = []
     monkeypatch.setattr(oracle, "replay", stand_in_replay)
     monkeypatch.setattr(oracle, "replay_mutants", _pooled(stand_in_replay, chunks))
+    monkeypatch.setattr(oracle, "POOL_CHUNK", 4)
     tree = toy_tree(with_field=True)
     tree.release = "0.5.14"
     cache: dict = {}

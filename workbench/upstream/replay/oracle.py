@@ -57,7 +57,7 @@ from ..static.site_mutants import KINDS, SiteMutant, build_mutants, sample
 from .front import replay
 from .oracle_pool import replay_mutants
 
-POOL_CHUNK = 8  # mutants per release interpreter (`oracle_pool`): the cache is saved after each
+POOL_CHUNK = 40  # mutants per release interpreter (`oracle_pool`): the cache is saved after each
 
 
 def _outcome(run: dict) -> str:

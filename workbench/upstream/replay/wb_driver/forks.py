@@ -30,10 +30,14 @@ import os
 import signal
 import sys
 import time
+import traceback
 
 from ...in_release.result_channel import write
 
 PRELOAD = ("torch", "triton", "transformers", "numpy")
+# module-level registries the release's modules add themselves to when imported (a second add raises):
+# dropped with a module that imports one, so the re-imported modules register into a new one
+REGISTRIES = ("sglang.srt.utils.invariants",)
 # the release's modules the driver's set-up and the triton backend import: loaded once in the parent;
 # a child drops those that import an edited module, directly or not (`dependents`), and re-imports them
 PRELOAD_SGLANG = (
@@ -92,13 +96,15 @@ def _executed_imports(tree: ast.Module):
         n = todo.pop()
         if isinstance(n, (ast.Import, ast.ImportFrom)):
             yield n
+        elif isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test):
+            todo.extend(n.orelse)  # `if TYPE_CHECKING:` never runs
         elif not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             todo.extend(c for c in ast.iter_child_nodes(n) if isinstance(c, ast.stmt))
 
 
 def imports_of(name: str, module) -> set[str]:
     """The sglang modules a loaded module imports when it is imported (its top level, class bodies,
-    `if` / `try` blocks, its `TYPE_CHECKING` block: more than it may have run, never less), relative
+    `if` / `try` blocks but `if TYPE_CHECKING:`: more than it may have run, never less), relative
     imports resolved."""
     path = getattr(module, "__file__", None)
     if not path or not path.endswith(".py"):
@@ -138,12 +144,16 @@ def dependents(modules: dict, edited: set[str], graph: dict[str, set[str]]) -> s
     return out
 
 
-def _drop(names: set[str]) -> None:
-    """Forget the loaded modules `names` but packages (a package stays: its submodules' imports look
-    it up; what its `__init__` bound is kept), and the attributes their packages hold for them
-    (`from pkg import mod` reads the attribute before it imports)."""
+def _drop(names: set[str]) -> list[str]:
+    """Forget the loaded modules `names` but packages, and the attributes their packages hold for them
+    (`from pkg import mod` reads the attribute before it imports); the packages among `names` that
+    have code, deepest first, to run again (`importlib.reload`: a package stays in place, its
+    submodules' imports look it up, and what it binds must be the re-imported modules' objects)."""
+    packages = []
     for name in names:
         if hasattr(sys.modules.get(name), "__path__"):
+            if getattr(sys.modules[name], "__file__", None):
+                packages.append(name)
             continue
         sys.modules.pop(name, None)
         parent, _, leaf = name.rpartition(".")
@@ -153,15 +163,26 @@ def _drop(names: set[str]) -> None:
                 delattr(holder, leaf)
             except AttributeError:
                 pass
+    return sorted(packages, key=lambda n: -n.count("."))
 
 
-def _child(cfg: dict, job: dict, graph: dict[str, set[str]]) -> None:
-    """In the forked child: the modules that see an edited file dropped, the overlay, then the
-    ordinary driver on the job's cases."""
+def _child(cfg: dict, job: dict, graph: dict[str, set[str]], fresh: bool) -> None:
+    """In the forked child: the modules that see an edited file dropped (`fresh`: every sglang module,
+    packages too), the overlay, then the ordinary driver on the job's cases."""
     sys.dont_write_bytecode = True
     edited = {p[:-3].replace("/", ".") for p in job.get("changes") or {}}
-    _drop(dependents(sys.modules, edited, graph))
+    if fresh:
+        for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
+            del sys.modules[name]
+    else:
+        dropped = dependents(sys.modules, edited, graph)
+        # a registry an imported module adds itself to is emptied with it (re-imported), so the
+        # modules imported again do not register twice
+        dropped |= {r for r in REGISTRIES if r in sys.modules and any(r in graph.get(d, ()) for d in dropped)}
+    packages = [] if fresh else _drop(dropped)
     sys.meta_path.insert(0, Overlay(cfg["src_root"], job.get("changes") or {}))
+    for name in packages:
+        importlib.reload(sys.modules[name])
     path = job["result_path"] + ".cfg.json"
     with open(path, "w") as f:
         json.dump({"cases": job["cases"], "src_root": cfg["src_root"], "result_path": job["result_path"]}, f)
@@ -188,6 +209,36 @@ def _wait(pid: int, limit_s: float) -> tuple[str, int | None]:
     return "deadline", None
 
 
+def _fork(cfg: dict, job: dict, graph: dict[str, set[str]], fresh: bool) -> tuple[str, int | None]:
+    """Run one job in a forked child under its limit; how it ended (`_wait`)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            _child(cfg, job, graph, fresh)
+        except BaseException:  # noqa: BLE001 - the child must never return into the parent's loop
+            traceback.print_exc()
+            code = 3
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    return _wait(pid, float(job.get("limit_s") or cfg.get("job_limit_s") or 600))
+
+
+def _setup_failed(path: str) -> bool:
+    """Whether the child's driver result says its set-up (imports, server args, pools), not a case,
+    failed, or there is none (the child failed before its driver ran)."""
+    try:
+        with open(path) as f:
+            res = json.load(f)
+    except (OSError, ValueError):
+        return True  # no result: the child failed before its driver wrote one
+    return res.get("status") == "error" and res.get("stage") not in ("cases", "done")
+
+
 def main() -> None:
     with open(sys.argv[1]) as fh:
         cfg = json.load(fh)
@@ -202,27 +253,18 @@ def main() -> None:
     records = []
     for job in cfg["jobs"]:
         start = time.monotonic()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            code = 0
-            try:
-                _child(cfg, job, graph)
-            except BaseException:  # noqa: BLE001 - the child must never return into the parent's loop
-                code = 3
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        how, status = _wait(pid, float(job.get("limit_s") or cfg.get("job_limit_s") or 600))
-        records.append(
-            {
-                "name": job["name"],
-                "ended": how,
-                "exit_code": os.waitstatus_to_exitcode(status) if status is not None else None,
-                "wall_s": round(time.monotonic() - start, 2),
-            }
+        how, status = _fork(cfg, job, graph, fresh=False)
+        rec = {"name": job["name"], "fresh": False}
+        if how == "exited" and _setup_failed(job["result_path"]):
+            # the set-up failed on the parent's modules (a registry REGISTRIES does not name?): the job
+            # again with every sglang module imported afresh; its own failure, if any, stands
+            how, status = _fork(cfg, job, graph, fresh=True)
+            rec["fresh"] = True
+        rec.update(
+            ended=how,
+            exit_code=os.waitstatus_to_exitcode(status) if status is not None else None,
+            wall_s=round(time.monotonic() - start, 2),
         )
+        records.append(rec)
         write(cfg["result_path"], {"status": "running", "preloaded": preloaded, "jobs": records})
     write(cfg["result_path"], {"status": "ok", "preloaded": preloaded, "jobs": records})
