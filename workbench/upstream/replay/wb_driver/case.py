@@ -193,8 +193,9 @@ def _run_once(ctx, case: dict, backend_cls: type, bundle: dict | None, out: dict
         batch.spec_info = SpecProxy(spec)
     out["batch"] = {
         "kind": kind,
-        "seq_lens": batch.seq_lens.tolist(),
-        "req_pool_indices": batch.req_pool_indices.tolist(),
+        # None after the padding (an oracle mutant's `batch_none_after`): recorded as None
+        "seq_lens": None if batch.seq_lens is None else batch.seq_lens.tolist(),
+        "req_pool_indices": None if batch.req_pool_indices is None else batch.req_pool_indices.tolist(),
         "batch_size": batch.batch_size,
         "req_to_token_rows": {str(r): list(slots) for r, slots in rows.items()},
     }
