@@ -310,6 +310,14 @@ def test_the_idle_runner_path_and_the_stand_ins_are_judged() -> None:
     # a None handed to a GPU library stand-in: the stand-in cannot say what the library does with it
     assert oracle.judge_case(b, run, _rec("completed", entered=entered, library_passed=[]))[0] == "blocked"
     assert oracle.judge_case(b, run, _rec("completed", entered=entered, library_passed=handed))[0] == "clean"
+    # a runner field None after the padding handed to the model stand-in: the stand-in cannot say either
+    p = _by_name(build_mutants(tree))["eager_runner.py seq_lens: None after the DP padding (_pad_inputs_to_size)"]
+    ran = [f"{at.rsplit(':', 1)[0]}:EagerRunner._execute_idle"]
+    model = _rec("completed", entered=ran, library_passed=["model stand-in forward at x.py:3 [None: 0]"])
+    got = oracle.judge_case(
+        p, model, _rec("completed", entered=ran, library_passed=["model stand-in forward at x.py:3"])
+    )
+    assert got[0] == "blocked" and "None handed to a stand-in" in got[1]
 
 
 def test_figures_recall_precision_and_unreachable() -> None:
@@ -445,6 +453,16 @@ def test_oracle_recall_on_a_real_release_subset(tmp_path) -> None:
     assert {k: v["run"] for k, v in rel["kinds"].items()} == want
     assert all(m["oracle"] in ("confirmed", "refuted", "undecided") and m["oracle_reason"] for m in rel["mutants"])
     assert len(res["cache"]) == sum(want.values())
+
+
+def test_the_model_stand_in_lists_its_calls_with_the_none_arguments() -> None:
+    from workbench.upstream.in_release import stubs
+    from workbench.upstream.replay.wb_driver.idle import StandInModel
+
+    stubs.STATE.passed.clear()
+    assert StandInModel().forward(None, 3, forward_batch=None) is None
+    assert len(stubs.STATE.passed) == 1 and stubs.STATE.passed[0].endswith("[None: 0, forward_batch]")
+    stubs.STATE.passed.clear()
 
 
 def test_a_stand_in_answers_a_flag_from_its_constructor_keyword() -> None:

@@ -120,7 +120,7 @@ def judge_case(m: SiteMutant, case: dict | None, base: dict | None) -> tuple[str
         if brun is not None and brun.get("outcome") not in ("completed", "not called"):
             return "blocked", f"{batch}: the release itself ended {_outcome(brun)}"
         if m.op in ("idle None", "padded None") and _new_nones(run, brun):
-            return "blocked", f"{batch}: None handed to a GPU library stand-in: {'; '.join(_new_nones(run, brun))}"
+            return "blocked", f"{batch}: None handed to a stand-in: {'; '.join(_new_nones(run, brun))}"
         entered = {e for e in run.get("entered") or [] if any(e == f or e.startswith(f + ".") for f in funcs)}
         if not entered:
             return "not reached", f"{batch}: {out}, the driver never entered {', '.join(sorted(funcs))}"
@@ -129,7 +129,7 @@ def judge_case(m: SiteMutant, case: dict | None, base: dict | None) -> tuple[str
             f", site line ran ({', '.join(ran)})" if ran else ", site function ran, site line did not"
         )
         if run.get("library_passed"):
-            text += f" (after {len(run['library_passed'])} GPU library calls answered by CPU stand-ins)"
+            text += f" (after {len(run['library_passed'])} calls answered by CPU stand-ins)"
         return "clean", text
     if out == "library reached":
         return "blocked", f"{batch}: reached {run.get('library_call')} first"
