@@ -310,7 +310,8 @@ def oracle_recall() -> list[str]:
         "recall",
         "precision",
     ]
-    return [*lines, "", *_table(head, rows)]
+    sampling = [f"Sampling: {d['sampling']}; run {_duration(d['run_s'])}.", ""] if "sampling" in d else []
+    return [*sampling, *lines, "", *_table(head, rows)]
 
 
 def findings() -> list[str]:

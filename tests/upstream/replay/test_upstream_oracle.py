@@ -22,9 +22,11 @@ from workbench.upstream.static.site_mutants import (
     SHARED_KINDS,
     build_mutants,
     is_dataclass_field,
+    padded_fields,
     sample,
     set_batch_idle_none,
     set_idle_none,
+    set_padded_none,
 )
 
 CTX = UpstreamContext(log=quiet)
@@ -33,6 +35,19 @@ INFO, BACKEND = f"{SPEC_DIR}info.py", f"{ATTN_DIR}toy_backend.py"
 
 def _by_name(built: dict) -> dict:
     return {m.name: m for m in built["mutants"]}
+
+
+def _pooled(stand_in_replay, chunks: list[int] | None = None):
+    """A stand-in for `oracle_pool.replay_mutants` (no release environment here): each job replayed by
+    `stand_in_replay` on the release's tree with the job's changes, as the pool's forked child runs it;
+    `chunks` collects how many jobs each call got."""
+
+    def run(ctx, tree, jobs, limit_s):
+        if chunks is not None:
+            chunks.append(len(jobs))
+        return {n: stand_in_replay(ctx, tree.with_changes(ch, f"{tree.label} [{n}]"), cs) for n, ch, cs in jobs}
+
+    return run
 
 
 def test_mutants_come_from_the_sites_with_their_cases() -> None:
@@ -129,6 +144,13 @@ class ForwardBatch:
         ret.extend_seq_lens = batch.extend_seq_lens
         return ret
 """
+# the DP padding: seq_lens padded whatever it holds, extend_seq_lens only when set
+PAD = """
+    def _pad_inputs_to_size(self, model_runner, num_tokens, bs):
+        self.seq_lens = self._pad_tensor_to_size(self.seq_lens, bs)
+        if self.extend_seq_lens is not None:
+            self.extend_seq_lens = self._pad_tensor_to_size(self.extend_seq_lens, bs)
+"""
 BATCH_BACKEND = """
 class Batched:
     def init_forward_metadata(self, forward_batch):
@@ -153,7 +175,7 @@ def _batch_tree():
 
     return toy_tree(with_field=True).with_changes(
         {
-            MODES_FILE: MODES + FB_TOY,
+            MODES_FILE: MODES + FB_TOY + PAD,
             f"{ATTN_DIR}batched_backend.py": BATCH_BACKEND,
             "sglang/srt/model_executor/runner/eager_runner.py": RUNNER,
             "sglang/srt/model_executor/cuda_graph_runner.py": GRAPH_RUNNER,
@@ -196,6 +218,27 @@ def test_forward_batch_and_runner_mutants_leave_a_field_none_in_init_new() -> No
     assert not oracle.lint_report(seq, base, analyse_family(tree, base))["reported"]
 
 
+def test_a_field_the_padding_pads_is_also_left_none_after_the_padding() -> None:
+    """None before the DP padding raises in the padding (seq_lens is padded whatever it holds): its
+    second mutant is the padding leaving it None, which the driver replays by leaving it None after
+    the release's own padding."""
+    from upstream_fixtures import MODES_FILE
+
+    # extend_seq_lens is padded only when set: None passes through the padding, no second mutant
+    assert padded_fields(FB_TOY + PAD, "f.py") == {"seq_lens"}
+    out = set_padded_none(FB_TOY + PAD, "f.py", "seq_lens")
+    ast.parse(out)
+    assert out.rstrip().endswith("if self.forward_mode.is_idle():\n            self.seq_lens = None")
+    ms = _by_name(build_mutants(_batch_tree()))
+    m = ms["batched_backend.py seq_lens: None after the DP padding (_pad_inputs_to_size)"]
+    assert m.op == "padded None" and m.kind == "batch-none-deref" and set(m.changes) == {MODES_FILE}
+    assert [(c["batch_none_after"], c.get("batch_none")) for c in m.cases] == [(["seq_lens"], None)]
+    assert oracle.shares_process(m)
+    assert padded_fields("class ForwardBatch:\n    pass\n", "f.py") == set()
+    with pytest.raises(MutationError, match="no _pad_inputs_to_size"):
+        set_padded_none("class ForwardBatch:\n    pass\n", "f.py", "seq_lens")
+
+
 def test_set_batch_idle_none_adds_an_idle_block_where_init_new_has_none() -> None:
     text = FB_TOY.replace("        if ret.forward_mode.is_idle():\n            return ret\n", "")
     out = set_batch_idle_none(text, "f.py", "seq_lens")
@@ -222,6 +265,7 @@ def test_forward_batch_mutants_share_one_replay_process(monkeypatch: pytest.Monk
         return {"status": "ok", "cases": out, "run_s": 0.0}
 
     monkeypatch.setattr(oracle, "replay", stand_in_replay)
+    monkeypatch.setattr(oracle, "replay_mutants", _pooled(stand_in_replay))
     tree = _batch_tree()
     tree.release = "0.5.14"
     res = oracle.release_oracle(CTX, tree, None, {})
@@ -266,6 +310,14 @@ def test_the_idle_runner_path_and_the_stand_ins_are_judged() -> None:
     # a None handed to a GPU library stand-in: the stand-in cannot say what the library does with it
     assert oracle.judge_case(b, run, _rec("completed", entered=entered, library_passed=[]))[0] == "blocked"
     assert oracle.judge_case(b, run, _rec("completed", entered=entered, library_passed=handed))[0] == "clean"
+    # a runner field None after the padding handed to the model stand-in: the stand-in cannot say either
+    p = _by_name(build_mutants(tree))["eager_runner.py seq_lens: None after the DP padding (_pad_inputs_to_size)"]
+    ran = [f"{at.rsplit(':', 1)[0]}:EagerRunner._execute_idle"]
+    model = _rec("completed", entered=ran, library_passed=["model stand-in forward at x.py:3 [None: 0]"])
+    got = oracle.judge_case(
+        p, model, _rec("completed", entered=ran, library_passed=["model stand-in forward at x.py:3"])
+    )
+    assert got[0] == "blocked" and "None handed to a stand-in" in got[1]
 
 
 def test_figures_recall_precision_and_unreachable() -> None:
@@ -311,7 +363,10 @@ def test_the_run_replays_each_mutant_once_and_reuses_the_cache(monkeypatch: pyte
             out[-1]["case"] = c
         return {"status": "ok", "cases": out, "run_s": 0.0}
 
+    chunks: list[int] = []
     monkeypatch.setattr(oracle, "replay", stand_in_replay)
+    monkeypatch.setattr(oracle, "replay_mutants", _pooled(stand_in_replay, chunks))
+    monkeypatch.setattr(oracle, "POOL_CHUNK", 4)
     tree = toy_tree(with_field=True)
     tree.release = "0.5.14"
     cache: dict = {}
@@ -332,6 +387,9 @@ def test_the_run_replays_each_mutant_once_and_reuses_the_cache(monkeypatch: pyte
     assert res["kinds"]["batch-none-deref"]["run"] == 0
     n = len(calls)
     assert n == 1 + len(res["mutants"]) and len(cache) == len(res["mutants"])
+    # the mutants ran POOL_CHUNK at a time in one release interpreter each
+    full, rest = divmod(len(res["mutants"]), oracle.POOL_CHUNK)
+    assert chunks == [oracle.POOL_CHUNK] * full + ([rest] if rest else []) and full >= 1
     again = oracle.release_oracle(CTX, tree, None, cache)
     assert len(calls) == n and all(r["cached"] for r in again["mutants"])
     assert again["kinds"] == res["kinds"]
@@ -395,3 +453,34 @@ def test_oracle_recall_on_a_real_release_subset(tmp_path) -> None:
     assert {k: v["run"] for k, v in rel["kinds"].items()} == want
     assert all(m["oracle"] in ("confirmed", "refuted", "undecided") and m["oracle_reason"] for m in rel["mutants"])
     assert len(res["cache"]) == sum(want.values())
+
+
+def test_the_model_stand_in_lists_its_calls_with_the_none_arguments() -> None:
+    from workbench.upstream.in_release import stubs
+    from workbench.upstream.replay.wb_driver.idle import StandInModel
+
+    stubs.STATE.passed.clear()
+    assert StandInModel().forward(None, 3, forward_batch=None) is None
+    assert len(stubs.STATE.passed) == 1 and stubs.STATE.passed[0].endswith("[None: 0, forward_batch]")
+    stubs.STATE.passed.clear()
+
+
+def test_a_stand_in_answers_a_flag_from_its_constructor_keyword() -> None:
+    """Under CPU stand-ins (the oracle's traced cases) a library object's flag is what its constructor
+    was given (`stubs.FLAGS`), not a truthy stub: a wrapper built without `use_cuda_graph` is no
+    CUDA-graph wrapper, so the backend takes its eager path."""
+    from workbench.upstream.in_release import stubs
+
+    stubs.install({"wb_fake_flag_lib"})
+    from wb_fake_flag_lib import Wrapper
+
+    eager, graph = Wrapper(workspace=1), Wrapper(workspace=1, use_cuda_graph=True)
+    stubs.STATE.stand_in = True
+    try:
+        with stubs.armed():
+            assert eager.is_cuda_graph_enabled is False and graph.is_cuda_graph_enabled is True
+    finally:
+        stubs.STATE.stand_in = False
+    assert "wb_fake_flag_lib.Wrapper().is_cuda_graph_enabled = False (its constructor's use_cuda_graph)" in (
+        stubs.STATE.answered
+    )

@@ -65,17 +65,30 @@ def _stand_in(name: str, where: str | None, args: tuple = (), kwargs: dict | Non
     return LibraryStub(f"{name}()")
 
 
+# Flags of a library object answered from the keyword its constructor was given (default when not
+# given), not by a stub: a stub is truthy, and a flag answered True sends the code down a path the
+# object was not built for (flashinfer's wrappers: `is_cuda_graph_enabled` is the constructor's
+# `use_cuda_graph`, False unless a CUDA-graph wrapper is built).
+FLAGS = {"is_cuda_graph_enabled": ("use_cuda_graph", False)}
+
+
 class LibraryStub:
     """A name in a stubbed library: attributes are stubs; a call builds a stub, or raises when armed."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, kwargs: dict | None = None):
         object.__setattr__(self, "_wb_name", name)
+        object.__setattr__(self, "_wb_kwargs", kwargs or {})
 
     def __getattr__(self, attr: str):
         if attr.startswith("__") and attr.endswith("__"):
             raise AttributeError(attr)
         if STATE.armed and not STATE.stand_in:  # reading a library object's state is using the library too
             raise GpuLibraryReached(f"{self._wb_name}.{attr}", caller())
+        if attr in FLAGS:
+            key, default = FLAGS[attr]
+            value = bool(self._wb_kwargs.get(key, default))
+            STATE.answered.add(f"{self._wb_name}.{attr} = {value} (its constructor's {key})")
+            return value
         return LibraryStub(f"{self._wb_name}.{attr}")
 
     def __setattr__(self, attr: str, value) -> None:
@@ -87,7 +100,7 @@ class LibraryStub:
         if STATE.armed:
             raise GpuLibraryReached(self._wb_name, caller())
         STATE.built.append(self._wb_name)
-        return LibraryStub(f"{self._wb_name}()")
+        return LibraryStub(f"{self._wb_name}()", kwargs)
 
     def __mro_entries__(self, bases):
         return (StubBase,)

@@ -1,13 +1,15 @@
 """Recall of the lint judged by real code: the oracle mutants (`static/site_mutants.py`) replayed.
 
 Per release: the mutants are built from the independent read sites; the runnable ones are sampled
-(`site_mutants.sample`); one driver process runs every sampled case on the release as shipped (the
-control), then one process per mutant runs its cases on a copy of the sources with the mutant
-applied (`front.replay` writes the edited tree to a temporary folder; the cache's tree is never
-touched). The driver imports one source tree per process, so mutants cannot share a process; the
-exception is a forward-batch mutant, which edits only `ForwardBatch.init_new` (never run by the
-driver: its cases leave the field None on the driver's own batch), so all of those run in one process
-on the release's sources (`shares_process`).
+(`site_mutants.sample`, all with `--per-kind 0`); one driver process runs every sampled case on the
+release as shipped (the control). The driver imports one source tree per process, so each mutant
+runs in its own process: a child forked, `POOL_CHUNK` mutants at a time, from one release
+interpreter that has imported the heavy third-party modules once (`oracle_pool`); the child serves
+the mutant's edited files in place of the release's, under the release's paths, and imports sglang
+afresh (the cache's tree is never touched). The exception is a forward-batch mutant, which edits only
+`ForwardBatch.init_new` or `ForwardBatch._pad_inputs_to_size` (the driver never runs the first and
+runs the release's own padding: its cases leave the field None on the driver's own batch, before or
+after that padding), so all of those run in one process on the release's sources (`shares_process`).
 
 A case of a mutant is judged against the same case on the release (`judge_case`):
 
@@ -53,6 +55,9 @@ from ..static.family import analyse_family
 from ..static.lint import MODES_FILE, analyse
 from ..static.site_mutants import KINDS, SiteMutant, build_mutants, sample
 from .front import replay
+from .oracle_pool import replay_mutants
+
+POOL_CHUNK = 40  # mutants per release interpreter (`oracle_pool`): the cache is saved after each
 
 
 def _outcome(run: dict) -> str:
@@ -74,7 +79,7 @@ def _caused(m: SiteMutant, exception: str | None, msg: str) -> bool:
     (field or guard removed) or a `NoneType` error (a field left None)."""
     if m.op in ("field removed", "guard removed"):
         return exception == "AttributeError" and f"'{m.attr}'" in msg
-    return "NoneType" in msg
+    return "NoneType" in msg  # idle None, padded None
 
 
 def _new_nones(run: dict, brun: dict | None) -> list[str]:
@@ -114,8 +119,8 @@ def judge_case(m: SiteMutant, case: dict | None, base: dict | None) -> tuple[str
     if out in ("completed", "not called"):
         if brun is not None and brun.get("outcome") not in ("completed", "not called"):
             return "blocked", f"{batch}: the release itself ended {_outcome(brun)}"
-        if m.op == "idle None" and _new_nones(run, brun):
-            return "blocked", f"{batch}: None handed to a GPU library stand-in: {'; '.join(_new_nones(run, brun))}"
+        if m.op in ("idle None", "padded None") and _new_nones(run, brun):
+            return "blocked", f"{batch}: None handed to a stand-in: {'; '.join(_new_nones(run, brun))}"
         entered = {e for e in run.get("entered") or [] if any(e == f or e.startswith(f + ".") for f in funcs)}
         if not entered:
             return "not reached", f"{batch}: {out}, the driver never entered {', '.join(sorted(funcs))}"
@@ -124,7 +129,7 @@ def judge_case(m: SiteMutant, case: dict | None, base: dict | None) -> tuple[str
             f", site line ran ({', '.join(ran)})" if ran else ", site function ran, site line did not"
         )
         if run.get("library_passed"):
-            text += f" (after {len(run['library_passed'])} GPU library calls answered by CPU stand-ins)"
+            text += f" (after {len(run['library_passed'])} calls answered by CPU stand-ins)"
         return "clean", text
     if out == "library reached":
         return "blocked", f"{batch}: reached {run.get('library_call')} first"
@@ -178,7 +183,17 @@ def shares_process(m: SiteMutant) -> bool:
     """Whether mutant `m` can share one replay process with the others like it: it edits only
     `ForwardBatch.init_new`, which the driver never runs (its cases leave the field None on the
     hand-built batch instead), so its cases run on the release's own sources."""
-    return bool(m.cases) and set(m.changes) == {MODES_FILE} and all(c.get("batch_none") for c in m.cases)
+    return (
+        bool(m.cases)
+        and set(m.changes) == {MODES_FILE}
+        and all(c.get("batch_none") or c.get("batch_none_after") for c in m.cases)
+    )
+
+
+def _for_cases(ctx: UpstreamContext, cases: list[dict]) -> UpstreamContext:
+    """`ctx` with a process limit no shorter than its cases' own limits together (each case has its
+    alarm, `timeout_s`): a process of all the cases of a release must not end for its size alone."""
+    return ctx.replace(timeout_s=max(ctx.timeout_s, 120 + sum(c.get("timeout_s", 60) for c in cases)))
 
 
 def _case_index(result: dict) -> dict[str, dict]:
@@ -206,9 +221,10 @@ def release_oracle(
     shared_res: dict = {}
     if todo and not lint_only:
         # the release as shipped: a case without its mutant's batch fields left None
-        want = {_control_key(c): {**c, "key": _control_key(c), "batch_none": []} for m in todo for c in m.cases}
+        bare = {"batch_none": [], "batch_none_after": []}
+        want = {_control_key(c): {**c, "key": _control_key(c), **bare} for m in todo for c in m.cases}
         start = time.perf_counter()
-        base = replay(ctx, tree, list(want.values()))
+        base = replay(_for_cases(ctx, list(want.values())), tree, list(want.values()))
         base_status = f"{base['status']} ({round(time.perf_counter() - start, 1)} s): {base.get('message')}"
         base_cases = _case_index(base)
         base_ok = base["status"] == "ok"
@@ -216,10 +232,15 @@ def release_oracle(
         shared = [m for m in todo if shares_process(m)]
         if shared:
             start = time.perf_counter()
-            shared_res = replay(ctx, tree, [c for m in shared for c in m.cases])
+            cases = [c for m in shared for c in m.cases]
+            shared_res = replay(_for_cases(ctx, cases), tree, cases)
             took = round(time.perf_counter() - start, 1)
             ctx.log(f"[{tree.label}] forward-batch mutants' {len(shared)} replays in one process: {took} s")
     records = []
+    # the other mutants run POOL_CHUNK at a time in one release interpreter (`oracle_pool`), a
+    # chunk when the loop reaches its first mutant; the cache is saved after each mutant
+    pooled = [m for m in todo if not shares_process(m) and not lint_only]
+    answers: dict[str, dict] = {}
     for i, m in enumerate(chosen, 1):
         key = f"{tree.release}|{m.name}|{m.digest()}"
         if key in cache:
@@ -229,7 +250,14 @@ def release_oracle(
         if lint_only:
             res, judged = {"status": "not run", "run_s": 0.0}, []
         else:
-            res = shared_res if shares_process(m) else replay(ctx, mtree, m.cases)
+            if not shares_process(m) and m.name not in answers:
+                at = pooled.index(m)
+                chunk = pooled[at : at + POOL_CHUNK]
+                start = time.perf_counter()
+                answers.update(replay_mutants(ctx, tree, [(c.name, c.changes, c.cases) for c in chunk], ctx.timeout_s))
+                took = round(time.perf_counter() - start, 1)
+                ctx.log(f"[{tree.label}] {len(chunk)} mutants replayed in one release interpreter: {took} s")
+            res = shared_res if shares_process(m) else answers[m.name]
             got = _case_index(res)
             judged = [judge_case(m, got.get(c["key"]), base_cases.get(_control_key(c))) for c in m.cases]
             if res["status"] != "ok":

@@ -36,6 +36,7 @@ before each step).
 from __future__ import annotations
 
 import ast
+import hashlib
 from dataclasses import replace
 
 from ..sources.trees import SourceTree
@@ -619,6 +620,25 @@ def _scan_file(
     return out, None
 
 
+_SCANNED: dict[tuple, tuple[dict[str, list[dict]], str | None]] = {}
+
+
+def _scan_cached(
+    fname: str, text: str, fm: ForwardModes | None, runner: bool
+) -> tuple[dict[str, list[dict]], str | None]:
+    """`_scan_file`, memoised by the file's content and the forward modes' members and predicates
+    (a mutated tree rescans only the files it changes: the oracle lints hundreds of them)."""
+    modes = (
+        None if fm is None else (tuple(fm.members), fm.enum, tuple((k, ast.dump(v)) for k, v in fm.predicates.items()))
+    )
+    key = (fname, hashlib.sha1(text.encode("utf-8", "replace")).hexdigest(), modes, runner)
+    if key not in _SCANNED:
+        if len(_SCANNED) > 4000:
+            _SCANNED.pop(next(iter(_SCANNED)))
+        _SCANNED[key] = _scan_file(fname, text, fm, runner)
+    return _SCANNED[key]
+
+
 def family_key(f: dict) -> str:
     """`kind|backend|mode|class|attribute|function` (the kind first, so no key collides with the lint's)."""
     return f"{f['kind']}|{f['backend']}|{f['mode']}|{f['spec_class']}|{f['attr']}|{f['read_function']}"
@@ -638,7 +658,7 @@ def analyse_family(tree: SourceTree, base: dict | None = None) -> dict:
     scopes = [(p, t, False) for p, t in sorted(tree.under(ATTN_DIR).items())]
     scopes += [(p, t, True) for p, t in sorted(runner_files(tree).items())]
     for fname, text, runner in scopes:
-        per_class, err = _scan_file(fname, text, fm, runner)
+        per_class, err = _scan_cached(fname, text, fm, runner)
         if err:
             unparsed.append(err)
         for bcls, derefs in per_class.items():

@@ -70,6 +70,7 @@ DRIVER_BATCH_FIELDS = frozenset(
 # replay process (`replay/oracle.py` shares_process): sampled SHARED_FACTOR times as many
 SHARED_KINDS = ("batch-none-deref", "runner-none-deref")
 SHARED_FACTOR = 4
+PAD_FUNCTION = "_pad_inputs_to_size"  # ForwardBatch's DP padding (the release's own, run by the driver)
 IDLE_RUNNER_FILES = ("sglang/srt/model_executor/runner/eager_runner.py", "sglang/srt/model_executor/model_runner.py")
 IDLE_BACKEND = ("sglang/srt/layers/attention/triton_backend.py", "TritonAttnBackend")
 BATCH_REASON = (
@@ -222,6 +223,47 @@ def set_batch_idle_none(text: str, path: str, attr: str) -> str:
     ret = max(rets, key=lambda r: r.lineno)
     indent = lines[ret.lineno - 1][: ret.col_offset]
     lines.insert(ret.lineno - 1, f"{indent}if ret.forward_mode.is_idle():\n{indent}    ret.{attr} = None\n")
+    return "".join(lines)
+
+
+def _pad_function(tree: ast.Module) -> ast.FunctionDef | None:
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ForwardBatch"), None)
+    return None if node is None else next((b for b in node.body if getattr(b, "name", None) == PAD_FUNCTION), None)
+
+
+def padded_fields(text: str, path: str) -> set[str]:
+    """The fields `ForwardBatch._pad_inputs_to_size` (the DP padding) pads whatever they hold: a
+    `self.<field> = ...` with no `self.<field> is not None` test in the function. Left None before the
+    padding, such a field raises in the padding itself; after it, the backends read it."""
+    fn = _pad_function(ast.parse(text, filename=path))
+    if fn is None:
+        return set()
+    stored, tested = set(), set()
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and getattr(n.value, "id", "") == "self":
+            stored.add(n.attr)
+        elif isinstance(n, ast.Compare) and any(isinstance(o, ast.IsNot) for o in n.ops):
+            left = n.left
+            if isinstance(left, ast.Attribute) and getattr(left.value, "id", "") == "self":
+                tested.add(left.attr)
+    return stored - tested
+
+
+@functools.lru_cache(maxsize=256)
+def set_padded_none(text: str, path: str, attr: str) -> str:
+    """`ForwardBatch._pad_inputs_to_size` ending with `self.<attr> = None` on an IDLE batch (an
+    `if self.forward_mode.is_idle():` block after its last statement): the padding hands the
+    backends an idle batch without that field."""
+    fn = _pad_function(ast.parse(text, filename=path))
+    if fn is None:
+        raise MutationError(f"{path}: ForwardBatch defines no {PAD_FUNCTION}")
+    last = fn.body[-1]
+    if isinstance(last, ast.Return):
+        raise MutationError(f"{path}: {PAD_FUNCTION} ends with a return")
+    lines = text.splitlines(keepends=True)
+    indent = lines[fn.body[0].lineno - 1][: fn.body[0].col_offset]
+    at = last.end_lineno
+    lines.insert(at, f"{indent}if self.forward_mode.is_idle():\n{indent}    self.{attr} = None\n")
     return "".join(lines)
 
 
@@ -411,6 +453,7 @@ def _batch_mutants(
     `forward_batch` sites, `init_new` leaving the field None on an IDLE batch."""
     modes = tree.get(MODES_FILE)
     fields, sets = batch_fields(modes, MODES_FILE) if modes else (set(), set())
+    padded = padded_fields(modes, MODES_FILE) if modes else set()
     spec = _idle_spec(classes, idle)
     runner_file = next((f for f in IDLE_RUNNER_FILES if f in tree.files), None)
     out: list[SiteMutant] = []
@@ -420,45 +463,71 @@ def _batch_mutants(
             if s["guard"] is None and s["receiver"] == "forward_batch":
                 pairs.setdefault((s["file"], s["attr"]), []).append(s)
         for (fname, attr), group in sorted(pairs.items()):
-            name = f"{fname.rsplit('/', 1)[-1]} {attr}: None on the IDLE batch (init_new)"
             if attr not in fields:
                 continue  # a method or property of ForwardBatch, or another object named `batch`
-            if attr not in sets:
-                skipped[name] = "ForwardBatch.init_new never sets it: None on IDLE already (an equivalent mutant)"
-                continue
-            try:
-                changes = {MODES_FILE: set_batch_idle_none(modes, MODES_FILE, attr)}
-            except MutationError as exc:
-                skipped[name] = str(exc)
-                continue
-            m = SiteMutant(kind, "idle None", name, attr, None, group, changes)
-            watch = [f"{s['file']}:{s['line']}" for s in group]
-            if attr not in DRIVER_BATCH_FIELDS:
-                m.undecided = BATCH_REASON
-            elif spec is None:
-                m.undecided = "no spec input of this release has create_idle_input: no IDLE batch to replay"
-            elif kind == "runner-none-deref" and fname != runner_file:
-                m.undecided = RUNNER_REASON
-            else:
-                if kind == "batch-none-deref":
-                    classes_here = [c for c in backend_classes(tree.files[fname], fname) if "MultiStep" not in c]
-                    own = sorted({s["function"].split(".", 1)[0] for s in group} & set(classes_here))
-                    targets = [(fname, b) for b in (own or classes_here[:1])]
-                else:
-                    targets = [IDLE_BACKEND]
-                m.cases = []
-                for f, b in targets:
-                    c = _case(f, b, spec[0], spec[1], "IDLE", "IDLE padded", watch)
-                    # its own key (the cases of every forward-batch mutant share one process), and the
-                    # key of the release's own run it is judged against
-                    m.cases.append({**c, "key": f"{c['key']}|{m.name}", "control_key": c["key"], "batch_none": [attr]})
-                if not m.cases:
-                    m.undecided = "no class of this file defines init_forward_metadata: the driver has no entry to run"
-            out.append(m)
+            ops = [("idle None", "None on the IDLE batch (init_new)", set_batch_idle_none)]
+            if attr in padded:  # None before the padding raises in the padding: the padding leaving it None too
+                ops.append(("padded None", f"None after the DP padding ({PAD_FUNCTION})", set_padded_none))
+            for op, what, edit in ops:
+                m = _batch_mutant(tree, kind, op, what, edit, fname, attr, group, sets, spec, runner_file, skipped)
+                out += [m] if m is not None else []
         for s in by_kind.get(kind, []):
             if s["receiver"] == "spec_info" and kind == "runner-none-deref":
                 skipped.setdefault(f"{s['file'].rsplit('/', 1)[-1]} spec_info.{s['attr']}", SPEC_RUNNER_REASON)
     return out
+
+
+def _batch_mutant(
+    tree: SourceTree,
+    kind: str,
+    op: str,
+    what: str,
+    edit,
+    fname: str,
+    attr: str,
+    group: list[dict],
+    sets: set[str],
+    spec: tuple[str, str] | None,
+    runner_file: str | None,
+    skipped: dict[str, str],
+) -> SiteMutant | None:
+    """One forward-batch mutant (`op` "idle None": `init_new` leaves the field None on IDLE; "padded
+    None": the DP padding does) with its cases, or None when it is skipped (why in `skipped`)."""
+    name = f"{fname.rsplit('/', 1)[-1]} {attr}: {what}"
+    if op == "idle None" and attr not in sets:
+        skipped[name] = "ForwardBatch.init_new never sets it: None on IDLE already (an equivalent mutant)"
+        return None
+    try:
+        changes = {MODES_FILE: edit(tree.get(MODES_FILE), MODES_FILE, attr)}
+    except MutationError as exc:
+        skipped[name] = str(exc)
+        return None
+    m = SiteMutant(kind, op, name, attr, None, group, changes)
+    watch = [f"{s['file']}:{s['line']}" for s in group]
+    if attr not in DRIVER_BATCH_FIELDS:
+        m.undecided = BATCH_REASON
+    elif spec is None:
+        m.undecided = "no spec input of this release has create_idle_input: no IDLE batch to replay"
+    elif kind == "runner-none-deref" and fname != runner_file:
+        m.undecided = RUNNER_REASON
+    else:
+        if kind == "batch-none-deref":
+            classes_here = [c for c in backend_classes(tree.files[fname], fname) if "MultiStep" not in c]
+            own = sorted({s["function"].split(".", 1)[0] for s in group} & set(classes_here))
+            targets = [(fname, b) for b in (own or classes_here[:1])]
+        else:
+            targets = [IDLE_BACKEND]
+        # the driver leaves the field None where the mutated function would: before its own DP
+        # padding (`batch_none`, init_new) or after it (`batch_none_after`, the padding)
+        where = "batch_none" if op == "idle None" else "batch_none_after"
+        for f, b in targets:
+            c = _case(f, b, spec[0], spec[1], "IDLE", "IDLE padded", watch)
+            # its own key (the cases of every forward-batch mutant share one process), and the
+            # key of the release's own run it is judged against
+            m.cases.append({**c, "key": f"{c['key']}|{m.name}", "control_key": c["key"], where: [attr]})
+        if not m.cases:
+            m.undecided = "no class of this file defines init_forward_metadata: the driver has no entry to run"
+    return m
 
 
 def sample(mutants: list[SiteMutant], release: str, per_kind: int | None, real_only: bool = False) -> list[SiteMutant]:

@@ -47,12 +47,20 @@ def fill_rows(ctx, bundle: dict | None = None) -> dict[int, list[int]]:
 
 
 def make_batch(
-    ctx, mode: str, kind: str, spec, shape: dict, bundle: dict | None = None, none: list[str] | tuple = ()
+    ctx,
+    mode: str,
+    kind: str,
+    spec,
+    shape: dict,
+    bundle: dict | None = None,
+    none: list[str] | tuple = (),
+    none_after: list[str] | tuple = (),
 ) -> tuple[object, list]:
     """(a real ForwardBatch, notes) for `kind` in forward mode `mode`, spec_info `spec`; the fields
     `none` set to None where ``init_new`` returns the batch (before the DP padding), standing for an
     ``init_new`` that leaves them None (the oracle's forward-batch mutants: this batch is built by
-    hand, not by ``init_new``)."""
+    hand, not by ``init_new``); the fields `none_after` set to None after the release's own DP
+    padding, standing for a ``_pad_inputs_to_size`` that ends by leaving them None on IDLE."""
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
 
     torch = ctx.torch
@@ -89,14 +97,21 @@ def make_batch(
         batch.extend_seq_lens_cpu = [per] * len(seq)
         batch.extend_prefix_lens_cpu = prefix
         batch.extend_logprob_start_lens_cpu = [0] * len(seq)
-    for name in none:
+    _leave_none(batch, none, "init_new", notes)
+    if kind == "IDLE padded":
+        pad_idle(ctx, batch, notes)
+    elif none_after:
+        raise ValueError(f"batch kind {kind!r}: fields None after the DP padding need the 'IDLE padded' batch")
+    _leave_none(batch, none_after, "DP padding (_pad_inputs_to_size)", notes)
+    return batch, notes
+
+
+def _leave_none(batch, names: list[str] | tuple, by: str, notes: list) -> None:
+    for name in names:
         if not hasattr(batch, name):
             raise AttributeError(f"ForwardBatch has no field {name!r} to leave None")
         setattr(batch, name, None)
-        notes.append(f"forward_batch.{name} = None (as the mutated init_new leaves it)")
-    if kind == "IDLE padded":
-        pad_idle(ctx, batch, notes)
-    return batch, notes
+        notes.append(f"forward_batch.{name} = None (as the mutated {by} leaves it)")
 
 
 def pad_idle(ctx, batch, notes: list, bs: int = 2, num_tokens: int = 2) -> None:

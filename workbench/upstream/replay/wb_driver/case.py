@@ -186,13 +186,16 @@ def _run_once(ctx, case: dict, backend_cls: type, bundle: dict | None, out: dict
         out["stage"] = "spec_info"
         spec, out["built_by"] = build(ctx, case["spec_module"], case["spec_class"], mode == "IDLE", shape, out)
         out["stage"] = "batch"
-        batch, out["notes"] = make_batch(ctx, mode, kind, spec, shape, bundle, case.get("batch_none") or [])
+        batch, out["notes"] = make_batch(
+            ctx, mode, kind, spec, shape, bundle, case.get("batch_none") or [], case.get("batch_none_after") or []
+        )
     if case.get("trace"):
         batch.spec_info = SpecProxy(spec)
     out["batch"] = {
         "kind": kind,
-        "seq_lens": batch.seq_lens.tolist(),
-        "req_pool_indices": batch.req_pool_indices.tolist(),
+        # None after the padding (an oracle mutant's `batch_none_after`): recorded as None
+        "seq_lens": None if batch.seq_lens is None else batch.seq_lens.tolist(),
+        "req_pool_indices": None if batch.req_pool_indices is None else batch.req_pool_indices.tolist(),
         "batch_size": batch.batch_size,
         "req_to_token_rows": {str(r): list(slots) for r, slots in rows.items()},
     }
@@ -228,7 +231,7 @@ def _run_once(ctx, case: dict, backend_cls: type, bundle: dict | None, out: dict
         signal.signal(signal.SIGALRM, old)
     run["ran"] = sorted(watch.ran)
     run["entered"] = sorted(watch.entered)
-    if stubs.STATE.stand_in:
+    if stubs.STATE.stand_in or stubs.STATE.passed:  # a model stand-in's calls are listed in every case
         run["library_passed"] = list(stubs.STATE.passed)
     if case.get("trace"):
         run["reads"] = [

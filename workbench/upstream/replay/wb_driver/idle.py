@@ -36,9 +36,23 @@ def _raised_at(exc: BaseException) -> str | None:
     return at
 
 
-class _Model:
+class StandInModel:
+    """The model stand-in of the replay's runner: no layers (no weights are loaded); ``forward``
+    returns None (nothing after the metadata is replayed). A call is listed with the arguments that
+    were None, as a GPU library stand-in's is (``stubs.STATE.passed``): a real model may crash on a
+    None input; a stand-in cannot say."""
+
     def forward(self, *args, **kwargs):
+        from ...in_release import stubs
+
+        nones = [str(i) for i, a in enumerate(args) if a is None] + [k for k, v in kwargs.items() if v is None]
+        stubs.STATE.passed.append(
+            f"model stand-in forward at {stubs.caller()}" + (f" [None: {', '.join(nones)}]" if nones else "")
+        )
         return None
+
+    def modules(self):
+        return iter(())
 
 
 def idle_path():
@@ -74,7 +88,7 @@ def run_idle(runner, backend, batch) -> dict:
 
     backend.init_forward_metadata = spy
     for key, value in (
-        ("model", _Model()),
+        ("model", StandInModel()),
         ("support_pp", False),
         ("device_timer", None),
         ("_pp_kwargs", lambda pp=None: {}),

@@ -10,6 +10,8 @@ import socket
 import tempfile
 from types import SimpleNamespace
 
+from .idle import StandInModel
+
 NUM_DRAFT = 4  # speculative_num_draft_tokens
 NUM_STEPS = 3  # speculative_num_steps
 TOPK = 1  # speculative_eagle_topk
@@ -252,8 +254,11 @@ def _runner(cfg: dict, server_args, model_config, profile: str) -> SimpleNamespa
         decode_attention_backend_str="triton",
         model_config=model_config,
         kv_cache_dtype=model_config.dtype,
+        # the model runner's resolved KV dtype string (0.5.2x): the server args' when nothing overrides it
+        kv_cache_dtype_str=getattr(server_args, "kv_cache_dtype", "auto"),
         dtype=model_config.dtype,
         attn_backend=None,
+        model=StandInModel(),  # no layers: backends that scan the model's modules find none
     )
     _newer_runner_fields(runner, model_config, req_pool, kv_pool)
     return runner
