@@ -187,7 +187,7 @@ def _child(cfg: dict, job: dict, graph: dict[str, set[str]], fresh: bool) -> Non
     with open(path, "w") as f:
         json.dump({"cases": job["cases"], "src_root": cfg["src_root"], "result_path": job["result_path"]}, f)
     sys.argv = [sys.argv[0], path]
-    from . import main as driver
+    from . import main as driver  # after the reloads above: the driver binds the fresh modules
 
     driver.main()
 
