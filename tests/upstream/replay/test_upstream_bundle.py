@@ -190,8 +190,8 @@ def test_real_releases_on_the_bundle_a_workbench_crash_wrote(tmp_path: Path) -> 
         timeout_s=240,
         model_dir=os.environ.get("WB_MODEL_DIR"),
     )
-    assert res.status == "crashed" and res.crash["bundle"], res.summary()
-    folder = Path(res.crash["bundle"])
+    assert res.status == "crashed" and res.crash.bundle, res.summary()
+    folder = Path(res.crash.bundle)
     out = tmp_path / "replay.json"
     assert (
         workbench_main(
