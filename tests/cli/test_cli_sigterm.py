@@ -32,7 +32,9 @@ def _marked(mark: str, but: int) -> list[psutil.Process]:
 def test_sigterm_ends_a_dp_runs_ranks_and_exits_143(tmp_path: Path) -> None:
     mark = uuid.uuid4().hex
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path), "WB_TEST_MARK": mark}
-    argv = ["run", "--dp", "2", "--backend", "torch_native", "--num-prompts", "4", "--max-new-tokens", "400"]
+    # two short prompts (one a rank), 400 new tokens each in the Triton interpreter: minutes of work, inside the context
+    argv = ["run", "--dp", "2", "--backend", "triton", "--prompts", "def f(x):", "def g(y):"]
+    argv += ["--max-new-tokens", "400"]
     cmd = subprocess.Popen(
         [sys.executable, "-m", "workbench", *argv],
         cwd=ROOT,
