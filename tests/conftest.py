@@ -29,15 +29,20 @@ OWN_UNITS = {
 # Only the order changes (`--no-loadscope-reorder` keeps it); other units follow in file order.
 LONG_FIRST = (
     "tests/run/test_dp.py",
+    "tests/ci/test_workflow_jobs.py",
+    "tests/notebooks/test_lab_browser.py",
     "tests/notebooks/test_notebooks.py::test_02_fix_is_lossless_and_undo_brings_the_crash_back",
+    "tests/ci/test_nightly.py",
     "tests/run/test_dp.py::test_good_revisions_pass_everywhere_with_identical_outputs[pr-28221]",
+    "tests/ci/test_ci_run.py",
     "tests/debug/test_debug_bundle.py",
     "tests/notebooks/test_notebooks.py",
+    "tests/test_training_scripts.py",
     "tests/experiments/test_compare.py",
-    "tests/experiments/test_compare.py::test_a_failed_run_is_kept_as_a_failed_row_and_the_rest_is_shown",
-    "tests/ci/test_nightly.py",
     "tests/run/test_dp.py::test_in_place_fix_turns_the_crash_into_ok_and_undo_brings_it_back",
     "tests/engine/test_engine.py",
+    "tests/upstream/replay/test_upstream_oracle_pool.py",
+    "tests/experiments/test_compare.py::test_a_failed_run_is_kept_as_a_failed_row_and_the_rest_is_shown",
 )
 
 
