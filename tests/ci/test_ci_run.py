@@ -5,6 +5,7 @@ shard runs which: tests/ci/test_workflow_jobs.py)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import subprocess
@@ -35,7 +36,13 @@ def _option(args: list[str], name: str) -> str | None:
 
 
 def collect(args: list[str]) -> list[str]:
-    """Node ids pytest selects for these arguments (collection only)."""
+    """Node ids pytest selects for these arguments (collection only; one collection per argument list in
+    a test session: two tests here ask for the same ones)."""
+    return list(_collect(tuple(args)))
+
+
+@functools.cache
+def _collect(args: tuple[str, ...]) -> tuple[str, ...]:
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
         cwd=ROOT,
@@ -44,7 +51,7 @@ def collect(args: list[str]) -> list[str]:
         timeout=600,
     )
     assert res.returncode in (0, 5), f"collection failed for {args}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
-    return [x for x in res.stdout.splitlines() if "::" in x]
+    return tuple(x for x in res.stdout.splitlines() if "::" in x)
 
 
 def test_every_k_selection_picks_tests_in_each_file_it_names():
