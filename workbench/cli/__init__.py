@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:  # imports on use (module docstr
         import workbench_kernels
 
         workbench_kernels.setup(getattr(args, "device", None) or "cpu")  # where the Triton kernels run, chosen once
-    from workbench.run.supervisor import sigterm_exits
+    from workbench.run.supervisor import Terminated, sigterm_exits
 
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for what a command records
     try:
@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:  # imports on use (module docstr
     except (ConfigError, CheckpointError, ValueError) as e:  # bad values found after parsing
         print(f"workbench {args.cmd}: error: {e}", file=sys.stderr)
         return 2
+    except Terminated as e:  # the processes it started were ended on the way out
+        print(f"workbench {args.cmd}: terminated (SIGTERM)", file=sys.stderr)
+        return int(e.code)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ notebook kernel's runtime ranks), found with psutil before the first signal.
 
 Python's default SIGTERM ends a process at once, skipping its ``finally`` blocks and so the ``end`` of
 every supervisor it holds: its children, in sessions of their own, would outlive it. A long-lived
-parent (the nightly runner) runs inside ``sigterm_exits``, where SIGTERM raises ``Terminated``, a
-``SystemExit`` with code 143 (128 + SIGTERM).
+parent (the nightly runner, every ``workbench`` command) runs inside ``sigterm_exits``, where SIGTERM
+raises ``Terminated``, a ``SystemExit`` with code 143 (128 + SIGTERM).
 """
 
 from __future__ import annotations
