@@ -137,6 +137,7 @@ def test_the_replay_runs_the_fixed_tree_and_names_the_stand_in(monkeypatch: pyte
     assert extra["server_args"]["enable_dp_attention"] and extra["server_args"]["speculative_algorithm"] == "DSPARK"
     assert rec["verdict"] == "refuted" and "PR #33098" in rec["fix_applied"]
     assert rec["stand_in"].startswith("STAND-IN: DecodeCudaGraphRunner.capture")
+    assert rec["reason"].endswith(f"[{rec['stand_in']}]")  # the verdict's text names the stand-in
     assert runner_decisions.format_decision(rec).startswith("sglang 0.5.16 + fix: refuted: ")
 
 

@@ -154,7 +154,8 @@ def runner_decision(ctx: UpstreamContext, version: str, fix: bool = False) -> di
             return rec
     watch = [f"{RUNNER_FILE}:{n}" for n in lines]
     result, record = graph_replay(ctx, tree if fix else version, watch)
-    rec["verdict"], rec["reason"] = judge(record, watch, result)
+    verdict, text = judge(record, watch, result)
+    rec["verdict"], rec["reason"] = verdict, f"{text} [{STAND_IN_NOTE}]"
     rec["replay"] = {
         "status": result.get("status"),
         "message": result.get("message"),
@@ -166,9 +167,8 @@ def runner_decision(ctx: UpstreamContext, version: str, fix: bool = False) -> di
 
 
 def format_decision(rec: dict) -> str:
-    """The release's verdict (and, when a replay ran, what stood in)."""
-    head = f"sglang {rec['release']}{' + fix' if rec.get('fix_applied') else ''}: {rec['verdict']}: {rec['reason']}"
-    return head + (f"\n  {rec['stand_in']}" if rec.get("replay") else "")
+    """One line: the release (``+ fix`` with the fix applied), its verdict and why (naming the stand-in)."""
+    return f"sglang {rec['release']}{' + fix' if rec.get('fix_applied') else ''}: {rec['verdict']}: {rec['reason']}"
 
 
 __all__ = [
