@@ -14,7 +14,9 @@ whose draft model is a MoE model (DeepSeek V4), is idle while rank 1 decodes 2 r
 release's own ``DraftBlockProposer.run_idle_participation`` builds the draft worker's IDLE batch by
 hand, fills its DP metadata (``_fill_dp_moe_sync_metadata``) and calls the draft model runner's
 ``forward``: the release's ``ModelRunner.forward`` on the replay's runner object, which asks the graph
-runner ``can_run_graph``. Stand-ins, each listed in the record's ``stand_ins``: the capture, the
+runner ``can_run_graph``. When it answers True, the pre-graph part of the replay that follows
+(``load_batch``) runs too and its outcome is recorded as ``after_decision`` (not judged: the attention
+backend there is the replay's Triton one, not the draft model's own). Stand-ins, each listed in the record's ``stand_ins``: the capture, the
 ``ScheduleBatch`` (only the three DP-sync fields the idle path reads), and the draft model (named by
 its config alone, as ``draft_is_deepseek_v4`` reads it; the static buffers are sized by the tiny
 Llama profile).
@@ -157,7 +159,10 @@ def run_graph_case(ctx, case: dict, state: dict) -> dict:
                 "original_global_num_tokens_cpu": forward_batch.original_global_num_tokens_cpu,
                 "global_num_tokens_cpu": forward_batch.global_num_tokens_cpu,
             }
-            raise DecisionMade(real(graph, forward_batch))
+            value = real(graph, forward_batch)
+            if value:
+                out["after_decision"] = _load_batch(graph, forward_batch)
+            raise DecisionMade(value)
 
         graph.can_run_graph = decide
         batch = SimpleNamespace(
@@ -174,6 +179,24 @@ def run_graph_case(ctx, case: dict, state: dict) -> dict:
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a record
         out.update(error=f"{type(exc).__name__}: {exc}", frames=sglang_frames(exc.__traceback__))
     return out
+
+
+def _load_batch(graph, forward_batch) -> dict:
+    """The pre-graph part of the replay the release runs next when ``can_run_graph`` is True
+    (``execute`` -> ``load_batch``: the static buffers filled, the attention metadata for the graph);
+    what it raised is recorded, not raised (the decision is already made)."""
+    try:
+        graph.load_batch(forward_batch, None)
+    except Exception as exc:  # noqa: BLE001 - recorded: the verdict is about the decision
+        frames = sglang_frames(exc.__traceback__)
+        return {
+            "outcome": "raised",
+            "exception": type(exc).__name__,
+            "message": str(exc),
+            "raised_at": frames[-1]["at"] if frames else None,
+            "frames": frames[-5:],
+        }
+    return {"outcome": "loaded", "bs": getattr(graph, "bs", None), "raw_bs": getattr(graph, "raw_bs", None)}
 
 
 def _run_once(proposer, batch, case: dict) -> dict:
