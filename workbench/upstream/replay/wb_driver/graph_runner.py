@@ -7,16 +7,17 @@ runs on the replay's runner object (``setup``) with ``capture`` replaced by ``CA
 method that records it was called and captures nothing. Every other attribute is set by the release's
 own constructor (bucket sizes, ``require_mlp_tp_gather``, the attention backend's CUDA-graph state,
 the static buffers, on the CPU), so ``can_run_graph`` decides on the release's own values. No graph
-exists, so none is replayed: the run stops as soon as the decision is made (``DecisionMade``).
+exists, so none is replayed: the run stops once the decision is made (``DecisionMade``). When it
+answers True, the pre-graph part of the replay that follows (``load_batch``) runs first and its
+outcome is recorded as ``after_decision``, not judged: the attention backend there is the replay's
+Triton one, not the draft model's own.
 
 Scenario ``dspark-idle`` (the only one): rank 0 of a DSpark server under DP attention (2 DP ranks),
 whose draft model is a MoE model (DeepSeek V4), is idle while rank 1 decodes 2 requests. The
 release's own ``DraftBlockProposer.run_idle_participation`` builds the draft worker's IDLE batch by
 hand, fills its DP metadata (``_fill_dp_moe_sync_metadata``) and calls the draft model runner's
 ``forward``: the release's ``ModelRunner.forward`` on the replay's runner object, which asks the graph
-runner ``can_run_graph``. When it answers True, the pre-graph part of the replay that follows
-(``load_batch``) runs too and its outcome is recorded as ``after_decision`` (not judged: the attention
-backend there is the replay's Triton one, not the draft model's own). Stand-ins, each listed in the record's ``stand_ins``: the capture, the
+runner ``can_run_graph``. Stand-ins, each listed in the record's ``stand_ins``: the capture, the
 ``ScheduleBatch`` (only the three DP-sync fields the idle path reads), and the draft model (named by
 its config alone, as ``draft_is_deepseek_v4`` reads it; the static buffers are sized by the tiny
 Llama profile).
