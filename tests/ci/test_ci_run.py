@@ -91,6 +91,7 @@ def test_the_network_tests_ci_run_leaves_out_run_in_the_nightly():
         "tests/upstream/runtime/test_runtime_network.py",  # 0.5.12's V1 worker (three runs), below
         "tests/upstream/runtime/test_runtime_report.py",  # each upstream-ready report's fix applied to 0.5.23
         "tests/upstream/static/test_upstream_lint_misses.py",  # the lint's former misses on the release files
+        "tests/upstream/replay/test_upstream_graph_runner.py",  # the DSpark graph-runner crash on 0.5.16 / 0.5.17
     }, left_out
     runtime = {x for x in left_out if x.startswith("tests/upstream/runtime/test_runtime_network.py::")}
     assert runtime == {

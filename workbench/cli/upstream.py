@@ -203,6 +203,14 @@ def register(top: argparse._SubParsersAction) -> None:
     )
     rp.add_argument("--backend", default="triton", choices=["triton"], help="attention backend (the replay's one)")
     rp.add_argument(
+        "--graph-runner",
+        action="store_true",
+        help="instead: DecodeCudaGraphRunner.can_run_graph on a DSpark idle DP rank's draft batch, the runner "
+        "built by its real __init__ with a STAND-IN for the graph capture (corpus case "
+        "dspark-dp-original-global-num-tokens); a confirmed release is run again with the fix applied. "
+        "Exit 0 when every run is confirmed or refuted, 1 else",
+    )
+    rp.add_argument(
         "--json",
         type=Path,
         default=None,
@@ -532,6 +540,21 @@ def _replay(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports o
         args.json_out.write_text(json.dumps(records[0] if len(records) == 1 else records, indent=1))
         echo(f"wrote {args.json_out}")
     return 1 if any(r["status"] not in ("ok", "crashed") for r in records) else 0
+
+
+def _replay_graph_runner(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use
+    from workbench.upstream.replay.runner_decisions import format_decision, runner_decision
+    from workbench.upstream.sources.releases import check_versions
+
+    records = []
+    for version in check_versions(ctx, args.sglang):
+        records.append(runner_decision(ctx, version))
+        if records[-1]["verdict"] == "confirmed":
+            records.append(runner_decision(ctx, version, fix=True))
+    for rec in records:
+        echo(format_decision(rec))
+    _write(args.json_out, {"command": "workbench " + " ".join(args.argv), "records": records})
+    return 0 if all(r["verdict"] in ("confirmed", "refuted") for r in records) else 1
 
 
 def _write(path: Path | None, data: object) -> None:
@@ -890,6 +913,8 @@ def _main(args: argparse.Namespace) -> int:
             return COMMANDS[args.command](args, ctx)
         if args.bundle is not None:
             return _replay_bundle(args, ctx)
+        if args.graph_runner:
+            return _replay_graph_runner(args, ctx)
         return _replay(args, ctx)
     except Exception as exc:  # noqa: BLE001 - any failure: bad input or could not run (exit 2), never 1 or a pass
         if isinstance(exc, _input_errors()):

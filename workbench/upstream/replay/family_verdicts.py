@@ -10,8 +10,13 @@ installs in IDLE, named in `replay.spec_info_built_by`). One run per case: nothi
   line, a `NoneType` error for a None value, any error for an empty one;
 - `refuted` (`traced: not read`): the line ran without raising, or never ran, on every batch the
   runner gives the metadata;
-- `unverified`: the replay could not decide (it raised elsewhere first, no case ran), or the kind is
-  `runner-none-deref`: the driver runs an attention backend's metadata, not a runner's methods.
+- `unverified`: the replay could not decide (it raised elsewhere first, no case ran).
+
+A `runner-none-deref` finding in `DecodeCudaGraphRunner.can_run_graph` is judged by the graph-runner
+replay (`runner_decisions`: the runner built by its real constructor with a STAND-IN for the graph
+capture, asked by a DSpark idle DP rank's draft batch), one run for all of them: `confirmed` when it
+raised at the dereference line, `refuted` when `can_run_graph` returned and the line ran, else
+`unverified`. Every other runner finding is `unverified`: no replay runs its method.
 """
 
 from __future__ import annotations
@@ -20,10 +25,36 @@ from ..context import UpstreamContext
 from ..sources.trees import SourceTree
 from .cases import case_key, plan
 from .front import replay
+from .runner_decisions import RUNNER_FILE, RUNNER_FUNCTION, STAND_IN_NOTE, graph_replay, judge
 
 RUNNER_REASON = (
-    "not replayed: the replay driver runs an attention backend's init_forward_metadata, not a runner's methods"
+    "not replayed: the replay driver runs an attention backend's init_forward_metadata, not a runner's methods; "
+    f"the graph-runner replay runs {RUNNER_FUNCTION} only"
 )
+
+
+def _graph_judged(f: dict) -> bool:
+    return f["kind"] == "runner-none-deref" and f["read_file"] == RUNNER_FILE and f["read_function"] == RUNNER_FUNCTION
+
+
+def runner_verdicts(ctx: UpstreamContext, tree: SourceTree, findings: list[dict]) -> dict[int, dict]:
+    """{index: verdict fields} for the findings in `DecodeCudaGraphRunner.can_run_graph`, by one
+    graph-runner replay on `tree` (a release or an edited tree) watching their dereference lines."""
+    todo = {i: f for i, f in enumerate(findings) if _graph_judged(f)}
+    if not todo:
+        return {}
+    lines = sorted({f"{f['read_file']}:{f['deref_line']}" for f in todo.values()})
+    result, record = graph_replay(ctx, tree, lines)
+    out = {}
+    for i, f in todo.items():
+        verdict, text = judge(record, [f"{f['read_file']}:{f['deref_line']}"], result, f["idle_value"] == "None")
+        out[i] = {
+            "verdict": verdict,
+            "verdict_reason": f"real {RUNNER_FUNCTION} ({STAND_IN_NOTE}): {text}",
+            "verdict_by": "none" if verdict == "unverified" else "replay",
+            "replay": {"cases": [(record or {}).get("case", {}).get("key")], "stand_in": STAND_IN_NOTE},
+        }
+    return out
 
 
 def _as_case_finding(f: dict, spec_for_batch: tuple[str, str] | None) -> dict | None:
@@ -66,6 +97,7 @@ def family_verdicts(ctx: UpstreamContext, tree: SourceTree, family: dict) -> tup
     if installed:
         first = installed[0]
         spec_for_batch = (first, family["spec_classes_files"][first])
+    by_runner = runner_verdicts(ctx, tree, findings)
     todo = {i: _as_case_finding(f, spec_for_batch) for i, f in enumerate(findings) if f["kind"] != "runner-none-deref"}
     todo = {i: g for i, g in todo.items() if g is not None}
     cases = plan(list(todo.values()))
@@ -75,6 +107,9 @@ def family_verdicts(ctx: UpstreamContext, tree: SourceTree, family: dict) -> tup
     by_key = {c["case"]["key"]: c for c in result["cases"]}
     out = []
     for i, f in enumerate(findings):
+        if i in by_runner:
+            out.append({**f, **by_runner[i]})
+            continue
         if i not in todo:
             reason = RUNNER_REASON if f["kind"] == "runner-none-deref" else "no spec input to build the IDLE batch with"
             out.append({**f, "verdict": "unverified", "verdict_reason": reason, "verdict_by": "none", "replay": None})
@@ -115,7 +150,9 @@ def family_verdicts(ctx: UpstreamContext, tree: SourceTree, family: dict) -> tup
     counts: dict[str, int] = {}
     for f in out:
         counts[f["verdict"]] = counts.get(f["verdict"], 0) + 1
-    return out, {"status": result.get("status"), "cases": len(cases), "run_s": result.get("run_s"), "verdicts": counts}
+    summary = {"status": result.get("status"), "cases": len(cases), "run_s": result.get("run_s"), "verdicts": counts}
+    summary["graph_runner_findings"] = len(by_runner)
+    return out, summary
 
 
 def _e2e_at(rec: dict, f: dict) -> bool:

@@ -9,5 +9,7 @@ release environment holds sglang's dependencies, not the workbench's. It uses th
 - ``setup``: server args, model config, the 1-rank process group, the real pools, the runner object;
 - ``proxy``: the recording proxy a traced replay hands the backend as ``spec_info``;
 - ``inputs`` / ``batches``: the spec input and the ``ForwardBatch`` of one forward mode;
-- ``case``: one (backend, batch, spec class) replay; ``main``: the entry point.
+- ``case``: one (backend, batch, spec class) replay; ``main``: the entry point;
+- ``graph_runner``: a CUDA-graph runner's ``can_run_graph`` on a release's batch, the runner built by
+  its real constructor with a STAND-IN for the graph capture.
 """

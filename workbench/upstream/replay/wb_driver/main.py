@@ -13,6 +13,7 @@ import traceback
 
 from ...in_release.result_channel import write
 from .case import run_case, sglang_frames
+from .graph_runner import run_graph_case
 from .setup import setup
 
 
@@ -44,7 +45,10 @@ def main() -> None:
         ctx = setup(cfg, state)
         state["stage"] = "cases"
         for case in cfg.get("cases", []):
-            result["cases"].append(run_case(ctx, case, cfg.get("bundle")))
+            if case.get("graph_runner"):
+                result["cases"].append(run_graph_case(ctx, case, state))
+            else:
+                result["cases"].append(run_case(ctx, case, cfg.get("bundle")))
         state["stage"] = "done"
         result["status"] = "ok"
     except BaseException as exc:  # noqa: BLE001 - the set-up failed: one record says where
