@@ -145,6 +145,22 @@ def test_the_explore_cells_are_grouped_by_outcome_and_reason(tmp_path, monkeypat
     )
 
 
+def test_make_assets_time_counts_each_command_set_once_and_no_curated_entry(tmp_path, monkeypatch):
+    fake = tmp_path / "assets"
+    fake.mkdir()
+    entry = {"commands": ["python scripts/train_models.py"], "kind": "measurement", "minutes": 120}
+    cat = [
+        {**entry, "path": "models"},
+        {**entry, "path": "prompts.json"},
+        {"path": "b.json", "commands": ["workbench bench"], "kind": "measurement", "minutes": 60},
+        {"path": "c.json", "commands": ["workbench upstream corpus"], "kind": "curated", "minutes": 600},
+    ]
+    (fake / "catalogue.json").write_text(json.dumps({"assets": cat}))
+    (fake / "command_times.json").write_text(json.dumps({"times": {}}))
+    monkeypatch.setattr(figures, "ASSETS", fake)
+    assert figures._time_of("make assets").startswith("hours: about 3 h by the catalogue's estimates")
+
+
 def _script(name: str):
     spec = importlib.util.spec_from_file_location(f"wb_{name}_script", ROOT / "scripts" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
