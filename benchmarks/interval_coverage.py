@@ -1,26 +1,30 @@
 """Simulated coverage of the intervals the comparisons print (workbench.experiments.intervals).
 
-    python benchmarks/interval_coverage.py [--sims 10000] [--seed 0]
+    python benchmarks/interval_coverage.py [--sims 10000] [--seed 0] [--json OUT]
 
 For each skewed distribution and each number of repeats n, draws ``--sims`` samples of n values,
 builds the order-statistic interval of the median and counts how often it holds the true median;
 the paired rows draw (greedy, EAGLE3) tokens/s sharing a per-repeat machine drift and count how
 often the interval of the per-repeat ratios holds the true median ratio. Prints the simulated
 coverage next to the exact one the reports state, and the percentile-bootstrap coverage the
-earlier reports labelled 95 %.
+earlier reports labelled 95 %. ``--json OUT`` also writes the table with the command and commit
+(``workbench/assets/interval_coverage.json``, which docs/figures.md is generated from).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from workbench.experiments.intervals import coverage, median_interval, order_for  # noqa: E402
+from workbench.run.provenance import workbench_commit  # noqa: E402
 
 DISTRIBUTIONS = {
     # name: (draw(rng), true median)
@@ -64,9 +68,16 @@ def bootstrap_percentile_coverage(draw, median: float, n: int, sims: int, rng: r
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sims", type=int, default=10000)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sims", type=int, default=10000, help="simulated samples per row (default 10000)")
+    ap.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    ap.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the table here")
     args = ap.parse_args()
+    t0 = time.perf_counter()
+    out = {
+        "command": "python benchmarks/interval_coverage.py " + " ".join(sys.argv[1:]),
+        "workbench_commit": workbench_commit(),
+    }
+    out.update(sims=args.sims, seed=args.seed, rows=[], bootstrap=[])
     rng = random.Random(args.seed)
     rows = [(name, draw, med) for name, (draw, med) in DISTRIBUTIONS.items()]
     rows.append(("paired EAGLE3/greedy ratio, true 2.0", paired_ratio_draw(2.0), 2.0))
@@ -79,12 +90,19 @@ def main() -> None:
             k = order_for(n)
             sim = simulated_coverage(draw, med, n, args.sims, rng)
             print(f"{name:40s} {n:3d} {k:2d} {100 * coverage(n, k):6.1f}% {100 * sim:8.1f}%")
+            out["rows"].append({"data": name, "n": n, "k": k, "exact": coverage(n, k), "simulated": sim})
     print("\npercentile bootstrap of the median (200 resamples), as the earlier reports used, lognormal(0, 1):")
     draw, med = DISTRIBUTIONS["lognormal(0, 1)"]
     for n in (3, 5):
-        sim = bootstrap_percentile_coverage(draw, med, n, min(args.sims, 2000), rng)
+        sims = min(args.sims, 2000)
+        sim = bootstrap_percentile_coverage(draw, med, n, sims, rng)
         bound = 100 * coverage(n, 1)
         print(f"  n = {n}: simulated {100 * sim:.1f}% (labelled 95 %; at most the sample range's {bound:.1f}%)")
+        out["bootstrap"].append({"n": n, "sims": sims, "simulated": sim, "sample_range_coverage": coverage(n, 1)})
+    if args.json_out:
+        out["run_s"] = round(time.perf_counter() - t0, 1)
+        args.json_out.write_text(json.dumps(out, indent=1) + "\n")
+        print(f"wrote {args.json_out}")
 
 
 if __name__ == "__main__":

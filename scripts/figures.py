@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -72,7 +73,12 @@ def _time_of(name: str) -> str:
     if name == "make lab":
         return "interactive (a server)"
     if name == "make assets":
-        total = sum(e["minutes"] for e in _catalogue().values()) / 60
+        runs: dict[str, int] = {}  # one run per command set, however many entries it writes; curated ones never run
+        for e in _catalogue().values():
+            if e["kind"] != "curated":
+                key = "\n".join(e["commands"])
+                runs[key] = max(runs.get(key, 0), e["minutes"])
+        total = sum(runs.values()) / 60
         picks = "`GROUPS`, `ONLY`, `NET=0`, `MAX_MINUTES` pick parts"
         return f"hours: about {total:.0f} h by the catalogue's estimates ({picks})"
     if t is None:
@@ -100,6 +106,7 @@ def readme(text: str) -> str:
 
 def models() -> list[str]:
     m, r = _load("models/TRAINING.json"), _load("runtime_models/TRAINING.json")
+    e, sd = _load("runtime_models/eagle_draft/TRAINING.json"), _load("runtime_models/standalone_draft/MADE.json")
     top1 = ", ".join(_f(x) for x in m["heldout_top1_per_draft_step"])
     return _table(
         ["models", "held-out bits/byte (target)", "head", "wall"],
@@ -115,6 +122,19 @@ def models() -> list[str]:
                 _f(r["target_heldout_bits_per_byte"], 4),
                 "last-batch top-1 per step " + ", ".join(_f(x) for x in r["head_last_batch_top1_per_step"]),
                 f"{r['wall_s']} s ({r['note']})",
+            ],
+            [
+                f"real runtime: EAGLE-1 draft, {e['steps']} steps (`runtime_models/eagle_draft/`)",
+                "–",
+                f"last-batch top-1 {_f(e['last_batch_top1'])} ({e['loss']})",
+                f"{e['wall_s']} s",
+            ],
+            [
+                f"real runtime: STANDALONE draft, the target's first {sd['layers']} layers "
+                "(`runtime_models/standalone_draft/`)",
+                "–",
+                "not trained: copied from the target",
+                "–",
             ],
         ],
     )
@@ -189,6 +209,30 @@ def bench() -> list[str]:
         "= greedy",
     ]
     return [f"{d['compared']}.", "", *_table(head, rows)]
+
+
+def interval_coverage() -> list[str]:
+    d = _load("interval_coverage.json")
+    ns = sorted({r["n"] for r in d["rows"]})
+    by: dict[str, dict[int, dict]] = {}
+    for r in d["rows"]:
+        by.setdefault(r["data"], {})[r["n"]] = r
+    rows = [
+        [name, *[f"{100 * c[n]['exact']:.1f} / {100 * c[n]['simulated']:.1f} %" if n in c else "–" for n in ns]]
+        for name, c in by.items()
+    ]
+    boot = [
+        f"n = {b['n']}: {100 * b['sample_range_coverage']:.1f} / {100 * b['simulated']:.1f} % ({b['sims']} samples)"
+        for b in d["bootstrap"]
+    ]
+    rows.append(["percentile bootstrap (the earlier reports), lognormal(0, 1)", *boot, *["" for _ in ns[len(boot) :]]])
+    head = [f"data ({d['sims']} samples per cell)", *[f"n = {n}: exact / simulated" for n in ns]]
+    return [
+        f"Run at {str(d['workbench_commit'])[:7]}, {d['run_s']} s; seed {d['seed']}. The bootstrap row "
+        "gives the sample range's exact coverage (the most a percentile interval can reach) against the simulated one.",
+        "",
+        *_table(head, rows),
+    ]
 
 
 def replays() -> list[str]:
@@ -344,6 +388,104 @@ def _raised_at(crash: dict) -> str:
     return f"`{Path(at.get('file', '')).name}:{at.get('line')}`" if at else "–"
 
 
+def corpus_results() -> list[str]:
+    d = _load("upstream_corpus.json")
+    rows = []
+    for r in d["cases"]:
+        url = r["threads"][0] if r["threads"] else None
+        link = f" ([#{url.rstrip('/').rsplit('/', 1)[-1]}]({url}))" if url else ""
+        e = r["expected"]
+        want = f"`{e['backend']}|{e['mode']}|{e['spec_class']}|{e['attr']}`" if e else "outside the contract"
+        rows.append([f"{r['id']}{link}", r["split"], _releases(r["buggy"]), _releases(r["fixed"]), want, r["outcome"]])
+    figs = []
+    for split, f in d["figures"].items():
+        lint = "undefined" if f["lint_recall"] is None else _f(f["lint_recall"])
+        fam = "undefined" if f["family_recall"] is None else _f(f["family_recall"])
+        figs.append(
+            f"- {split}: {f['cases']} cases, {f['shipped']} shipped; {f['found']} found of {f['expressible']} the lint "
+            f"can express (lint recall {lint}); {f['found']} + {f['found_by_family']} by the family analysis of "
+            f"{f['shipped']} shipped crashes (family recall {fam})."
+        )
+
+    def at_site(field: str) -> str:
+        hits = sorted({f"{r['id']} {v}" for r in d["cases"] for v, pr in r["per_release"].items() if pr.get(field)})
+        return ", ".join(hits) or "none"
+
+    linted = sorted({v for r in d["cases"] for v in r["per_release"]})
+    return [
+        f"{len(linted)} releases linted. The lint's findings in a crashing function: {at_site('at_crash_site')}; "
+        f"the family analysis's: {at_site('family_at_crash_site')}.",
+        "",
+        *_table(["case", "split", "buggy releases", "fixed releases", "expected", "outcome"], rows),
+        "",
+        *figs,
+    ]
+
+
+def _releases(vs: list[str]) -> str:
+    """Releases in a table cell: up to four by name, more as a range with their count."""
+    return "–" if not vs else ", ".join(vs) if len(vs) <= 4 else f"{vs[0]} to {vs[-1]}, {len(vs)} releases"
+
+
+def _graphish(site: str) -> bool:
+    """A site line's function names CUDA graphs, capture or replay."""
+    fn = site.split(" ")[1].lower() if " " in site else ""
+    return any(w in fn for w in ("graph", "capture", "replay"))
+
+
+def read_sites() -> list[str]:
+    d = _load("upstream_sites.json")
+    rows = []
+    for v, r in d["releases"].items():
+        s, cov = r["summary"], r["lint_coverage"]
+
+        def n(folder: str, receiver: str, guard: str | None = None, s: dict = s) -> int:
+            return sum(
+                x for k, x in s.items() if k.startswith(f"{folder}|{receiver}|") and (not guard or k.endswith(guard))
+            )
+
+        batch = "forward_batch"
+        rows.append(
+            [
+                v,
+                len(r["sites"]),
+                f"{n('attention', 'spec_info', '|unguarded')} / {n('attention', 'spec_info', '|guarded')}, "
+                f"{n('attention', batch)}",
+                f"{n('model_executor', 'spec_info')}, {n('model_executor', batch)}",
+                f"{n('speculative', 'spec_info')}, {n('speculative', batch)}",
+                f"{cov['in_lint']} of {cov['sites']} ({_f(cov['share'])})",
+                f"{sum(map(_graphish, cov['not_in_lint']))} of {len(cov['not_in_lint'])}",
+            ]
+        )
+    head = [
+        "release",
+        "sites",
+        "attention: `spec_info` unguarded / guarded, batch",
+        "model_executor: `spec_info`, batch",
+        "speculative: `spec_info`, batch",
+        "unguarded attention `spec_info` sites among the lint's reads",
+        "of the others, in a function named for CUDA graphs, capture or replay",
+    ]
+    return _table(head, rows)
+
+
+def family() -> list[str]:
+    d = _load("upstream_family.json")
+    kinds = list(next(iter(d["releases"].values()))["counts"])
+    rows = []
+    for v, r in d["releases"].items():
+        cells = []
+        for k in kinds:
+            c = Counter(f.get("verdict") or "no verdict" for f in r["findings"] if f["kind"] == k)
+            cells.append(f"{sum(c.values())}: " + ", ".join(f"{n} {x}" for x, n in sorted(c.items())) if c else "0")
+        rows.append([v, *cells])
+    return [
+        "Findings by kind and verdict:",
+        "",
+        *_table(["release", *[f"`{k}`" for k in kinds]], rows),
+    ]
+
+
 def runtime_runs() -> list[str]:
     d = _load("runtime_runs.json")
     parts = [
@@ -408,10 +550,180 @@ def explore() -> list[str]:
     ]
 
 
+def runtime_guard() -> list[str]:
+    d = _load("runtime_runs.json")
+    by: dict[str, list[dict]] = {}
+    for r in d["runs"].values():
+        by.setdefault(r["config"]["sglang"], []).append(r.get("shim_guard") or {})
+    keys = ["modules", "functions", "classes", "attributes", "violations", "fixed", "shimmed", "equivalences"]
+    rows = []
+    for v, gs in by.items():
+        held = [g for g in gs if g]
+        cells = []
+        for k in keys:
+            xs = sorted({len(g[k]) if isinstance(g.get(k), list) else g[k] for g in held if k in g})
+            cells.append("–" if not xs else str(xs[0]) if len(xs) == 1 else f"{xs[0]}–{xs[-1]}")
+        rows.append([v, f"{len(held)} of {len(gs)}", *cells])
+    return [
+        "What the shim guard held on each rank, per release (the smallest–largest over its runs; violations, "
+        "fixed, shimmed and equivalences are the number of entries of each list):",
+        "",
+        *_table(["sglang", "runs guarded", *keys], rows),
+    ]
+
+
+def upstream_reports() -> list[str]:
+    rows = []
+    for f in sorted((ASSETS / "upstream_reports").glob("*/result.json")):
+        d = json.loads(f.read_text())
+        for name, r in d["runs"].items():
+            crash = r.get("crash") or {}
+            rows.append(
+                [
+                    f"`{f.parent.name}`",
+                    name,
+                    r["status"],
+                    f"{crash['exception_type']} at {_raised_at(crash)}" if crash.get("exception_type") else "–",
+                    {True: "yes", False: "**no**", None: "–"}[r.get("reference_equal")],
+                    _f(r.get("accept_length_mean"), 2),
+                    ", ".join(r.get("fixes") or []) or "–",
+                    _f(r.get("ranks_s"), 1),
+                    f"{d['workbench_commit'][:7]}, {d['generated_at']}",
+                ]
+            )
+    head = ["report", "run", "status", "exception", "= HF", "accept length", "--fix", "ranks s", "commit, written"]
+    return ["Each report's runs (its README holds the commands, the traceback and the fix):", "", *_table(head, rows)]
+
+
+def _axes(cells: list[dict]) -> str:
+    """``EAGLE, EAGLE3 / triton / dp 2, 3 / start, mid / overlap-off``: the axis values a group of cells spans."""
+    parts = []
+    for axis in ("algorithm", "backend", "dp", "idle", "overlap"):
+        vals = sorted(dict.fromkeys(str(c[axis]) for c in cells))
+        if axis == "overlap":
+            vals = ["*" if v == "*" else "overlap-on" if v == "True" else "overlap-off" for v in vals]
+        text = ", ".join(vals)
+        parts.append(f"dp {text}" if axis == "dp" and vals != ["*"] else text)
+    return " / ".join(parts)
+
+
+_AS_TWIN = re.compile(r"^as \S+ \((.*)\)(; .*)?$")
+_CHOICE_LINE = re.compile(r"arg_groups/choices\.py:\d+, ")
+_SAME_OVERRIDE = re.compile(r" \(\w+'s handler calls the same override at [^)]*\)")
+
+
+def _limit_reason(reason: str) -> str:
+    """A limit's reason without what differs between cells of one kind: the `start` twin a `mid` cell
+    takes its error from, the backend's line in choices.py, the handler that calls the same override."""
+    twin = _AS_TWIN.match(reason)
+    return _SAME_OVERRIDE.sub("", _CHOICE_LINE.sub("", twin.group(1) if twin else reason))
+
+
+def _passes(cells: list[dict]) -> str:
+    """The distinct places a group's crashes happened (``rank 1, verify, IDLE bs 1``), or –."""
+    seen = [
+        f"rank {x.get('rank')}, {x.get('phase') or 'no pass recorded'}, "
+        f"{x.get('forward_mode')} bs {x.get('batch_size')}"
+        for x in (c.get("crash") or {} for c in cells)
+        if x
+    ]
+    return "; ".join(dict.fromkeys(seen)) or "–"
+
+
+def explore_summary() -> list[str]:
+    d = _load("runtime_explore.json")
+    groups: dict[tuple, list[dict]] = {}
+    for c in d["cells"]:
+        if c["outcome"] == "ok":
+            acc = ((c.get("record") or {}).get("metrics") or {}).get("accept_length_mean")
+            what = f"outputs equal to HF transformers' greedy tokens, accept length {_f(acc, 1)}"
+        elif c["outcome"] == "crashed":
+            what = ("known" if c.get("known") else "**NEW**") + f": {c['reason']}"
+        else:
+            what = _limit_reason(c.get("reason") or "")
+        groups.setdefault((c["outcome"], what), []).append(c)
+    rows = [
+        [
+            outcome,
+            len(cells),
+            ", ".join(f"`{c['key']}`" for c in cells) if len(cells) <= 4 else _axes(cells),
+            _passes(cells),
+            what,
+        ]
+        for (outcome, what), cells in groups.items()
+    ]
+    order = {"ok": 0, "crashed": 1, "failed": 2, "limit": 3}
+    rows.sort(key=lambda r: (order.get(r[0], 9), -r[1]))
+    prov = d["provenance"]
+    return [
+        f"Run at {prov['commit'][:7]}, {prov['generated_at']}: {len(d['cells'])} cells in "
+        f"{_duration(d['wall_s'])}, {prov['cpus']} cores, load {prov['load_at_start']} at its start. The cells "
+        "grouped by outcome and reason; a group of more than four cells by the values its cells take on each axis "
+        "(algorithm / backend / DP / idle mode / overlap; `*`: every value), not every combination of them:",
+        "",
+        *_table(["outcome", "cells", "which", "where (rank, pass, mode, batch size)", "reason"], rows),
+    ]
+
+
+def _span(xs: list[float]) -> str:
+    xs = [x for x in xs if isinstance(x, (int, float))]
+    return "–" if not xs else f"{min(xs):.1f}" if min(xs) == max(xs) else f"{min(xs):.1f}–{max(xs):.1f}"
+
+
+def runtime_timings() -> list[str]:
+    d = _load("runtime_runs.json")
+    by: dict[str, list[dict]] = {}
+    for r in d["runs"].values():
+        by.setdefault(r["config"]["sglang"], []).append(r.get("timings") or {})
+    rows = []
+    for v, ts in by.items():
+        ranks = [t[k] for t in ts for k in t if k.startswith("rank") and isinstance(t[k], dict)]
+        rows.append(
+            [
+                v,
+                len(ts),
+                _span([r.get("import_s") for r in ranks]),
+                _span([r.get("scheduler_init_s") for r in ranks]),
+                _span([r.get("generate_s") for r in ranks]),
+                _span([r.get("crash_after_s") for r in ranks]),
+                _span([t.get("ranks_s") for t in ts]),
+                _span([t.get("reference_s") for t in ts]),
+                _span([t.get("wall_s") for t in ts]),
+            ]
+        )
+    head = [
+        "sglang",
+        "runs",
+        "import s (per rank)",
+        "scheduler init s",
+        "generate s (ok runs)",
+        "crash after s (crashed runs)",
+        "ranks s",
+        "HF reference s",
+        "wall s",
+    ]
+    return [
+        "Where a run's time goes, per release (the smallest–largest over its runs and ranks):",
+        "",
+        *_table(head, rows),
+    ]
+
+
 def triage() -> list[str]:
     d = _load("upstream_triage.json")
     c = Counter(e["status"] for e in d["entries"].values())
-    return [f"{len(d['entries'])} entries: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())) + "."]
+    newest = max(
+        {v for e in d["entries"].values() for v in e.get("releases") or []},
+        key=lambda v: tuple(int(x) if x.isdigit() else -1 for x in v.replace(".post", ".").split(".")),
+    )
+    on = Counter((e["status"], e["verdict"]) for e in d["entries"].values() if newest in (e.get("releases") or []))
+    return [
+        f"{len(d['entries'])} entries: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())) + ".",
+        "",
+        f"The {sum(on.values())} entries whose finding is on the newest release, {newest}, by status and verdict:",
+        "",
+        *_table(["status", "verdict", "entries"], [[st, v, n] for (st, v), n in sorted(on.items())]),
+    ]
 
 
 def corpus() -> list[str]:
@@ -425,6 +737,12 @@ SECTIONS: list[tuple[str, str, str, Callable[[], list[str]]]] = [
     ("models", "Models", "models", models),
     ("bench", "Plain greedy against EAGLE3, paired repeats", "bench.json", bench),
     ("acceptance-sweep", "Acceptance by draft setting and dtype", "acceptance_sweep.json", sweep),
+    (
+        "interval-coverage",
+        "The intervals' stated coverage, checked by simulation",
+        "interval_coverage.json",
+        interval_coverage,
+    ),
     ("seed-replays", "The seed crash on the real releases", "upstream_replays.json", replays),
     ("bundle-replay", "A crash bundle replayed on the real releases", "upstream_bundle_replay.json", bundle_replay),
     ("survey", "Which releases carry the field, which backends read it", "upstream_survey.json", survey),
@@ -434,8 +752,20 @@ SECTIONS: list[tuple[str, str, str, Callable[[], list[str]]]] = [
     ("reproducers", "Reproducers of the findings confirmed live", "upstream_repro", reproducers),
     ("triage", "The reviewed triage", "upstream_triage.json", triage),
     ("bug-corpus", "The bug corpus", "upstream_bug_corpus.json", corpus),
+    ("corpus-recall", "The lint on the bug corpus", "upstream_corpus.json", corpus_results),
+    ("read-sites", "Read sites, enumerated without the lint", "upstream_sites.json", read_sites),
+    ("family", "The idle-batch family, by kind and verdict", "upstream_family.json", family),
     ("runtime-runs", "The released runtime's runs", "runtime_runs.json", runtime_runs),
+    ("runtime-timings", "Where the released runtime's time goes", "runtime_runs.json", runtime_timings),
+    ("runtime-guard", "What the shim guard held", "runtime_runs.json", runtime_guard),
     ("runtime-explore", "The released runtime explored", "runtime_explore.json", explore),
+    ("runtime-explore-summary", "The explored cells by outcome", "runtime_explore.json", explore_summary),
+    (
+        "upstream-reports",
+        "Upstream-ready reports of the crashes confirmed end to end",
+        "upstream_reports",
+        upstream_reports,
+    ),
 ]
 
 

@@ -94,6 +94,73 @@ def test_the_bench_runtime_and_oracle_tables_follow_their_assets(tmp_path, monke
     assert "| 0.500 (2 of 4) |" in "\n".join(figures.oracle_recall())
 
 
+def test_the_corpus_sites_family_and_coverage_tables_follow_their_assets(tmp_path, monkeypatch):
+    fake = tmp_path / "assets"
+    fake.mkdir()
+    corpus = json.loads((figures.ASSETS / "upstream_corpus.json").read_text())
+    corpus["cases"][0]["outcome"] = "missed"
+    corpus["figures"]["held_out"].update(found_by_family=3, family_recall=0.429)
+    sites = json.loads((figures.ASSETS / "upstream_sites.json").read_text())
+    release = next(iter(sites["releases"].values()))
+    release["lint_coverage"].update(
+        sites=10, in_lint=7, share=0.7, not_in_lint=["a.py:1 capture_graph x", "a.py:2 f y"]
+    )
+    family = json.loads((figures.ASSETS / "upstream_family.json").read_text())
+    found = next(iter(family["releases"].values()))["findings"]
+    found[:] = [{**found[0], "kind": "none-deref", "verdict": "confirmed"}]
+    coverage = json.loads((figures.ASSETS / "interval_coverage.json").read_text())
+    coverage["rows"][0].update(exact=0.5, simulated=0.25)
+    for name, doc in [
+        ("upstream_corpus.json", corpus),
+        ("upstream_sites.json", sites),
+        ("upstream_family.json", family),
+        ("interval_coverage.json", coverage),
+    ]:
+        (fake / name).write_text(json.dumps(doc))
+    monkeypatch.setattr(figures, "ASSETS", fake)
+    text = "\n".join(figures.corpus_results())
+    assert f"| {corpus['cases'][0]['split']} |" in text and "| missed |" in text
+    assert "0 + 3 by the family analysis" in text and "(family recall 0.429)" in text
+    assert "| 7 of 10 (0.700) | 1 of 2 |" in "\n".join(figures.read_sites())
+    assert "| 1: 1 confirmed | 0 | 0 |" in "\n".join(figures.family())
+    assert "| 50.0 / 25.0 % |" in "\n".join(figures.interval_coverage())
+
+
+def test_the_explore_cells_are_grouped_by_outcome_and_reason(tmp_path, monkeypatch):
+    fake = tmp_path / "assets"
+    fake.mkdir()
+    explore = json.loads((figures.ASSETS / "runtime_explore.json").read_text())
+    crashed = [c for c in explore["cells"] if c["outcome"] == "crashed"]
+    for c in crashed:
+        c.update(reason="E: the same at x.py:1", known=False)
+    (fake / "runtime_explore.json").write_text(json.dumps(explore))
+    monkeypatch.setattr(figures, "ASSETS", fake)
+    rows = [r for r in figures.explore_summary() if r.startswith("| crashed |")]
+    assert len(rows) == 1 and rows[0].startswith(f"| crashed | {len(crashed)} |")
+    assert rows[0].endswith("| **NEW**: E: the same at x.py:1 |")
+    counted = sum(int(r.split(" | ")[1]) for r in figures.explore_summary() if r.startswith("| ") and r[2:4] != "ou")
+    assert counted == len(explore["cells"])
+    assert figures._limit_reason("as A/b/dp2/start/overlap-off (set-up error: V (x.py:3)); the idle mode") == (
+        "set-up error: V (x.py:3)"
+    )
+
+
+def test_make_assets_time_counts_each_command_set_once_and_no_curated_entry(tmp_path, monkeypatch):
+    fake = tmp_path / "assets"
+    fake.mkdir()
+    entry = {"commands": ["python scripts/train_models.py"], "kind": "measurement", "minutes": 120}
+    cat = [
+        {**entry, "path": "models"},
+        {**entry, "path": "prompts.json"},
+        {"path": "b.json", "commands": ["workbench bench"], "kind": "measurement", "minutes": 60},
+        {"path": "c.json", "commands": ["workbench upstream corpus"], "kind": "curated", "minutes": 600},
+    ]
+    (fake / "catalogue.json").write_text(json.dumps({"assets": cat}))
+    (fake / "command_times.json").write_text(json.dumps({"times": {}}))
+    monkeypatch.setattr(figures, "ASSETS", fake)
+    assert figures._time_of("make assets").startswith("hours: about 3 h by the catalogue's estimates")
+
+
 def _script(name: str):
     spec = importlib.util.spec_from_file_location(f"wb_{name}_script", ROOT / "scripts" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
