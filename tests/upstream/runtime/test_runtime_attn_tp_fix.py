@@ -159,6 +159,8 @@ def test_a_rank_waits_for_its_requests_without_reading_them() -> None:
         assert await_requests(scheduler, limit_s=0.05) >= 0.05  # nothing sent: the limit
         push.send(b"request p0")
         assert await_requests(scheduler, limit_s=5) < 5
+        channels = types.SimpleNamespace(ipc_channels=types.SimpleNamespace(recv_from_tokenizer=pull))
+        assert await_requests(channels, limit_s=5) < 5  # 0.5.13 and 0.5.14 keep the socket there
         assert pull.recv(flags=zmq.NOBLOCK) == b"request p0"
     finally:
         push.close(linger=0)

@@ -185,8 +185,11 @@ def await_requests(scheduler, limit_s: float = 60.0) -> float | None:
     has no batch while its DP peers prefill, and DP attention runs it an IDLE batch: which pass a rank meets idle
     first would depend on timing. With the wait, every rank given requests schedules them at its first pass, and
     a mid-idle rank goes idle when its own requests finish (``MID_IDLE_TOKENS``, counted). The seconds waited;
-    None where the release's scheduler keeps no such socket (``recv_from_tokenizer``, 0.5.23)."""
+    None where the scheduler keeps no such socket (``recv_from_tokenizer``, its own on 0.5.12 and 0.5.23, its
+    ``ipc_channels``' on 0.5.13 and 0.5.14)."""
     sock = getattr(scheduler, "recv_from_tokenizer", None)
+    if sock is None:
+        sock = getattr(getattr(scheduler, "ipc_channels", None), "recv_from_tokenizer", None)
     if not callable(getattr(sock, "poll", None)):
         return None
     t = time.time()
