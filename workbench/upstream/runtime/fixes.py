@@ -259,8 +259,8 @@ def _apply_eagle_embedding() -> bool:
 
 
 def attn_tp_source(text: str) -> str:
-    """``text`` (``LlamaAttention.__init__``'s source, or a file holding only that method's lines) with
-    ``ATTN_TP_EDITS`` made; ValueError naming the line unless each is there exactly once."""
+    """``text`` (the lines of ``LlamaAttention.__init__``) with ``ATTN_TP_EDITS`` made; ValueError naming the
+    line unless each is there exactly once."""
     lines = text.splitlines(keepends=True)
     for code, new, insert in ATTN_TP_EDITS:
         found = [i for i, line in enumerate(lines) if line.strip() == code]
