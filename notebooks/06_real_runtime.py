@@ -220,8 +220,13 @@ display(views.equivalences_table(eq_runs["dp2"] if "dp2" in eq_runs else first))
 # torch_native's first verify pass (`extend_prefix_lens` None at `torch_native_backend.py:101`) is a
 # crash, not a limit: the lines that reach it have no device branch, and the release accepts torch_native
 # with EAGLE on a GPU once the draft is given a backend (`--speculative-draft-attention-backend`);
-# upstream it is sglang issue #36352 (open). Shown from the shipped file (its date, versions, command and
-# commit in `source`), not run now.
+# upstream it is sglang issue #36352 (open). EAGLE at DP 3 mid-run crashes with `ZeroDivisionError` at
+# `decode_attention.py:125` on every rank's first draft decode, not only an idle one: the EAGLE-1 draft's
+# Llama attention splits its heads over the full TP group while its KV pool holds the attention-TP group's
+# heads (`kv_group_num` 0); `--fix llama-attn-tp` splits them within the attention-TP group, as Qwen3's
+# attention does (docs/real-runtime.md, "The DP 3 EAGLE crash"). Shown from the shipped file (its date,
+# versions, command and commit in `source`), not run now; it predates the lane's wait for each rank's
+# requests, so which pass its mid-run cells met idle first depended on timing.
 
 # %%
 explored = load_shipped()
@@ -237,7 +242,9 @@ display(explore_table(explored))
 # server command (not run on a GPU) with each claim about its flags backed by the release's lines, the
 # traceback, the smallest fix as a diff, and the run of a checkout with that diff. The EAGLE-1 draft's
 # fix lets the idle rank reach the verify crash next, so its fixed run also takes `--fix verify-input`;
-# torch_native's DP fix lets the run reach its verify crash, so its fixed run also carries that report's diff.
+# torch_native's DP fix lets the run reach its verify crash, so its fixed run also carries that report's diff;
+# the DP 3 head split's fix lets the mid-run idle rank reach the EAGLE-1 idle crashes, so its fixed run also
+# takes `--fix eagle-idle-batch --fix verify-input`.
 
 # %%
 display(reports_table(load_reports()))

@@ -259,7 +259,14 @@ BACKENDS = ("triton", "torch_native")
 ALGORITHMS = ("EAGLE3", "EAGLE", "STANDALONE", "NGRAM")
 DP_SIZES = (1, 2, 3)
 IDLE_MODES = ("start", "mid")
-FIXES = ("verify-input", "pr-28221", "triton-idle-fallback", "torch-native-fill-value", "eagle-idle-batch")
+FIXES = (
+    "verify-input",
+    "pr-28221",
+    "triton-idle-fallback",
+    "torch-native-fill-value",
+    "eagle-idle-batch",
+    "llama-attn-tp",
+)
 
 
 def _add_run(sub) -> None:

@@ -37,3 +37,39 @@ def test_explore_triton_dp2_subset() -> None:
         if c["record"] is not None:
             assert c["record"]["processes"]["left_running"] == []
     assert sorted(set(os.listdir(tempfile.gettempdir())) - before) == []
+
+
+def test_explore_eagle_dp3_mid_head_split_crash_and_its_fix() -> None:
+    """The explore's EAGLE/triton/dp3/mid cell: every rank's first draft decode divides by ``kv_group_num`` 0
+    (the EAGLE-1 draft's heads split over the full TP group, its KV pool over attention TP); with
+    ``--fix llama-attn-tp`` and the idle rank's two fixes the run is ok, equal to HF and to EAGLE at DP 1, and
+    the draft accepts as many tokens as at DP 1."""
+    from workbench.upstream.runtime import run_runtime
+
+    before = set(os.listdir(tempfile.gettempdir()))
+    kw = {"algorithm": "EAGLE", "disable_overlap_schedule": True, "max_new_tokens": 8}
+    released = run_runtime(UpstreamContext(), "0.5.23", dp=3, idle="mid", reference=False, **kw)
+    failures = [released["crash"], *released["rank_failures"]]
+    assert released["status"] == "crashed" and sorted(f["rank"] for f in failures) == [0, 1, 2]
+    for f in failures:
+        assert (f["phase"], f["forward_mode"], f["exception_type"]) == ("draft", "DECODE", "ZeroDivisionError")
+    at = released["crash"]["raised_at"]
+    assert (at["file"], at["line"], at["function"]) == (
+        "sglang/kernels/ops/attention/decode_attention.py",
+        125,
+        "_grouped_head_tiles",
+    )
+    fixes = ["llama-attn-tp", "eagle-idle-batch", "verify-input"]
+    fixed = run_runtime(UpstreamContext(), "0.5.23", dp=3, idle="mid", fixes=fixes, **kw)
+    dp1 = run_runtime(UpstreamContext(), "0.5.23", dp=1, reference=False, **kw)
+    assert fixed["status"] == "ok" and fixed["reference"]["equal"] and fixed["outputs"] == dp1["outputs"]
+    assert fixed["metrics"]["accept_length_mean"] == dp1["metrics"]["accept_length_mean"]
+    assert [c["name"] for c in fixed["shim_guard"]["fixed"]] == [
+        "LlamaAttention.__init__",
+        "LlamaAttention.forward",
+        "LlamaModel.__init__",
+        "EagleVerifyInput.kv_indptr",
+    ]
+    for rec in (released, fixed, dp1):
+        assert rec["processes"]["left_running"] == [] and rec["shim_guard"]["violations"] == []
+    assert sorted(set(os.listdir(tempfile.gettempdir())) - before) == []

@@ -496,6 +496,7 @@ def test_bad_arguments_are_named_before_anything_starts(kwargs: dict, words: lis
         "triton-idle-fallback",
         "torch-native-fill-value",
         "eagle-idle-batch",
+        "llama-attn-tp",
     }
 
 

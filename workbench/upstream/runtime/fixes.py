@@ -27,6 +27,15 @@ Runs inside the release environment (no workbench import); the workbench names t
   (``vocab_parallel_embedding.py``: only attention-TP peers may), so the busy rank's all-reduce met the
   idle rank's next collective (gloo aborted the idle rank, exit -6): ``llama_eagle.LlamaModel`` builds
   its embedding with ``use_attn_tp_group=is_dp_attention_enabled()``, as ``qwen2.Qwen2Model`` does.
+- ``llama-attn-tp``: the smallest fix for the EAGLE-1 draft's first decode pass under DP attention at DP 3
+  (``ZeroDivisionError`` in ``decode_attention.py``'s ``_grouped_head_tiles``, any rank, idle or not). The
+  draft keeps the target's layout (``draft_parallel.legacy_draft_parallel_spec``: TARGET_LAYOUT for EAGLE),
+  so ``llama.LlamaAttention`` splits its heads over the full TP group (``get_parallel().tp_size``) while the
+  draft's KV pool holds the attention-TP group's heads (``get_num_kv_heads(attn_tp_size)``): 2 q heads per
+  rank over a pool of 3 kv heads gives ``kv_group_num`` 0. ``LlamaAttention.__init__`` takes its heads and
+  its qkv/o projections from the attention-TP group, as ``qwen3.Qwen3Attention`` does: the release's own
+  method source with ``attn_tp_source``'s three edits (the same edits ``report.py`` writes as the diff),
+  compiled in the module's globals.
 
 The field fixes add the field to the real dataclass in place (annotation, class default, the
 dataclass re-generated with its own parameters); the fallback wraps
@@ -40,6 +49,7 @@ so. ``changes`` lists what the applied fixes changed, for the live shim guard.
 import dataclasses
 import importlib
 import inspect
+import textwrap
 
 FIELD = "kv_indptr"
 MODULE = "sglang.srt.speculative.eagle_info"
@@ -62,6 +72,11 @@ FIXES = {
         "Qwen3DecoderLayer's guard does; the EAGLE-1 draft's embedding reduces within the attention-TP group "
         "under DP attention, as Qwen2Model's does",
     ),
+    "llama-attn-tp": (
+        "LlamaAttention.__init__",
+        "the Llama attention (the EAGLE-1 draft's) splits its heads and its qkv/o projections within the "
+        "attention-TP group, as Qwen3Attention does, so its heads per rank match the KV pool's",
+    ),
 }
 FILL_VALUE = "torch-native-fill-value"
 LLAMA_MODULE = "sglang.srt.models.llama"
@@ -69,6 +84,15 @@ EAGLE_MODULE = "sglang.srt.models.llama_eagle"
 EAGLE_IDLE_GUARD = "hidden_states.shape[0] == 0"  # the test the fix adds, looked for in the release's method
 EAGLE_IDLE = "eagle-idle-batch"
 FALLBACK = "triton-idle-fallback"
+ATTN_TP = "llama-attn-tp"
+# attn_tp_source's edits, each on the one line of LlamaAttention.__init__ that reads the first (stripped):
+# the line replaced by the second, or (third True) the second inserted after it, at the line's indent.
+ATTN_TP_EDITS = (
+    ("tp_size = get_parallel().tp_size", "tp_size = get_parallel().attn_tp_size", False),
+    ('prefix=add_prefix("qkv_proj", prefix),', 'parallel_group="attn_tp",', True),
+    ('prefix=add_prefix("o_proj", prefix),', 'parallel_group="attn_tp",', True),
+)
+ATTN_TP_TEST = "get_parallel().attn_tp_size"  # the fixed line, looked for in the release's method
 FALLBACK_TEST = "spec_info.kv_indptr is None"  # the release's own test, where it has one
 _MISSING = object()
 _GENERATED = (
@@ -234,6 +258,49 @@ def _apply_eagle_embedding() -> bool:
     return False
 
 
+def attn_tp_source(text: str) -> str:
+    """``text`` (the lines of ``LlamaAttention.__init__``) with ``ATTN_TP_EDITS`` made; ValueError naming the
+    line unless each is there exactly once."""
+    lines = text.splitlines(keepends=True)
+    for code, new, insert in ATTN_TP_EDITS:
+        found = [i for i, line in enumerate(lines) if line.strip() == code]
+        if len(found) != 1:
+            raise ValueError(f"LlamaAttention.__init__: {code!r} is there {len(found)} time(s), not once")
+        line = lines[found[0]]
+        indent = line[: len(line) - len(line.lstrip())]
+        edited = [line, f"{indent}{new}\n"] if insert else [f"{indent}{new}\n"]
+        lines[found[0] : found[0] + 1] = edited
+    return "".join(lines)
+
+
+def _apply_attn_tp(name: str, what: str) -> dict:
+    module = importlib.import_module(LLAMA_MODULE)
+    cls = module.LlamaAttention
+    filename = f"<fix {name}: {LLAMA_MODULE}.LlamaAttention.__init__ edited>"
+    done = cls.__init__.__code__.co_filename == filename  # this fix's own code, applied before
+    present = not done and ATTN_TP_TEST in inspect.getsource(cls.__init__)
+    if not done and not present:
+        # The method's own source with the edits, compiled in the module's globals; the enclosing function
+        # supplies the __class__ cell its zero-argument super() needs.
+        body = textwrap.indent(attn_tp_source(textwrap.dedent(inspect.getsource(cls.__init__))), "    ")
+        made: dict = {}
+        code = f"def _build(__class__):\n{body}    return __init__\n"
+        exec(compile(code, filename, "exec"), vars(module), made)  # noqa: S102 - the release's source, edited
+        init = made["_build"](cls)
+        init.__qualname__ = f"{cls.__name__}.__init__"
+        cls.__init__ = init
+    note = "__init__ replaced by its own source with the attention-TP edits"
+    if done or present:
+        note = "already applied in this process" if done else "the release already splits the heads within attention TP"
+    return {
+        "fix": name,
+        "class": f"{LLAMA_MODULE}.LlamaAttention",
+        "what": what,
+        "applied": not done and not present,
+        "note": note,
+    }
+
+
 def apply(names: list) -> list:
     """Apply the named fixes; return what each did (for the run record)."""
     unknown = [n for n in names if n not in FIXES]
@@ -250,6 +317,9 @@ def apply(names: list) -> list:
             continue
         if name == EAGLE_IDLE:
             out.append(_apply_eagle_idle(name, what))
+            continue
+        if name == ATTN_TP:
+            out.append(_apply_attn_tp(name, what))
             continue
         cls = getattr(importlib.import_module(MODULE), target)
         present = declares(cls)
@@ -280,6 +350,9 @@ def changes(applied: list) -> list:
         elif a["fix"] == FILL_VALUE:
             name, change = FIXES[FILL_VALUE][0], "method defined, returning 1 (this file's code)"
             out.append({"fix": FILL_VALUE, "module": TORCH_NATIVE_MODULE, "name": name, "change": change})
+        elif a["fix"] == ATTN_TP:
+            change = "__init__ replaced: the release's source with attn_tp_source's edits (heads, qkv/o on attn_tp)"
+            out.append({"fix": ATTN_TP, "module": LLAMA_MODULE, "name": FIXES[ATTN_TP][0], "change": change})
         elif a["fix"] == EAGLE_IDLE:
             name, change = FIXES[EAGLE_IDLE][0], "forward wrapped: an empty batch returns its input (this file's code)"
             if a.get("attention_applied"):

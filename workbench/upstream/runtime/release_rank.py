@@ -178,6 +178,25 @@ def _after_run(hold) -> dict:
         return {"violations": [{"module": "", "name": "", "kind": "guard failed", "detail": repr(exc)}]}
 
 
+def await_requests(scheduler, limit_s: float = 60.0) -> float | None:
+    """Wait (at most ``limit_s``) until the scheduler's request socket holds this rank's requests, nothing read.
+
+    Sent before the event loop starts, a request can still be in flight at the loop's first pass; that rank then
+    has no batch while its DP peers prefill, and DP attention runs it an IDLE batch: which pass a rank meets idle
+    first would depend on timing. With the wait, every rank given requests schedules them at its first pass, and
+    a mid-idle rank goes idle when its own requests finish (``MID_IDLE_TOKENS``, counted). The seconds waited;
+    None where the scheduler keeps no such socket (``recv_from_tokenizer``, its own on 0.5.12 and 0.5.23, its
+    ``ipc_channels``' on 0.5.13 and 0.5.14)."""
+    sock = getattr(scheduler, "recv_from_tokenizer", None)
+    if sock is None:
+        sock = getattr(getattr(scheduler, "ipc_channels", None), "recv_from_tokenizer", None)
+    if not callable(getattr(sock, "poll", None)):
+        return None
+    t = time.time()
+    sock.poll(timeout=int(limit_s * 1000))  # zmq: returns once readable (or at the limit); consumes nothing
+    return round(time.time() - t, 3)
+
+
 def _idle_report(cfg: dict, done) -> None:
     """Wait for every busy rank's result, then report this idle rank (``done``: guard after the run)."""
     paths = cfg.get("busy_result_paths", [])
@@ -304,6 +323,8 @@ def main() -> None:
                 "requests": len(reqs),
             },
         )
+        if reqs:
+            timings["requests_await_s"] = await_requests(scheduler)
         state["stage"] = "event_loop"
         scheduler.run_event_loop()
         raise RuntimeError("the scheduler's event loop returned")

@@ -47,6 +47,7 @@ from workbench.upstream.context import UpstreamContext, echo
 from workbench.upstream.sources.releases import check_versions
 from workbench.upstream.sources.trees import release_tree
 
+from .fixes import ATTN_TP_TEST, attn_tp_source
 from .release_record import RuntimeRecord
 from .release_run import run_runtime
 
@@ -169,6 +170,7 @@ class Crash:
     with_reports: tuple = ()  # other crashes' diffs applied in the fixed and the comparison checkouts
     with_fixes: tuple = field(default_factory=tuple)  # real-runtime --fix names added to the fixed run
     extra: tuple = ()  # README paragraphs after the fix (e.g. the upstream thread)
+    acceptance: bool = False  # README: the fixed and the comparison runs' draft acceptance (a draft-side fix)
 
 
 class ReportError(ValueError):
@@ -286,6 +288,21 @@ def eagle_embedding_fixed_text(text: str) -> str:
     return text.replace(
         EMBED_IMPORT, "from sglang.srt.layers.dp_attention import is_dp_attention_enabled\n" + EMBED_IMPORT
     )
+
+
+def attn_tp_fixed_text(text: str) -> str:
+    """``text`` (models/llama.py) whose ``LlamaAttention.__init__`` splits its heads and builds its qkv/o
+    projections within the attention-TP group (``fixes.attn_tp_source``, the edits ``--fix llama-attn-tp`` makes)."""
+    fn = _method(text, LLAMA_FILE, "LlamaAttention.__init__")
+    lines = text.splitlines(keepends=True)
+    method = "".join(lines[fn.lineno - 1 : fn.end_lineno])
+    if ATTN_TP_TEST in method:
+        raise ReportError("LlamaAttention.__init__ already splits its heads within attention TP: nothing to fix")
+    try:
+        fixed = attn_tp_source(method)
+    except ValueError as exc:
+        raise ReportError(f"{LLAMA_FILE}: {exc}") from exc
+    return "".join(lines[: fn.lineno - 1]) + fixed + "".join(lines[fn.end_lineno :])
 
 
 # torch_native under DP attention: the padding fill value defined.
@@ -670,7 +687,155 @@ TORCH_NATIVE_FILL = Crash(
     with_reports=("torch-native-verify-extend-prefix-lens",),
 )
 
-CRASHES = {c.name: c for c in (VERIFY_KV_INDPTR, EAGLE_IDLE_EMPTY, TORCH_NATIVE_FILL, TORCH_NATIVE_VERIFY)}
+EAGLE_HEAD_SPLIT = Crash(
+    name="eagle-draft-dp-attention-head-split",
+    title="EAGLE (EAGLE-1) draft under DP attention: q heads split over the full TP group, the KV pool over "
+    "attention TP, `kv_group_num` 0, sglang {release}",
+    summary="Rank {rank} of DP attention (TP 3, DP 3; a busy rank: every rank crashes alike) crashes in the EAGLE "
+    "**{phase}** pass, its first\n{forward_mode} batch (batch size {batch_size}). The EAGLE-1 head keeps the "
+    "target's layout, so `llama.LlamaAttention` splits its\nq heads over the full TP group (`get_parallel().tp_size`, "
+    "3), while the draft's KV pool and attention backend hold the\nattention-TP group's kv heads (`attn_tp_size`, 1): "
+    "2 q heads per rank over 3 kv heads in the pool, and the triton decode\nkernel's `kv_group_num = q heads // kv "
+    "heads` is 0, which `_grouped_head_tiles` divides by:",
+    fix=((LLAMA_FILE, attn_tp_fixed_text),),
+    fix_note="`fix.diff` (`patch -p1` in the folder holding `sglang/`) makes `LlamaAttention.__init__` take its "
+    "heads from the\nattention-TP group (`get_parallel().attn_tp_size`) and build `qkv_proj` and `o_proj` with "
+    '`parallel_group="attn_tp"`, as\n`qwen3.Qwen3Attention` does. Without DP attention the attention-TP group is '
+    "the TP group, so nothing changes there.",
+    run={"dp": 3, "algorithm": "EAGLE", "idle": "mid"},
+    dp1={"dp": 1, "algorithm": "EAGLE"},
+    expect={
+        "phase": "draft",
+        "forward_mode": "DECODE",
+        "exception_type": "ZeroDivisionError",
+        "raised_file": "sglang/kernels/ops/attention/decode_attention.py",
+    },
+    key="triton|DECODE|EAGLE draft|LlamaAttention.__init__|tp_size vs attn_tp_size|kv_group_num 0",
+    server_command=f"{_LAUNCH} --speculative-algorithm EAGLE --speculative-draft-model-path EAGLE_HEAD {_SPEC} "
+    "--tp-size 3 --dp-size 3 --enable-dp-attention --attention-backend triton --disable-cuda-graph",
+    claims=(
+        DP_ATTENTION_OWN_BATCH,
+        (
+            "EAGLE (any algorithm but EAGLE3, DFlash and a dense DSpark) keeps the target's layout when its draft "
+            "model declares none",
+            "srt/speculative/draft_parallel.py",
+            "else DraftTPExecution.TARGET_LAYOUT",
+            "legacy_draft_parallel_spec",
+        ),
+        (
+            "`LlamaForCausalLMEagle` declares none (the EAGLE3 head declares SINGLE_GROUP: its own attention-TP group)",
+            "srt/models/llama_eagle3.py",
+            "draft_parallel_spec = DraftParallelSpec(tp_execution=DraftTPExecution.SINGLE_GROUP)",
+            None,
+        ),
+        (
+            "so the draft's layout installs no group of its own",
+            "srt/speculative/draft_parallel.py",
+            "return DraftParallelLayout(tp_group=None, attn_tp_size=parallel.attn_tp_size)",
+            "resolve_draft_parallel_layout",
+        ),
+        (
+            "and the draft is built in the target's TP group",
+            "srt/speculative/spec_utils.py",
+            "return contextlib.nullcontext()",
+            "draft_tp_context",
+        ),
+        (
+            "the EAGLE-1 head's layers are Llama decoder layers",
+            "srt/models/llama_eagle.py",
+            "LlamaDecoderLayer(",
+            "LlamaModel.__init__",
+        ),
+        (
+            "whose attention takes the full TP size",
+            "srt/models/llama.py",
+            "tp_size = get_parallel().tp_size",
+            "LlamaAttention.__init__",
+        ),
+        (
+            "and splits its q heads over it",
+            "srt/models/llama.py",
+            "self.num_heads = self.total_num_heads // tp_size",
+            "LlamaAttention.__init__",
+        ),
+        (
+            "(Qwen3's attention, the target's, splits over the attention-TP group)",
+            "srt/models/qwen3.py",
+            "attn_tp_size = get_parallel().attn_tp_size",
+            "Qwen3Attention.__init__",
+        ),
+        (
+            "the KV pool holds the attention-TP group's kv heads",
+            "srt/mem_cache/kv_cache_configurator.py",
+            "get_parallel().attn_tp_size, get_parallel().attn_dcp_size",
+            "_build_mha_kv_pool",
+        ),
+        (
+            "with DECODE disabled the EAGLE worker captures no draft graphs (the draft pass runs eagerly)",
+            "srt/speculative/eagle_worker_v2.py",
+            "if _is_cpu or check_cuda_graph_backend(Phase.DECODE, Backend.DISABLED):",
+            "_capture_cuda_graphs",
+        ),
+        (
+            "the eager runner runs a DECODE batch through `_execute_decode`",
+            "srt/model_executor/runner/eager_runner.py",
+            "return self._execute_decode(forward_batch, pp_proxy_tensors)",
+            "execute",
+        ),
+        (
+            "the triton backend's decode passes the layer's q heads and the pool's buffers to the kernel",
+            "srt/layers/attention/triton_backend.py",
+            "q.view(-1, layer.tp_q_head_num, layer.qk_head_dim),",
+            "TritonAttnBackend.forward_decode",
+        ),
+        (
+            "which divides the q heads by the pool's kv heads (2 // 3 = 0)",
+            "kernels/ops/attention/decode_attention.py",
+            "kv_group_num = q.shape[1] // kv_head_num",
+            "decode_attention_fwd",
+        ),
+        (
+            "a `kv_group_num` other than 1 takes the grouped kernel",
+            "kernels/ops/attention/decode_attention.py",
+            "if kv_group_num == 1:",
+            "decode_attention_fwd",
+        ),
+        (
+            "whose grid divides by `min(_GROUPED_BLOCK_H, kv_group_num)`",
+            "kernels/ops/attention/decode_attention.py",
+            "return triton.cdiv(head_num, min(_GROUPED_BLOCK_H, kv_group_num))",
+            "_grouped_head_tiles",
+        ),
+        (
+            "(CPU only) the model runner pads the heads to a multiple of the TP size: the CPU run's 4 q / 2 kv heads "
+            "became 6 / 3",
+            "srt/model_executor/model_runner.py",
+            "self.model_config = adjust_config_with_unaligned_cpu_tp(",
+            None,
+        ),
+        (
+            "(on a GPU, a head count the TP size does not divide stops here, at load)",
+            "srt/models/llama.py",
+            "assert self.total_num_heads % tp_size == 0",
+            "LlamaAttention.__init__",
+        ),
+    ),
+    gpu_note="`TARGET`: a target whose attention splits over the attention-TP group (the CPU measurement used a "
+    "tiny Qwen3;\na Llama target's own `LlamaAttention` splits as the draft's does). `EAGLE_HEAD`: an EAGLE-1 head "
+    "(sglang loads it as\n`LlamaForCausalLMEagle`) with H q heads and K kv heads, H a multiple of the TP size and H / "
+    "TP < K (attention TP 1):\nthe CPU ran a head of 4 q / 2 kv heads, which the CPU-only padding (last rows) made "
+    "6 / 3 at TP 3; on GPUs that\npadding is not done, so the same 2 q heads over 3 kv heads need a 6 / 3 head, and "
+    "a 4 / 2 head stops at load instead\n(the assert). The same arithmetic gives 0 for any MHA EAGLE-1 head "
+    "(H = K) at `--tp-size 2 --dp-size 2`. No rank has to\nbe idle: the crash is every rank's first draft decode. "
+    "With CUDA graphs on, the draft's decode graph capture runs\nthe same kernel call at start-up (not checked "
+    "here).",
+    with_fixes=("eagle-idle-batch", "verify-input"),
+    acceptance=True,
+)
+
+CRASHES = {
+    c.name: c for c in (VERIFY_KV_INDPTR, EAGLE_IDLE_EMPTY, TORCH_NATIVE_FILL, TORCH_NATIVE_VERIFY, EAGLE_HEAD_SPLIT)
+}
 # Kept for callers of the first report's names.
 NAME = VERIFY_KV_INDPTR.name
 SERVER_COMMAND = VERIFY_KV_INDPTR.server_command
@@ -734,6 +899,11 @@ def _readme(crash: Crash, release: str, res: dict) -> str:
         f"**{fixed['status']}**, its {len((fixed['outputs'] or [[]])[0])} tokens equal to HF transformers' greedy "
         f"tokens: **{fixed['reference_equal']}**, equal to {res['compared_with']}: **{res['fixed_equals_dp1']}**"
     )
+    if crash.acceptance:
+        outcome += (
+            f"; the draft's accepted tokens per verify pass: {fixed['accept_length_mean']} (the comparison run: "
+            f"{res['runs']['dp1']['accept_length_mean']})"
+        )
     if fixed["crash"]:
         fc = fixed["crash"]
         outcome += (
@@ -843,6 +1013,8 @@ def _describe(run: dict) -> str:
 def _cli(run: dict, release: str, src: bool = False, fixes: tuple = ()) -> str:
     cmd = f"workbench upstream run --sglang {release}" + (" --sglang-src CHECKOUT" if src else "")
     cmd += f" --dp {run['dp']} --backend {run.get('backend', 'triton')}"
+    if run.get("idle"):
+        cmd += f" --idle {run['idle']}"
     if run.get("algorithm"):
         cmd += f" --speculative-algorithm {run['algorithm']}"
     return cmd + "".join(f" --fix {f}" for f in fixes) + f" --max-new-tokens {MAX_NEW_TOKENS}"
