@@ -49,7 +49,7 @@ def test_seed_record_maps_the_front_ends_result(tmp_path: Path, monkeypatch: pyt
         "function": "init_forward_metadata",
         "code": "x",
     }
-    raised = {"outcome": "raised", "exception": "AttributeError", "message": MESSAGE, "frames": [frame]}
+    raised = {"status": "crashed", "exception": "AttributeError", "message": MESSAGE, "frames": [frame]}
     seen = []
 
     def front(ctx, target, cases, **kw):
@@ -71,7 +71,7 @@ def test_seed_record_maps_the_front_ends_result(tmp_path: Path, monkeypatch: pyt
     assert rec["crash"]["raised_at"]["file"] == "sglang/srt/layers/attention/triton_backend.py"
     assert rec["crash"]["raised_at"]["line"] == 574
     assert (rec["crash"]["rank"], rec["crash"]["batch_size"]) == (0, 2) and "stand-in used" in rec["notes"]
-    done = {"outcome": "completed", "metrics": {"kv_indptr": [0, 1, 2], "kv_indices": [1, 1]}}
+    done = {"status": "ok", "metrics": {"kv_indptr": [0, 1, 2], "kv_indices": [1, 1]}}
     monkeypatch.setattr(records, "replay", lambda *a, **k: {"status": "ok", "run_s": 1, "cases": [{"runs": [done]}]})
     rec = records.seed_record(ctx, "0.5.13")
     assert rec["status"] == "ok" and rec["metrics"]["kv_indptr"] == [0, 1, 2]

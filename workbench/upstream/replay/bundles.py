@@ -24,6 +24,7 @@ from ..context import UpstreamContext
 from ..sources.releases import check_versions
 from .cases import SEED_CASE
 from .front import replay
+from .run_end import crashed, returned
 
 SHIPPED = Path(__file__).resolve().parent.parent.parent / "assets" / "upstream_bundle_replay.json"
 META_KEYS = ("rank", "dp", "phase", "forward_mode", "batch_size", "backend", "revision", "fix_applied", "exception")
@@ -78,7 +79,7 @@ def compare(bundle: dict, case: dict) -> dict:
     """The verdict of one release's replay of the bundle against the bundle and the reference."""
     exc = bundle["meta"].get("exception") or {}
     run = (case.get("runs") or [{}])[0]
-    if run.get("outcome") == "raised":
+    if crashed(run):
         same = run.get("exception") == exc.get("type") and run.get("message") == exc.get("message")
         return {
             "outcome": "crashed",
@@ -86,7 +87,7 @@ def compare(bundle: dict, case: dict) -> dict:
             "exception": f"{run.get('exception')}: {run.get('message')}",
             "raised_at": run.get("raised_at"),
         }
-    if run.get("outcome") == "completed":
+    if returned(run):
         ref = reference_metadata(bundle)
         got = {k: run.get("metrics", {}).get(k) for k in ("kv_indptr", "kv_indices")}
         return {"outcome": "ok", "metadata": got, "reference": ref, "equal_to_reference": got == ref}

@@ -20,6 +20,7 @@ from ..sources.envs import EnvBuildError, ensure_env
 from ..sources.releases import ReleaseError, check_versions
 from .cases import SEED_CASE
 from .front import replay
+from .run_end import crashed, describe, returned
 
 SUPPORTED_BACKENDS = ("triton",)
 KERNEL = "real sglang TritonAttnBackend (triton interpreter, CPU)"
@@ -76,7 +77,7 @@ def _fill_from_case(rec: dict, case: dict, tag: str, log: Log) -> None:
     if case.get("error"):
         _fail(rec, case.get("stage", "driver"), case["error"])
         log(f"{tag} error at stage {case.get('stage')}: {case['error']}")
-    elif run.get("outcome") == "completed":
+    elif returned(run):
         rec["status"] = "ok"
         rec["metrics"].update(run.get("metrics", {}))
         rec["notes"].append(
@@ -84,7 +85,7 @@ def _fill_from_case(rec: dict, case: dict, tag: str, log: Log) -> None:
             "(kv_indptr from seq_lens + req_to_token)"
         )
         log(f"{tag} ok: kv_indptr={rec['metrics'].get('kv_indptr')}")
-    elif run.get("outcome") == "raised":
+    elif crashed(run):
         rec["status"] = "crashed"
         rec["crash"] = crash_record(
             rank=0,
@@ -98,7 +99,7 @@ def _fill_from_case(rec: dict, case: dict, tag: str, log: Log) -> None:
         )
         log(f"{tag} crashed: {run['exception']}: {run['message']} at {run.get('raised_at')}")
     else:
-        _fail(rec, "init_forward_metadata", f"{run.get('outcome')}: {run.get('exception')}: {run.get('message')}")
+        _fail(rec, "init_forward_metadata", f"{describe(run)}: {run.get('exception')}: {run.get('message')}")
 
 
 def seed_record(ctx: UpstreamContext, version: str, backend: str = "triton") -> dict:
