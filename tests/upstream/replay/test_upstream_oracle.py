@@ -121,7 +121,10 @@ def test_a_case_is_judged_against_the_release_as_shipped() -> None:
     # the run never entered the site's function: no evidence either way
     assert oracle.judge_case(m, _rec("completed", entered=["x.py:Other.f"]), _rec("completed"))[0] == "not reached"
     assert oracle.judge_case(m, {"error": "boom", "stage": "batch"}, None)[0] == "blocked"
-    lib = {"case": {"batch": "X"}, "runs": [{"status": "ok", "stopped_at": "library call", "library_call": "flashinfer.f"}]}
+    lib = {
+        "case": {"batch": "X"},
+        "runs": [{"status": "ok", "stopped_at": "library call", "library_call": "flashinfer.f"}],
+    }
     assert oracle.judge_case(m, lib, _rec("completed"))[0] == "blocked"
     assert oracle.verdict(m, [("raised here", "a"), ("blocked", "b")])[0] == "confirmed"
     assert oracle.verdict(m, [("clean", "a"), ("clean", "b")])[0] == "refuted"

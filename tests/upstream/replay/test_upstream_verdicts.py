@@ -188,7 +188,12 @@ def test_every_verdict_from_driver_records() -> None:
     assert verdict == "unverified" and "ZeroDivisionError" in reason and "before deciding the read" in reason
 
     fl = finding("flashinfer", "IDLE", "DFlashDraftInputV2", "kv_indices", 1340, FLASHINFER)
-    lib = {"status": "ok", "stopped_at": "library call", "library_call": "flashinfer.W().plan", "raised_at": f"{FLASHINFER}:1322"}
+    lib = {
+        "status": "ok",
+        "stopped_at": "library call",
+        "library_call": "flashinfer.W().plan",
+        "raised_at": f"{FLASHINFER}:1322",
+    }
     verdict, reason, _ = judge(fl, _case(fl, [{**lib, "ran": [], "answered": []}], trace=True))
     assert verdict == "traced: not read" and "flashinfer.W().plan at flashinfer_backend.py:1322" in reason
     raised = _missing("DFlashDraftInputV2", "kv_indices", f"{FLASHINFER}:1340")
