@@ -384,23 +384,25 @@ def runtime_runs() -> list[str]:
 def explore() -> list[str]:
     d = _load("runtime_explore.json")
     counts = ", ".join(f"{k} {v}" for k, v in d["counts"].items())
+    # a cell's verdict; the shipped file was written when it was called `outcome` (explore.read_cell)
+    d["cells"] = [{**c, "verdict": c.get("verdict", c.get("outcome"))} for c in d["cells"]]
     rows = []
     for c in d["cells"]:
-        if c["outcome"] == "limit":
+        if c["verdict"] == "limit":
             continue
         crash = c.get("crash") or {}
         known = {True: "known", False: "**NEW**", None: "–"}[c.get("known") if crash else None]
-        rows.append([f"`{c['key']}`", c["outcome"], known, c.get("reason") or "–", _f(c.get("wall_s"), 1)])
+        rows.append([f"`{c['key']}`", c["verdict"], known, c.get("reason") or "–", _f(c.get("wall_s"), 1)])
     limits: dict[tuple[str, str], int] = {}
     for c in d["cells"]:
-        if c["outcome"] == "limit":
+        if c["verdict"] == "limit":
             limits[(c["algorithm"], c["backend"])] = limits.get((c["algorithm"], c["backend"]), 0) + 1
     return [
         f"sglang {d['sglang']}: {len(d['cells'])} cells ({counts}); {d['wall_s']} s.",
         "",
-        "Every cell that ran to an outcome other than a limit:",
+        "Every cell whose verdict is not a limit:",
         "",
-        *_table(["cell", "outcome", "crash", "reason", "wall s"], rows),
+        *_table(["cell", "verdict", "crash", "reason", "wall s"], rows),
         "",
         "Cells that are a limit (each cell's reason is in the file), per algorithm and backend: "
         + ", ".join(f"{a} {b} {n}" for (a, b), n in limits.items())

@@ -364,7 +364,7 @@ def _add_explore(sub) -> None:
 
 
 def _explore(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
-    """Exit 0: every cell ran to an outcome ok, crashed or limit; 1: a cell failed (outputs differ from HF,
+    """Exit 0: every cell's verdict is ok, crashed or limit; 1: a cell failed (outputs differ from HF,
     a timeout, an error after the requests); 2: bad input (unknown release, backend, algorithm or dp)."""
     from workbench.upstream.runtime.explore import explore, validate
     from workbench.views.runtime_explore import cell_progress, explore_html, explore_table
