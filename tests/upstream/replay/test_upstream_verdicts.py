@@ -323,3 +323,18 @@ def test_the_smallest_fix_is_a_class_level_default_after_the_fields_or_the_docst
     assert slug({"backend": "triton", "mode": "IDLE", "spec_class": "EagleVerifyInput", "attr": "kv_indptr"}) == (
         "triton-idle-eagleverifyinput-kv-indptr"
     )
+
+
+def test_a_verdicts_replay_says_how_its_run_ended_and_the_shipped_file_keeps_it() -> None:
+    """The deciding run's ``status`` and ``stopped_at`` go into the finding's ``replay`` and survive the
+    compaction ``scripts/ship_upstream.py`` writes the shipped findings with."""
+    script = Path(__file__).resolve().parents[3] / "scripts" / "ship_upstream.py"
+    spec = importlib.util.spec_from_file_location("wb_ship_upstream", script)
+    ship = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ship)
+    fl = finding("flashinfer", "IDLE", "DFlashDraftInputV2", "kv_indices", 1340, FLASHINFER)
+    lib = {"status": "ok", "stopped_at": "library call", "library_call": "flashinfer.W().plan", "ran": []}
+    out = decide(fl, {case_key(fl): _case(fl, [{**lib, "answered": []}], trace=True)}, {"status": "ok"})
+    assert (out["replay"]["status"], out["replay"]["stopped_at"]) == ("ok", "library call")
+    slim = ship._slim(out, [])["replay"]
+    assert (slim["status"], slim["stopped_at"]) == ("ok", "library call") and "outcome" not in slim
