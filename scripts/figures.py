@@ -212,12 +212,14 @@ def replays() -> list[str]:
 
 def bundle_replay() -> list[str]:
     d = _load("upstream_bundle_replay.json")
+    # how each release's replay ended; the shipped file was written when it was called `outcome` (bundles.load_shipped)
+    d["releases"] = {v: {**r, "status": r.get("status", r.get("outcome"))} for v, r in d["releases"].items()}
     run = d.get("bundle_run") or {}
     crash = run.get("crash") or {}
     rows = [
         [
             v,
-            r["outcome"],
+            r["status"],
             r.get("exception") or "–",
             f"`{r['raised_at']}`" if r.get("raised_at") else "–",
             {True: "yes", False: "**no**", None: "–"}[r.get("same_exception_as_bundle")],
@@ -227,7 +229,7 @@ def bundle_replay() -> list[str]:
         ]
         for v, r in d["releases"].items()
     ]
-    head = ["sglang", "outcome", "exception", "raised at", "= the bundle's", "metadata", "= reference", "run s"]
+    head = ["sglang", "status", "exception", "raised at", "= the bundle's", "metadata", "= reference", "run s"]
     return [
         f"The bundle: `{d['bundle']}`, sha256 {d['bundle_sha256'][:12]}; the run that wrote it: "
         f"{json.dumps(run.get('settings'))}, {run.get('status')} on rank {crash.get('rank')} in its "

@@ -808,7 +808,7 @@ def _replay_bundle(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # im
     echo(f"reference (from the bundle): {result['reference']}")
     for v, r in result["releases"].items():
         echo(
-            f"sglang {v}: {r['outcome']}  "
+            f"sglang {v}: {r['status']}  "
             + (r.get("exception") or f"equal to reference: {r.get('equal_to_reference')}")
         )
     _write(args.json_out, result)
@@ -817,9 +817,9 @@ def _replay_bundle(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # im
 
 def _bundle_conclusive(r: dict) -> bool:
     """A release's replay of a bundle agrees with it: the bundle's own exception, or the reference metadata."""
-    if r["outcome"] == "crashed":
+    if r["status"] == "crashed":
         return bool(r.get("same_exception_as_bundle"))
-    return r["outcome"] == "ok" and bool(r.get("equal_to_reference"))
+    return r["status"] == "ok" and bool(r.get("equal_to_reference"))
 
 
 def _nightly(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
