@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.run.provenance import workbench_commit
@@ -517,7 +517,7 @@ def explore(
             "overlap": [True, False],
             "max_new_tokens": max_new_tokens,
         },
-        "cells": [{"key": c.key, **asdict(c)} for c in cells],
+        "cells": [{"key": c.key, **to_dict(c)} for c in cells],
         "counts": counts,
         "wall_s": round(time.perf_counter() - t0, 1),
     }
