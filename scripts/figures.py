@@ -256,12 +256,14 @@ def replays() -> list[str]:
 
 def bundle_replay() -> list[str]:
     d = _load("upstream_bundle_replay.json")
+    # how each release's replay ended; the shipped file was written when it was called `outcome` (bundles.load_shipped)
+    d["releases"] = {v: {**r, "status": r.get("status", r.get("outcome"))} for v, r in d["releases"].items()}
     run = d.get("bundle_run") or {}
     crash = run.get("crash") or {}
     rows = [
         [
             v,
-            r["outcome"],
+            r["status"],
             r.get("exception") or "–",
             f"`{r['raised_at']}`" if r.get("raised_at") else "–",
             {True: "yes", False: "**no**", None: "–"}[r.get("same_exception_as_bundle")],
@@ -271,7 +273,7 @@ def bundle_replay() -> list[str]:
         ]
         for v, r in d["releases"].items()
     ]
-    head = ["sglang", "outcome", "exception", "raised at", "= the bundle's", "metadata", "= reference", "run s"]
+    head = ["sglang", "status", "exception", "raised at", "= the bundle's", "metadata", "= reference", "run s"]
     return [
         f"The bundle: `{d['bundle']}`, sha256 {d['bundle_sha256'][:12]}; the run that wrote it: "
         f"{json.dumps(run.get('settings'))}, {run.get('status')} on rank {crash.get('rank')} in its "
@@ -523,26 +525,34 @@ def runtime_runs() -> list[str]:
     return out[:-1]
 
 
-def explore() -> list[str]:
+def _explore_file() -> dict:
+    """runtime_explore.json with each cell's verdict; the shipped file was written when it was called
+    `outcome` (explore.read_cell reads both)."""
     d = _load("runtime_explore.json")
+    d["cells"] = [{**c, "verdict": c.get("verdict", c.get("outcome"))} for c in d["cells"]]
+    return d
+
+
+def explore() -> list[str]:
+    d = _explore_file()
     counts = ", ".join(f"{k} {v}" for k, v in d["counts"].items())
     rows = []
     for c in d["cells"]:
-        if c["outcome"] == "limit":
+        if c["verdict"] == "limit":
             continue
         crash = c.get("crash") or {}
         known = {True: "known", False: "**NEW**", None: "–"}[c.get("known") if crash else None]
-        rows.append([f"`{c['key']}`", c["outcome"], known, c.get("reason") or "–", _f(c.get("wall_s"), 1)])
+        rows.append([f"`{c['key']}`", c["verdict"], known, c.get("reason") or "–", _f(c.get("wall_s"), 1)])
     limits: dict[tuple[str, str], int] = {}
     for c in d["cells"]:
-        if c["outcome"] == "limit":
+        if c["verdict"] == "limit":
             limits[(c["algorithm"], c["backend"])] = limits.get((c["algorithm"], c["backend"]), 0) + 1
     return [
         f"sglang {d['sglang']}: {len(d['cells'])} cells ({counts}); {d['wall_s']} s.",
         "",
-        "Every cell that ran to an outcome other than a limit:",
+        "Every cell whose verdict is not a limit:",
         "",
-        *_table(["cell", "outcome", "crash", "reason", "wall s"], rows),
+        *_table(["cell", "verdict", "crash", "reason", "wall s"], rows),
         "",
         "Cells that are a limit (each cell's reason is in the file), per algorithm and backend: "
         + ", ".join(f"{a} {b} {n}" for (a, b), n in limits.items())
@@ -631,26 +641,26 @@ def _passes(cells: list[dict]) -> str:
 
 
 def explore_summary() -> list[str]:
-    d = _load("runtime_explore.json")
+    d = _explore_file()
     groups: dict[tuple, list[dict]] = {}
     for c in d["cells"]:
-        if c["outcome"] == "ok":
+        if c["verdict"] == "ok":
             acc = ((c.get("record") or {}).get("metrics") or {}).get("accept_length_mean")
             what = f"outputs equal to HF transformers' greedy tokens, accept length {_f(acc, 1)}"
-        elif c["outcome"] == "crashed":
+        elif c["verdict"] == "crashed":
             what = ("known" if c.get("known") else "**NEW**") + f": {c['reason']}"
         else:
             what = _limit_reason(c.get("reason") or "")
-        groups.setdefault((c["outcome"], what), []).append(c)
+        groups.setdefault((c["verdict"], what), []).append(c)
     rows = [
         [
-            outcome,
+            verdict,
             len(cells),
             ", ".join(f"`{c['key']}`" for c in cells) if len(cells) <= 4 else _axes(cells),
             _passes(cells),
             what,
         ]
-        for (outcome, what), cells in groups.items()
+        for (verdict, what), cells in groups.items()
     ]
     order = {"ok": 0, "crashed": 1, "failed": 2, "limit": 3}
     rows.sort(key=lambda r: (order.get(r[0], 9), -r[1]))
@@ -658,10 +668,10 @@ def explore_summary() -> list[str]:
     return [
         f"Run at {prov['commit'][:7]}, {prov['generated_at']}: {len(d['cells'])} cells in "
         f"{_duration(d['wall_s'])}, {prov['cpus']} cores, load {prov['load_at_start']} at its start. The cells "
-        "grouped by outcome and reason; a group of more than four cells by the values its cells take on each axis "
+        "grouped by verdict and reason; a group of more than four cells by the values its cells take on each axis "
         "(algorithm / backend / DP / idle mode / overlap; `*`: every value), not every combination of them:",
         "",
-        *_table(["outcome", "cells", "which", "where (rank, pass, mode, batch size)", "reason"], rows),
+        *_table(["verdict", "cells", "which", "where (rank, pass, mode, batch size)", "reason"], rows),
     ]
 
 
@@ -759,7 +769,7 @@ SECTIONS: list[tuple[str, str, str, Callable[[], list[str]]]] = [
     ("runtime-timings", "Where the released runtime's time goes", "runtime_runs.json", runtime_timings),
     ("runtime-guard", "What the shim guard held", "runtime_runs.json", runtime_guard),
     ("runtime-explore", "The released runtime explored", "runtime_explore.json", explore),
-    ("runtime-explore-summary", "The explored cells by outcome", "runtime_explore.json", explore_summary),
+    ("runtime-explore-summary", "The explored cells by verdict", "runtime_explore.json", explore_summary),
     (
         "upstream-reports",
         "Upstream-ready reports of the crashes confirmed end to end",

@@ -45,7 +45,8 @@ REPLAY_KEPT = (
     "case",
     "batch",
     "spec_info_built_by",
-    "outcome",
+    "status",
+    "stopped_at",
     "exception",
     "raised_at",
     "library_call",
@@ -56,8 +57,9 @@ REPLAY_KEPT = (
 
 def _slim(f: dict, stand_ins: list[str]) -> dict:
     """The finding, compact: installs counted, runner paths as counts per outcome, reachability for
-    confirmed findings only, the replay's outcome without its arguments and reads, and its stand-ins
-    as indices into the file's one `stand_ins` list (the whole finding: `workbench upstream lint --json`)."""
+    confirmed findings only, the replay's deciding run (how it ended: `status`, `stopped_at`) without its
+    arguments and reads, and its stand-ins as indices into the file's one `stand_ins` list (the whole
+    finding: `workbench upstream lint --json`)."""
     outcomes: dict[str, int] = {}
     for p in f.get("runner_paths") or []:
         outcomes[p.get("outcome", "?")] = outcomes.get(p.get("outcome", "?"), 0) + 1

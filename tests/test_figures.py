@@ -126,11 +126,11 @@ def test_the_corpus_sites_family_and_coverage_tables_follow_their_assets(tmp_pat
     assert "| 50.0 / 25.0 % |" in "\n".join(figures.interval_coverage())
 
 
-def test_the_explore_cells_are_grouped_by_outcome_and_reason(tmp_path, monkeypatch):
+def test_the_explore_cells_are_grouped_by_verdict_and_reason(tmp_path, monkeypatch):
     fake = tmp_path / "assets"
     fake.mkdir()
     explore = json.loads((figures.ASSETS / "runtime_explore.json").read_text())
-    crashed = [c for c in explore["cells"] if c["outcome"] == "crashed"]
+    crashed = [c for c in explore["cells"] if c.get("verdict", c.get("outcome")) == "crashed"]
     for c in crashed:
         c.update(reason="E: the same at x.py:1", known=False)
     (fake / "runtime_explore.json").write_text(json.dumps(explore))
@@ -138,7 +138,7 @@ def test_the_explore_cells_are_grouped_by_outcome_and_reason(tmp_path, monkeypat
     rows = [r for r in figures.explore_summary() if r.startswith("| crashed |")]
     assert len(rows) == 1 and rows[0].startswith(f"| crashed | {len(crashed)} |")
     assert rows[0].endswith("| **NEW**: E: the same at x.py:1 |")
-    counted = sum(int(r.split(" | ")[1]) for r in figures.explore_summary() if r.startswith("| ") and r[2:4] != "ou")
+    counted = sum(int(r.split(" | ")[1]) for r in figures.explore_summary() if r.startswith("| ") and r[2:4] != "ve")
     assert counted == len(explore["cells"])
     assert figures._limit_reason("as A/b/dp2/start/overlap-off (set-up error: V (x.py:3)); the idle mode") == (
         "set-up error: V (x.py:3)"

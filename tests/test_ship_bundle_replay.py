@@ -26,7 +26,7 @@ REPLAYED = {
     "bundle_sha256": "ab" * 32,
     "bundle_meta": {"rank": 1},
     "reference": {"kv_indptr": [0, 1, 2], "kv_indices": [17, 17]},
-    "releases": {"0.5.13": {"outcome": "crashed", "same_exception_as_bundle": True}},
+    "releases": {"0.5.13": {"status": "crashed", "same_exception_as_bundle": True}},
 }
 
 

@@ -172,11 +172,11 @@ def test_fidelity_exits_1_on_a_difference(tmp_path):
 
 
 def test_a_bundle_replay_is_conclusive_only_when_it_agrees_with_the_bundle():
-    assert _bundle_conclusive({"outcome": "crashed", "same_exception_as_bundle": True})
-    assert not _bundle_conclusive({"outcome": "crashed", "same_exception_as_bundle": False})
-    assert _bundle_conclusive({"outcome": "ok", "equal_to_reference": True})
-    assert not _bundle_conclusive({"outcome": "ok", "equal_to_reference": False})
-    assert not _bundle_conclusive({"outcome": "error", "exception": "ImportError: x"})
+    assert _bundle_conclusive({"status": "crashed", "same_exception_as_bundle": True})
+    assert not _bundle_conclusive({"status": "crashed", "same_exception_as_bundle": False})
+    assert _bundle_conclusive({"status": "ok", "equal_to_reference": True})
+    assert not _bundle_conclusive({"status": "ok", "equal_to_reference": False})
+    assert not _bundle_conclusive({"status": "error", "exception": "ImportError: x"})
 
 
 HEAVY = ("torch", "numpy", "triton", "transformers", "matplotlib")

@@ -73,17 +73,17 @@ def test_every_crash_producer_emits_exactly_the_constructors_fields(tmp_path):
     rec = _record("0.5.13", "triton")
     _fill_from_case(
         rec,
-        {"runs": [{"outcome": "raised", "exception": "AttributeError", "message": MESSAGE, "traceback": "Traceback"}]},
+        {"runs": [{"status": "crashed", "exception": "AttributeError", "message": MESSAGE, "traceback": "Traceback"}]},
         "[t]",
         lambda s: None,
     )
-    produced["upstream replay"] = rec["crash"]
+    produced["upstream replay"] = to_dict(rec.crash)
     for name, crash in produced.items():
         assert tuple(crash) == CRASH_FIELDS, name
     assert produced["runner"]["phase"] == "setup" and produced["runner"]["exception_type"] == "CheckpointError"
     assert produced["rank setup"]["rank"] == 0 and produced["rank setup"]["phase"] == "setup"
     assert produced["signal"]["exception_type"] == "RankProcessDied" and "SIGKILL" in produced["signal"]["message"]
-    assert rec["status"] in STATUSES and produced["upstream replay"]["message"] == MESSAGE
+    assert rec.status in STATUSES and produced["upstream replay"]["message"] == MESSAGE
 
 
 def test_the_nightlys_expectation_fields_are_fields_of_the_crash_record():

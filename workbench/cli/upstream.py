@@ -379,7 +379,7 @@ def _add_explore(sub) -> None:
 
 
 def _explore(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)
-    """Exit 0: every cell ran to an outcome ok, crashed or limit; 1: a cell failed (outputs differ from HF,
+    """Exit 0: every cell's verdict is ok, crashed or limit; 1: a cell failed (outputs differ from HF,
     a timeout, an error after the requests); 2: bad input (unknown release, backend, algorithm or dp)."""
     from workbench.upstream.runtime.explore import explore, validate
     from workbench.views.runtime_explore import cell_progress, explore_html, explore_table
@@ -838,7 +838,7 @@ def _replay_bundle(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # im
     echo(f"reference (from the bundle): {result['reference']}")
     for v, r in result["releases"].items():
         echo(
-            f"sglang {v}: {r['outcome']}  "
+            f"sglang {v}: {r['status']}  "
             + (r.get("exception") or f"equal to reference: {r.get('equal_to_reference')}")
         )
     _write(args.json_out, result)
@@ -847,9 +847,9 @@ def _replay_bundle(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # im
 
 def _bundle_conclusive(r: dict) -> bool:
     """A release's replay of a bundle agrees with it: the bundle's own exception, or the reference metadata."""
-    if r["outcome"] == "crashed":
+    if r["status"] == "crashed":
         return bool(r.get("same_exception_as_bundle"))
-    return r["outcome"] == "ok" and bool(r.get("equal_to_reference"))
+    return r["status"] == "ok" and bool(r.get("equal_to_reference"))
 
 
 def _nightly(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on use (module docstring)

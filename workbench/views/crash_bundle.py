@@ -190,7 +190,7 @@ def upstream_comparison(bundle_path: str) -> HTML:
     rows = [
         {
             "sglang": v,
-            "outcome": r.get("outcome"),
+            "status": r.get("status"),
             "same exception as the bundle": r.get("same_exception_as_bundle", "-"),
             "raised at": r.get("raised_at", "-"),
             "metadata": r.get("metadata", "-"),

@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from workbench.views.tables import Table
 
-COLUMNS = ("cell", "outcome", "where", "reason", "known", "reproducer", "s")
+COLUMNS = ("cell", "verdict", "where", "reason", "known", "reproducer", "s")
 
 
 def _where(cell: dict) -> str | None:
@@ -24,11 +24,11 @@ def _where(cell: dict) -> str | None:
 
 
 def explore_table(result: dict) -> Table:
-    """One row per cell: outcome, where it crashed (rank, pass, mode, batch, file:line), why, known, reproducer."""
+    """One row per cell: verdict, where it crashed (rank, pass, mode, batch, file:line), why, known, reproducer."""
     rows = [
         {
             "cell": c["key"],
-            "outcome": c["outcome"],
+            "verdict": c["verdict"],
             "where": _where(c),
             "reason": c["reason"],
             "known": None if c.get("known") is None else ("known" if c["known"] else "NEW"),
@@ -45,12 +45,12 @@ SUMMARY_COLUMNS = ("algorithm", "ok", "crashed", "limit", "failed", "run")
 
 def explore_summary(result: dict) -> Table:
     """One row per speculative algorithm (``*``: the backend limits, which hold for every algorithm): how
-    many of its cells ended each way, and how many of them were run (the others were decided without a run)."""
+    many of its cells got each verdict, and how many of them were run (the others were decided without a run)."""
     order = list(dict.fromkeys(c["algorithm"] for c in result["cells"]))
     rows = []
     for alg in order:
         cells = [c for c in result["cells"] if c["algorithm"] == alg]
-        row = {"algorithm": alg, **{o: sum(1 for c in cells if c["outcome"] == o) for o in SUMMARY_COLUMNS[1:5]}}
+        row = {"algorithm": alg, **{o: sum(1 for c in cells if c["verdict"] == o) for o in SUMMARY_COLUMNS[1:5]}}
         row["run"] = sum(1 for c in cells if c.get("record") is not None)
         rows.append(row)
     return Table(rows, SUMMARY_COLUMNS)
@@ -82,13 +82,13 @@ def explore_html(result: dict) -> str:
 @contextlib.contextmanager
 def cell_progress(desc: str) -> Iterator[tuple[Callable, Callable, Callable]]:
     """A tqdm bar over an exploration's cells on stderr; yields ``(progress(cell), on_cells(n), log(line))``:
-    one tick per finished cell (its key and outcome shown), the cell count once known, and a log line
+    one tick per finished cell (its key and verdict shown), the cell count once known, and a log line
     printed above the bar."""
     bar = tqdm(desc=desc, unit="cell", file=sys.stderr)
 
     def progress(cell) -> None:
         bar.update(1)
-        bar.set_postfix_str(f"{cell.key}: {cell.outcome}")
+        bar.set_postfix_str(f"{cell.key}: {cell.verdict}")
 
     def on_cells(n: int) -> None:
         bar.total = n

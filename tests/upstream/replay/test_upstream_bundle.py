@@ -19,6 +19,7 @@ from safetensors.torch import save_file
 
 from workbench.cli import main as workbench_main
 from workbench.debug.bundle import BundleError
+from workbench.upstream.replay import bundles
 from workbench.upstream.replay.bundles import bundle_case, load_bundle, reference_metadata
 
 SLOTS = [17, 18, 19, 20, 21]  # row 0's slots from an earlier request on this rank
@@ -163,9 +164,9 @@ def test_real_releases_on_a_workbench_bundle(versions: tuple, tmp_path: Path) ->
     )
     result = json.loads(out.read_text())
     old, new = result["releases"]["0.5.13"], result["releases"]["0.5.14"]
-    assert old["outcome"] == "crashed" and old["same_exception_as_bundle"], old
+    assert old["status"] == "crashed" and old["same_exception_as_bundle"], old
     assert old["raised_at"].endswith("layers/attention/triton_backend.py:574")
-    assert new["outcome"] == "ok" and new["equal_to_reference"], new
+    assert new["status"] == "ok" and new["equal_to_reference"], new
     assert new["metadata"] == {"kv_indptr": [0, 1, 2], "kv_indices": [17, 17]}
 
 
@@ -201,9 +202,19 @@ def test_real_releases_on_the_bundle_a_workbench_crash_wrote(tmp_path: Path) -> 
     )
     result = json.loads(out.read_text())
     old, new = result["releases"]["0.5.13"], result["releases"]["0.5.14"]
-    assert old["outcome"] == "crashed" and old["same_exception_as_bundle"], old
-    assert new["outcome"] == "ok" and new["equal_to_reference"], new
+    assert old["status"] == "crashed" and old["same_exception_as_bundle"], old
+    assert new["status"] == "ok" and new["equal_to_reference"], new
     ours = replay_crash(folder, fix=True)  # the workbench's own fallback on the same bundle
     assert not ours.mismatches, ours.mismatches
     assert new["metadata"] == {k: ours.metadata[k] for k in ("kv_indptr", "kv_indices")}
     assert new["metadata"] == reference_metadata(load_bundle(folder))
+
+
+def test_the_shipped_bundle_replay_reads_with_each_releases_status() -> None:
+    """The shipped measurement was written when how a release's replay ended was called ``outcome``: it
+    reads as ``status``, word for word (0.5.13 crashed with the bundle's exception, 0.5.14 ok)."""
+    raw = json.loads(bundles.SHIPPED.read_text())["releases"]
+    got = bundles.load_shipped()["releases"]
+    assert {v: r["status"] for v, r in got.items()} == {v: r["outcome"] for v, r in raw.items()}
+    assert got["0.5.13"]["status"] == "crashed" and got["0.5.14"]["status"] == "ok"
+    assert not any("outcome" in r for r in got.values())

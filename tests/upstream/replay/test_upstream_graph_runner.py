@@ -84,20 +84,22 @@ def test_the_fix_sets_the_field_after_the_gathered_counts() -> None:
 
 
 def test_a_record_is_judged_by_where_it_raised_and_which_lines_ran() -> None:
-    none_error = {"outcome": "raised", "exception": "TypeError", "message": "'NoneType' object is not iterable"}
+    none_error = {"status": "crashed", "exception": "TypeError", "message": "'NoneType' object is not iterable"}
     cases = {
         "confirmed": _record({**none_error, "raised_at": AT}),
         "unverified: elsewhere": _record({**none_error, "raised_at": f"{RUNNER_FILE}:1"}),
         "unverified: not a None": _record(
             {
-                "outcome": "raised",
+                "status": "crashed",
                 "exception": "ValueError",
                 "message": "max() arg is an empty sequence",
                 "raised_at": AT,
             }
         ),
-        "refuted": _record({"outcome": "decided", "can_run_graph": True, "ran": [AT]}),
-        "unverified: never ran": _record({"outcome": "decided", "can_run_graph": False, "ran": []}),
+        "refuted": _record({"status": "ok", "stopped_at": "graph decision", "can_run_graph": True, "ran": [AT]}),
+        "unverified: never ran": _record(
+            {"status": "ok", "stopped_at": "graph decision", "can_run_graph": False, "ran": []}
+        ),
         "unverified: not built": _record(error="AttributeError: no tp_group"),
     }
     for name, rec in cases.items():
@@ -127,7 +129,7 @@ def test_the_replay_runs_the_fixed_tree_and_names_the_stand_in(monkeypatch: pyte
 
     def fake_replay(ctx, target, cases, extra=None):
         seen.append((target, cases, extra))
-        run = {"outcome": "decided", "can_run_graph": True, "ran": [AT]}
+        run = {"status": "ok", "stopped_at": "graph decision", "can_run_graph": True, "ran": [AT]}
         return {"status": "ok", "cases": [_record(run)]}
 
     monkeypatch.setattr(runner_decisions, "replay", fake_replay)
@@ -147,7 +149,7 @@ def test_the_family_judges_can_run_graph_findings_by_the_graph_runner_replay(mon
         {**base, "read_function": RUNNER_FUNCTION},
         {**base, "read_function": "DecodeCudaGraphRunner.other"},
     ]
-    run = {"outcome": "raised", "exception": "TypeError", "message": "'NoneType' object is not iterable"}
+    run = {"status": "crashed", "exception": "TypeError", "message": "'NoneType' object is not iterable"}
     calls = []
 
     def fake_graph_replay(ctx, tree, watch):

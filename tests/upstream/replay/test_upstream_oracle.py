@@ -13,6 +13,7 @@ from upstream_fixtures import ATTN_DIR, SPEC_DIR, toy_tree
 from workbench.cli import main as workbench_main
 from workbench.upstream.context import UpstreamContext, quiet
 from workbench.upstream.replay import oracle
+from workbench.upstream.replay.run_end import OLD_OUTCOMES
 from workbench.upstream.static.mutate import MutationError
 from workbench.upstream.static.site_mutants import (
     BATCH_REASON,
@@ -99,7 +100,9 @@ def test_sampling_is_deterministic_per_kind_and_release() -> None:
 def _rec(
     outcome: str, at: str | None = None, message: str = "", exc: str = "AttributeError", ran=(), entered=(), **more
 ) -> dict:
-    run = {"outcome": outcome, "raised_at": at, "message": message, "exception": exc, "ran": list(ran)}
+    status, stop = OLD_OUTCOMES[outcome]  # named in the driver's earlier words, written in today's fields
+    run = {"status": status, "raised_at": at, "message": message, "exception": exc, "ran": list(ran)}
+    run.update({"stopped_at": stop} if stop else {})
     return {"case": {"batch": "TARGET_VERIFY"}, "runs": [{**run, "entered": list(entered), **more}]}
 
 
@@ -118,7 +121,10 @@ def test_a_case_is_judged_against_the_release_as_shipped() -> None:
     # the run never entered the site's function: no evidence either way
     assert oracle.judge_case(m, _rec("completed", entered=["x.py:Other.f"]), _rec("completed"))[0] == "not reached"
     assert oracle.judge_case(m, {"error": "boom", "stage": "batch"}, None)[0] == "blocked"
-    lib = {"case": {"batch": "X"}, "runs": [{"outcome": "library reached", "library_call": "flashinfer.f"}]}
+    lib = {
+        "case": {"batch": "X"},
+        "runs": [{"status": "ok", "stopped_at": "library call", "library_call": "flashinfer.f"}],
+    }
     assert oracle.judge_case(m, lib, _rec("completed"))[0] == "blocked"
     assert oracle.verdict(m, [("raised here", "a"), ("blocked", "b")])[0] == "confirmed"
     assert oracle.verdict(m, [("clean", "a"), ("clean", "b")])[0] == "refuted"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from upstream_fixtures import write_fake_cache
 
+from workbench.run.serialise import RecordError, to_dict
 from workbench.upstream.context import UpstreamContext, quiet
 from workbench.upstream.replay import records
 from workbench.upstream.replay.cases import SEED_CASE
@@ -49,7 +50,7 @@ def test_seed_record_maps_the_front_ends_result(tmp_path: Path, monkeypatch: pyt
         "function": "init_forward_metadata",
         "code": "x",
     }
-    raised = {"outcome": "raised", "exception": "AttributeError", "message": MESSAGE, "frames": [frame]}
+    raised = {"status": "crashed", "exception": "AttributeError", "message": MESSAGE, "frames": [frame]}
     seen = []
 
     def front(ctx, target, cases, **kw):
@@ -71,7 +72,7 @@ def test_seed_record_maps_the_front_ends_result(tmp_path: Path, monkeypatch: pyt
     assert rec["crash"]["raised_at"]["file"] == "sglang/srt/layers/attention/triton_backend.py"
     assert rec["crash"]["raised_at"]["line"] == 574
     assert (rec["crash"]["rank"], rec["crash"]["batch_size"]) == (0, 2) and "stand-in used" in rec["notes"]
-    done = {"outcome": "completed", "metrics": {"kv_indptr": [0, 1, 2], "kv_indices": [1, 1]}}
+    done = {"status": "ok", "metrics": {"kv_indptr": [0, 1, 2], "kv_indices": [1, 1]}}
     monkeypatch.setattr(records, "replay", lambda *a, **k: {"status": "ok", "run_s": 1, "cases": [{"runs": [done]}]})
     rec = records.seed_record(ctx, "0.5.13")
     assert rec["status"] == "ok" and rec["metrics"]["kv_indptr"] == [0, 1, 2]
@@ -131,3 +132,19 @@ def test_real_seed_record(version: str) -> None:
     assert crash["raised_at"]["file"].endswith("layers/attention/triton_backend.py")
     assert "triton_backend.py" in crash["traceback"]
     assert (crash["rank"], crash["phase"], crash["forward_mode"], crash["batch_size"]) == (0, "draft-extend", "IDLE", 2)
+
+
+def test_every_shipped_seed_replay_reads_as_a_replay_record_and_writes_back_unchanged() -> None:
+    """``upstream_replays.json`` (0.5.12 and 0.5.13 crashed, 0.5.14 ok) reads strictly as ``ReplayRecord``s,
+    and their JSON forms are the shipped entries, key for key and in order; a bad field is named."""
+    shipped = json.loads((Path(records.__file__).parents[2] / "assets" / "upstream_replays.json").read_text())
+    recs = [records.read_replay_record(r) for r in shipped]
+    assert [(r.config.sglang, r.status) for r in recs] == [
+        ("0.5.12", "crashed"),
+        ("0.5.13", "crashed"),
+        ("0.5.14", "ok"),
+    ]
+    assert recs[0].crash.raised_at["line"] == 332 and recs[2].metrics["kv_indptr"] == [0, 1, 2]
+    assert [json.dumps(to_dict(r)) for r in recs] == [json.dumps(r) for r in shipped]
+    with pytest.raises(RecordError, match=r"ReplayRecord.status: invalid value 'raised'"):
+        records.read_replay_record({**shipped[0], "status": "raised"})

@@ -156,7 +156,7 @@ def _case(f: dict, runs: list[dict], trace: bool = False, kind: str = "IDLE padd
 def _missing(cls: str, attr: str, at: str, answered: list[str] | None = None) -> dict:
     msg = f"'{cls}' object has no attribute '{attr}'"
     return {
-        "outcome": "raised",
+        "status": "crashed",
         "exception": "AttributeError",
         "message": msg,
         "missing_attr": attr,
@@ -170,25 +170,30 @@ def test_every_verdict_from_driver_records() -> None:
     f593 = finding("triton", "IDLE", "EagleVerifyInput", "kv_indptr", 593)
     f631 = finding("triton", "IDLE", "EagleVerifyInput", "kv_indices", 631)
     crash = _missing("EagleVerifyInput", "kv_indptr", f"{TRITON}:593")
-    after = {"outcome": "completed", "ran": [f"{TRITON}:593"], "answered": ["kv_indptr=None"]}
+    after = {"status": "ok", "ran": [f"{TRITON}:593"], "answered": ["kv_indptr=None"]}
     case = _case(f593, [crash, after])
     verdict, reason, run = judge(f593, case)
     assert verdict == "confirmed" and "has no attribute 'kv_indptr' at triton_backend.py:593" in reason
     verdict, reason, _ = judge(f631, case)  # behind the first crash: decided once it is answered
     assert verdict == "refuted" and "never ran once the earlier crash is answered (kv_indptr=None" in reason
-    ran = {"outcome": "completed", "ran": [f"{TRITON}:631"], "answered": []}
+    ran = {"status": "ok", "ran": [f"{TRITON}:631"], "answered": []}
     assert judge(f631, _case(f631, [ran]))[0] == "refuted"
     behind = _missing("EagleVerifyInput", "kv_indices", f"{TRITON}:631", ["kv_indptr=None"])
     verdict, reason, _ = judge(f631, _case(f631, [crash, behind]))
     assert verdict == "confirmed" and reason.endswith(
         "once the earlier crash is answered (kv_indptr=None: its smallest fix)"
     )
-    other = {"outcome": "raised", "exception": "ZeroDivisionError", "message": "x", "raised_at": f"{TRITON}:40"}
+    other = {"status": "crashed", "exception": "ZeroDivisionError", "message": "x", "raised_at": f"{TRITON}:40"}
     verdict, reason, _ = judge(f593, _case(f593, [{**other, "ran": [], "answered": []}]))
     assert verdict == "unverified" and "ZeroDivisionError" in reason and "before deciding the read" in reason
 
     fl = finding("flashinfer", "IDLE", "DFlashDraftInputV2", "kv_indices", 1340, FLASHINFER)
-    lib = {"outcome": "library reached", "library_call": "flashinfer.W().plan", "raised_at": f"{FLASHINFER}:1322"}
+    lib = {
+        "status": "ok",
+        "stopped_at": "library call",
+        "library_call": "flashinfer.W().plan",
+        "raised_at": f"{FLASHINFER}:1322",
+    }
     verdict, reason, _ = judge(fl, _case(fl, [{**lib, "ran": [], "answered": []}], trace=True))
     assert verdict == "traced: not read" and "flashinfer.W().plan at flashinfer_backend.py:1322" in reason
     raised = _missing("DFlashDraftInputV2", "kv_indices", f"{FLASHINFER}:1340")
@@ -200,7 +205,7 @@ def test_a_replay_confirmation_beats_a_static_unreachable_and_names_what_stopped
     crash = _missing("EagleVerifyInput", "kv_indptr", f"{TRITON}:593")
     unpadded = {
         "case": {"key": case_key(f, "IDLE unpadded")},
-        "runs": [{"outcome": "not called", "message": "no call"}],
+        "runs": [{"status": "ok", "stopped_at": "no metadata call", "message": "no call"}],
     }
     by_key = {case_key(f): _case(f, [crash]), case_key(f, "IDLE unpadded"): unpadded}
     out = decide(f, by_key, {"status": "ok"})
@@ -210,7 +215,7 @@ def test_a_replay_confirmation_beats_a_static_unreachable_and_names_what_stopped
     won = decide(static, by_key, {"status": "ok"})  # the strongest evidence is the verdict
     assert (won["verdict"], won["verdict_by"], won["static_verdict"]) == ("confirmed", "replay", "unreachable")
     assert won["static_reason"] == "no runner path" and "overrides them" in won["verdict_reason"]
-    refuted = {case_key(f): _case(f, [{"outcome": "completed", "ran": [], "answered": []}])}
+    refuted = {case_key(f): _case(f, [{"status": "ok", "ran": [], "answered": []}])}
     kept = decide(static, refuted, {"status": "ok"})  # a replay that did not raise leaves the static verdict
     assert (kept["verdict"], kept["replay_verdict"]) == ("unreachable", "refuted") and "static_verdict" not in kept
     gone = decide(f, {}, {"status": "error", "message": "the environment could not be built"})
@@ -318,3 +323,18 @@ def test_the_smallest_fix_is_a_class_level_default_after_the_fields_or_the_docst
     assert slug({"backend": "triton", "mode": "IDLE", "spec_class": "EagleVerifyInput", "attr": "kv_indptr"}) == (
         "triton-idle-eagleverifyinput-kv-indptr"
     )
+
+
+def test_a_verdicts_replay_says_how_its_run_ended_and_the_shipped_file_keeps_it() -> None:
+    """The deciding run's ``status`` and ``stopped_at`` go into the finding's ``replay`` and survive the
+    compaction ``scripts/ship_upstream.py`` writes the shipped findings with."""
+    script = Path(__file__).resolve().parents[3] / "scripts" / "ship_upstream.py"
+    spec = importlib.util.spec_from_file_location("wb_ship_upstream", script)
+    ship = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ship)
+    fl = finding("flashinfer", "IDLE", "DFlashDraftInputV2", "kv_indices", 1340, FLASHINFER)
+    lib = {"status": "ok", "stopped_at": "library call", "library_call": "flashinfer.W().plan", "ran": []}
+    out = decide(fl, {case_key(fl): _case(fl, [{**lib, "answered": []}], trace=True)}, {"status": "ok"})
+    assert (out["replay"]["status"], out["replay"]["stopped_at"]) == ("ok", "library call")
+    slim = ship._slim(out, [])["replay"]
+    assert (slim["status"], slim["stopped_at"]) == ("ok", "library call") and "outcome" not in slim

@@ -23,6 +23,7 @@ from upstream_fixtures import in_release
 from workbench.debug.bundle import BundleError
 from workbench.debug.sglang_bundle import load_rank_bundle
 from workbench.upstream.runtime import release_record as record_mod
+from workbench.upstream.runtime.rank_result import read_rank_result
 
 STANDIN = {  # the stand-in sglang: only what the writer and fixes.py touch
     "sglang/__init__.py": "STANDIN = 'eagle-workbench test stand-in, not SGLang'\n",
@@ -228,9 +229,10 @@ def test_a_tampered_tensor_or_a_slot_outside_the_pool_is_refused(bundle: Path, t
 
 
 def test_the_record_names_the_ranks_bundle() -> None:
-    res = {"rank": 1, "exception": "AttributeError", "message": "m", "traceback": "t", "frames": []}
-    assert record_mod._crash({**res, "bundle": "/out/crash-bundle-rank1"}).bundle == "/out/crash-bundle-rank1"
-    crash = record_mod._crash({**res, "bundle_error": "OSError: disk full"})
+    res = {"status": "crashed", "rank": 1, "exception": "AttributeError", "message": "m", "traceback": "t"}
+    named = read_rank_result({**res, "bundle": "/out/crash-bundle-rank1"}, 1)
+    assert record_mod._crash(named).bundle == "/out/crash-bundle-rank1"
+    crash = record_mod._crash(read_rank_result({**res, "bundle_error": "OSError: disk full"}, 1))
     assert crash.bundle is None and crash.bundle_error == "OSError: disk full"
 
 

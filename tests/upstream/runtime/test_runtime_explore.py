@@ -1,5 +1,5 @@
 """``workbench upstream explore`` without the network: the axes read from a stand-in release tree, the
-cells and their limit reasons, the outcome of recorded run records (the shipped 0.5.23 runs), the
+cells and their limit reasons, the verdict of recorded run records (the shipped 0.5.23 runs), the
 idle modes' rank configs, the flow with a recording stand-in for ``run_runtime``, and bad input."""
 
 from __future__ import annotations
@@ -105,13 +105,13 @@ def test_cells_cover_every_axis_value(release: Path) -> None:
         assert f"*/{b}/*/*/*" in keys
     # EAGLE3, EAGLE and NGRAM are run; per backend: dp 1 (no idle rank: start only) x 2 overlap + dp 2, 3 x
     # (start, mid) x 2 overlap = 10
-    assert {c.algorithm for c in cells if c.outcome is None} == {"EAGLE", "EAGLE3", "NGRAM"}
+    assert {c.algorithm for c in cells if c.verdict is None} == {"EAGLE", "EAGLE3", "NGRAM"}
     run = [c for c in cells if c.algorithm == "EAGLE3"]
     assert len(run) == 2 * 10
     assert {(c.dp, c.idle) for c in run} == {(1, "start"), (2, "start"), (2, "mid"), (3, "start"), (3, "mid")}
     assert {c.overlap for c in run} == {True, False}
     assert len(set(keys)) == len(keys)
-    assert all(c.outcome is None for c in run)  # every runnable cell is run, none predicted
+    assert all(c.verdict is None for c in run)  # every runnable cell is run, none predicted
 
 
 def test_limit_reasons_name_the_line(release: Path) -> None:
@@ -143,25 +143,25 @@ def test_classify_shipped_records() -> None:
         "0.5.23/triton/eagle-dp2",
     }
     crash = ex.classify(SHIPPED["0.5.23/triton/dp2"], known)
-    assert crash["outcome"] == "crashed" and crash["known"] and crash["known_as"] == "0.5.23/triton/dp2"
+    assert crash["verdict"] == "crashed" and crash["known"] and crash["known_as"] == "0.5.23/triton/dp2"
     assert crash["crash"]["rank"] == 1 and crash["crash"]["phase"] == "verify"
     assert crash["crash"]["forward_mode"] == "IDLE"
     assert (crash["crash"]["file"], crash["crash"]["line"]) == ("sglang/srt/layers/attention/triton_backend.py", 891)
-    assert ex.classify(SHIPPED["0.5.23/triton/dp1"], known)["outcome"] == "ok"
+    assert ex.classify(SHIPPED["0.5.23/triton/dp1"], known)["verdict"] == "ok"
     # the same crash on a release with no shipped record of it is new
     assert ex.classify(SHIPPED["0.5.23/triton/dp2"], ex.known_crashes("0.5.22"))["known"] is False
 
 
-def test_classify_other_outcomes() -> None:
+def test_classify_other_verdicts() -> None:
     ok = copy.deepcopy(SHIPPED["0.5.23/triton/dp1"])
     ok["reference"]["equal"], ok["reference"]["first_difference"] = False, {"prompt": 0, "position": 3}
-    assert ex.classify(ok, [])["outcome"] == "failed"
+    assert ex.classify(ok, [])["verdict"] == "failed"
     ok["limits"] = ["the release's CPU engine chose the QLEN_ONLY verify tree mask"]
-    assert ex.classify(ok, []) == {"outcome": "limit", "reason": ok["limits"][0]}
+    assert ex.classify(ok, []) == {"verdict": "limit", "reason": ok["limits"][0]}
     err = copy.deepcopy(SHIPPED["0.5.23/triton/dp1"])
     err.update(status="error", error={"stage": "scheduler", "message": "AssertionError: 256 is not divisible by 3"})
     assert ex.classify(err, []) == {
-        "outcome": "limit",
+        "verdict": "limit",
         "reason": "set-up error at scheduler: AssertionError: 256 is not divisible by 3",
     }
     # a set-up error names the release line it was raised at (the innermost frame inside sglang)
@@ -172,13 +172,13 @@ def test_classify_other_outcomes() -> None:
     )
     assert ex.classify(err, [])["reason"].endswith("(sglang/srt/arg_groups/speculative_hook.py:1082)")
     err["error"]["stage"] = "event_loop"
-    assert ex.classify(err, [])["outcome"] == "failed"
+    assert ex.classify(err, [])["verdict"] == "failed"
     # a shim-guard violation is our tooling changing the release: failed, never a limit, at any stage
     guard = {"stage": "shim-guard", "message": "the shim guard found protected code changed: m:C.x (missing)"}
     err.update(status="error", error=guard)
-    assert ex.classify(err, []) == {"outcome": "failed", "reason": f"error at shim-guard: {guard['message']}"}
+    assert ex.classify(err, []) == {"verdict": "failed", "reason": f"error at shim-guard: {guard['message']}"}
     err.update(status="timeout", error={"stage": "run", "message": "no result within 240 s"})
-    assert ex.classify(err, [])["outcome"] == "failed"
+    assert ex.classify(err, [])["verdict"] == "failed"
 
 
 def test_new_crash_gets_a_reproducer() -> None:
@@ -186,7 +186,7 @@ def test_new_crash_gets_a_reproducer() -> None:
     rec = copy.deepcopy(SHIPPED["0.5.23/triton/dp2"])
     rec["crash"]["raised_at"]["line"] = 999
     ex._apply(cell, ex.classify(rec, ex.known_crashes("0.5.23")), "0.5.23", 8)
-    assert cell.outcome == "crashed" and cell.known is False
+    assert cell.verdict == "crashed" and cell.known is False
     assert cell.reproducer == (
         "workbench upstream run --sglang 0.5.23 --dp 2 --backend triton --idle mid --disable-overlap-schedule "
         "--max-new-tokens 8 --json OUT"
@@ -272,22 +272,22 @@ def test_explore_flow(offline: list) -> None:
     )
     cells = {c["key"]: c for c in result["cells"]}
     assert total == [len(cells)] and len(seen) == len(cells)
-    assert cells["EAGLE3/triton/dp1/start/overlap-on"]["outcome"] == "ok"
-    assert cells["EAGLE3/triton/dp2/mid/overlap-off"]["outcome"] == "crashed"
+    assert cells["EAGLE3/triton/dp1/start/overlap-on"]["verdict"] == "ok"
+    assert cells["EAGLE3/triton/dp2/mid/overlap-off"]["verdict"] == "crashed"
     assert cells["EAGLE3/triton/dp2/mid/overlap-off"]["known"] is True
-    assert cells["EAGLE3/triton/dp3/start/overlap-on"]["outcome"] == "limit"
+    assert cells["EAGLE3/triton/dp3/start/overlap-on"]["verdict"] == "limit"
     # the mid cell shares its start twin's set-up error without a run of its own
     assert cells["EAGLE3/triton/dp3/mid/overlap-on"]["reason"].startswith("as EAGLE3/triton/dp3/start/overlap-on")
     assert (3, "triton", "mid", True) not in offline and (3, "triton", "start", True) in offline
     assert len(offline) == 2 + 4 + 2  # dp 1 x 2, dp 2 x 4, dp 3 start x 2
-    assert cells["*/fa3/*/*/*"]["outcome"] == "limit"
+    assert cells["*/fa3/*/*/*"]["verdict"] == "limit"
     assert result["counts"] == {"ok": 2, "crashed": 4, "limit": 5, "failed": 0}
     assert json.loads(json.dumps(result)) == result
 
 
 def test_overlap_turned_off_by_the_release_is_measured_once(offline: list, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first overlap-on cell of an algorithm runs; when the release's scheduler reports the overlap schedule
-    off (0.5.23 on CPU), that cell is a limit naming the release line, with its run's outcome, and the
+    off (0.5.23 on CPU), that cell is a limit naming the release line, with its run's verdict, and the
     algorithm's other overlap-on cells are limits as that cell, not run."""
     run = ex.run_runtime
 
@@ -302,14 +302,14 @@ def test_overlap_turned_off_by_the_release_is_measured_once(offline: list, monke
     result = ex.explore(UpstreamContext(), "0.5.23", backends=["triton", "torch_native"], algorithms=["EAGLE3"])
     cells = {c["key"]: c for c in result["cells"]}
     witness = cells["EAGLE3/triton/dp1/start/overlap-on"]
-    assert witness["outcome"] == "limit" and witness["record"] is not None
+    assert witness["verdict"] == "limit" and witness["record"] is not None
     assert witness["reason"].startswith("arg_groups/speculative_hook.py:1: the release turns the overlap schedule off")
     assert witness["reason"].endswith("as overlap-off: ok: outputs equal to HF transformers' greedy tokens")
     other = cells["EAGLE3/torch_native/dp2/mid/overlap-on"]
-    assert other["outcome"] == "limit" and other["record"] is None
+    assert other["verdict"] == "limit" and other["record"] is None
     assert other["reason"].startswith("as EAGLE3/triton/dp1/start/overlap-on: the release turns the overlap")
     assert [c for c in offline if c[3]] == [(1, "triton", "start", True)]  # one overlap-on run in all
-    assert cells["EAGLE3/torch_native/dp1/start/overlap-off"]["outcome"] == "ok"
+    assert cells["EAGLE3/torch_native/dp1/start/overlap-off"]["verdict"] == "ok"
     # another algorithm whose handler calls the same override is decided by that measured cell, with its line
     both = ex.explore(UpstreamContext(), "0.5.23", backends=["triton"], algorithms=["EAGLE3", "NGRAM"], dps=[1])
     ngram = next(c for c in both["cells"] if c["key"] == "NGRAM/triton/dp1/start/overlap-on")
@@ -328,7 +328,7 @@ def test_parts_merge_into_one_exploration(offline: list) -> None:
     merged = ex.merge([a, b])
     keys = [c["key"] for c in merged["cells"]]
     assert keys.count("*/fa3/*/*/*") == 1 and "UNO/*/*/*/*" in keys and "EAGLE3/triton/dp1/start/overlap-on" in keys
-    assert merged["counts"] == {o: sum(1 for c in merged["cells"] if c["outcome"] == o) for o in ex.OUTCOMES}
+    assert merged["counts"] == {o: sum(1 for c in merged["cells"] if c["verdict"] == o) for o in ex.VERDICTS}
     assert [p["cells"] for p in merged["provenance"]["parts"]] == [len(a["cells"]), len(b["cells"])]
     with pytest.raises(ex.ExploreError, match="parts of one release"):
         ex.merge([a, {**b, "sglang": "0.5.22"}])
@@ -376,22 +376,34 @@ def test_view(offline: list) -> None:
     assert summary["UNO"]["limit"] == 1 and summary["UNO"]["run"] == 0
 
 
+def test_a_cell_written_before_verdict_reads_as_one() -> None:
+    """The shipped exploration was written when a cell's verdict was called ``outcome``: it reads, word for
+    word, as ``verdict``; a word outside ``VERDICTS`` is refused, naming the valid ones."""
+    raw = json.loads(ex.SHIPPED_EXPLORE.read_text())["cells"]
+    assert all("outcome" in c and "verdict" not in c for c in raw)  # the file as shipped
+    read = ex.load_shipped()["cells"]
+    assert [c["verdict"] for c in read] == [c["outcome"] for c in raw] and not any("outcome" in c for c in read)
+    assert ex.read_cell({"key": "k", "verdict": "limit"}) == {"key": "k", "verdict": "limit"}
+    with pytest.raises(ex.ExploreError, match=r"cell 'k': verdict 'passed'; valid: ok, crashed, limit, failed"):
+        ex.read_cell({"key": "k", "outcome": "passed"})
+
+
 def test_shipped_exploration_reclassifies() -> None:
-    """The shipped 0.5.23 exploration: labelled, counted, and each run cell's outcome what ``classify``
+    """The shipped 0.5.23 exploration: labelled, counted, and each run cell's verdict what ``classify``
     gives its recorded run record today."""
     shipped = ex.load_shipped()
     assert shipped["source"].startswith("shipped: sglang 0.5.23, 2026-")
     cells = shipped["cells"]
-    assert shipped["counts"] == {o: sum(1 for c in cells if c["outcome"] == o) for o in ex.OUTCOMES}
+    assert shipped["counts"] == {o: sum(1 for c in cells if c["verdict"] == o) for o in ex.VERDICTS}
     ran = [c for c in cells if c["record"] is not None]
     assert ran, "the shipped exploration ran no cell"
     known = ex.known_crashes("0.5.23")  # the shipped runs it ran after (runtime_runs.json)
     for c in ran:
         got = ex.classify(c["record"], known)
-        if c["overlap"] is True and ex.overlap_turned_off(c["record"]):  # a limit, with its run's outcome
-            assert c["outcome"] == "limit" and f"as overlap-off: {got['outcome']}: " in c["reason"], c["key"]
+        if c["overlap"] is True and ex.overlap_turned_off(c["record"]):  # a limit, with its run's verdict
+            assert c["verdict"] == "limit" and f"as overlap-off: {got['verdict']}: " in c["reason"], c["key"]
             continue
-        assert (got["outcome"], got.get("known")) == (c["outcome"], c["known"]), c["key"]
+        assert (got["verdict"], got.get("known")) == (c["verdict"], c["known"]), c["key"]
         assert c["record"]["processes"]["left_running"] == []
-        if c["outcome"] == "crashed":
+        if c["verdict"] == "crashed":
             assert c["record"]["crash"]["traceback"] and (c["known"] or c["reproducer"])

@@ -22,18 +22,18 @@ def test_explore_triton_dp2_subset() -> None:
     assert set(cells) == {f"EAGLE3/triton/dp2/{idle}/overlap-{ov}" for idle in ("start", "mid") for ov in ("on", "off")}
     start = cells["EAGLE3/triton/dp2/start/overlap-off"]
     # the verify-pass crash the shipped 0.5.23 record holds, on the idle rank, at the same line
-    assert start["outcome"] == "crashed" and start["known"] is True
+    assert start["verdict"] == "crashed" and start["known"] is True
     assert (start["crash"]["rank"], start["crash"]["phase"], start["crash"]["forward_mode"]) == (1, "verify", "IDLE")
     assert start["crash"]["line"] == 891 and start["crash"]["file"].endswith("triton_backend.py")
     # 0.5.23 turns the overlap schedule off for speculative decoding on CPU: the first overlap-on cell is run
     # and measured so (its scheduler's enable_overlap False), a limit naming the release's line
     on = cells["EAGLE3/triton/dp2/start/overlap-on"]
-    assert on["outcome"] == "limit" and on["reason"].startswith("arg_groups/speculative_hook.py:")
+    assert on["verdict"] == "limit" and on["reason"].startswith("arg_groups/speculative_hook.py:")
     assert "as overlap-off: crashed: AttributeError" in on["reason"]
     assert cells["EAGLE3/triton/dp2/mid/overlap-on"]["reason"].startswith("as EAGLE3/triton/dp2/start/overlap-on")
-    assert cells["EAGLE3/triton/dp2/mid/overlap-off"]["outcome"] == "crashed"
+    assert cells["EAGLE3/triton/dp2/mid/overlap-off"]["verdict"] == "crashed"
     for c in cells.values():
-        assert c["outcome"] in ("ok", "crashed", "limit"), (c["key"], c["reason"])
+        assert c["verdict"] in ("ok", "crashed", "limit"), (c["key"], c["reason"])
         if c["record"] is not None:
             assert c["record"]["processes"]["left_running"] == []
     assert sorted(set(os.listdir(tempfile.gettempdir())) - before) == []

@@ -20,6 +20,7 @@ from workbench.run.serialise import RecordError, from_dict, to_dict
 from workbench.upstream.in_release import shims
 from workbench.upstream.runtime import release_launch, release_record, shim_guard
 from workbench.upstream.runtime.fixes import FIXES
+from workbench.upstream.runtime.rank_result import RankResult, read_rank_result
 from workbench.upstream.runtime.release_run import RuntimeConfigError, validate
 
 RUNTIME = Path(release_launch.__file__).resolve().parent
@@ -570,6 +571,30 @@ def _new(backend: str, dp: int, timeout_s: float) -> release_record.RuntimeRecor
     return release_record.new(cfg)
 
 
+def _ranks(reports: dict[int, dict], **kw) -> release_launch.RankRun:
+    """A ``RankRun`` of rank reports as ``release_rank.py`` writes them, each read strictly."""
+    return release_launch.RankRun(results={r: from_dict(RankResult, d) for r, d in reports.items()}, **kw)
+
+
+def test_a_rank_report_reads_as_a_rank_result_and_a_bad_one_fails_the_run_closed() -> None:
+    """A report is read into ``RankResult``; one with an unknown key, a bad status or a crash without its
+    exception is an ``error`` report naming why, which makes the run's status error."""
+    ok = read_rank_result({"status": "ok", "rank": 0, "outputs": {"p0": [1, 2]}, "spec": {}}, 0)
+    assert (ok.status, ok.outputs, ok.shim_guard) == ("ok", {"p0": [1, 2]}, None)
+    for bad, why in (
+        ({"status": "done", "rank": 1}, "RankResult.status: invalid value 'done'; valid: 'ok', 'crashed', 'error'"),
+        ({"status": "ok", "rank": 1, "outcome": "ok"}, "RankResult: unknown key(s) ['outcome']"),
+        ({"status": "crashed", "rank": 1}, "status 'crashed' needs exception and message"),
+    ):
+        got = read_rank_result(bad, 1)
+        assert (got.status, got.stage, got.exception) == ("error", "rank result", "RecordError"), bad
+        assert got.message.startswith("rank 1 wrote a report that is not a RankResult: ") and why in got.message
+    rec = _new("triton", 1, 60)
+    ranks = release_launch.RankRun(results={0: read_rank_result({"status": "done", "rank": 0}, 0)}, ended_by="error")
+    release_record.fill(rec, ranks, [[1]])
+    assert rec.status == "error" and rec.error.stage == "rank result" and "'done'" in rec.error.message
+
+
 def test_record_from_rank_reports() -> None:
     crashed = {
         "status": "crashed",
@@ -595,9 +620,7 @@ def test_record_from_rank_reports() -> None:
         "frames": _frames("speculative/eagle_worker_v2.py:verify"),
     }
     rec = _new("triton", 2, 60)
-    release_record.fill(
-        rec, release_launch.RankRun(results={0: peer, 1: crashed}, ended_by="crashed", exit_codes={0: -15, 1: 3}), [[1]]
-    )
+    release_record.fill(rec, _ranks({0: peer, 1: crashed}, ended_by="crashed", exit_codes={0: -15, 1: 3}), [[1]])
     c = rec.crash
     assert rec.status == "crashed" and (c.rank, c.phase, c.forward_mode, c.batch_size) == (
         1,
@@ -617,7 +640,7 @@ def test_record_from_rank_reports() -> None:
         "shim_guard": {"violations": [], "after_run": {"violations": []}},
     }
     ok = _new("torch_native", 1, 60)
-    release_record.fill(ok, release_launch.RankRun(results={0: done}, ended_by="ok"), [[1], [2]])
+    release_record.fill(ok, _ranks({0: done}, ended_by="ok"), [[1], [2]])
     assert ok.status == "ok" and ok.outputs == [[72, 105], [33]] and ok.outputs_text == ["Hi", "!"]
     assert ok.metrics["accept_length_mean"] == 2.5 and ok.outputs_sha256
     release_record.check_reference(
@@ -647,7 +670,7 @@ def test_a_guard_violation_or_an_unheld_rank_ends_the_run_with_status_error() ->
     for rank1, status in ((held, "ok"), (hidden, "error"), (None, "error")):
         rec = _new("triton", 2, 60)
         results = {0: done, 1: {**idle, "shim_guard": rank1} if rank1 else idle}
-        release_record.fill(rec, release_launch.RankRun(results=results, ended_by="ok"), [[1]])
+        release_record.fill(rec, _ranks(results, ended_by="ok"), [[1]])
         assert rec.status == status, rank1
         if rank1 is hidden:
             v = rec.error.violations[0]
@@ -666,7 +689,7 @@ def test_a_guard_violation_or_an_unheld_rank_ends_the_run_with_status_error() ->
         "shim_guard": hidden,
     }
     rec = _new("triton", 2, 60)
-    release_record.fill(rec, release_launch.RankRun(results={1: crashed}, ended_by="crashed"), [[1]])
+    release_record.fill(rec, _ranks({1: crashed}, ended_by="crashed"), [[1]])
     assert rec.status == "error" and rec.crash is None and rec.error.crash.message == "m"
 
 
@@ -695,7 +718,7 @@ def test_launcher_ends_every_rank_and_child(tmp_path: Path) -> None:
     ]
     t0 = time.monotonic()
     out = release_launch.run_ranks(fake, configs, tmp_path, dict(os.environ), timeout_s=60)
-    assert out.ended_by == "crashed" and out.results[1]["status"] == "crashed" and 1 not in {0} - set(out.results)
+    assert out.ended_by == "crashed" and out.results[1].status == "crashed" and 1 not in {0} - set(out.results)
     assert out.left_running == [] and time.monotonic() - t0 < 20
     assert out.exit_codes[1] == 3 and out.exit_codes[0] in (-15, -9)
     timed = release_launch.run_ranks(fake, configs[:1], tmp_path, dict(os.environ), timeout_s=1)

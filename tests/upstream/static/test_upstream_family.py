@@ -206,18 +206,22 @@ def test_replay_verdicts_need_the_error_at_the_dereference_line(monkeypatch) -> 
     (f,) = [f for f in res["findings"] if f["attr"] == "kv_indptr"]
     loc = f"{f['read_file']}:{f['deref_line']}"
     g = {**f, "read_line": f["deref_line"]}
-    not_called = {"outcome": "not called", "message": "the idle path does not call init_forward_metadata"}
+    not_called = {
+        "status": "ok",
+        "stopped_at": "no metadata call",
+        "message": "the idle path does not call init_forward_metadata",
+    }
     runs = {
         "raised here": {
-            "outcome": "raised",
+            "status": "crashed",
             "raised_at": loc,
             "exception": "AttributeError",
             "message": "'NoneType' object has no attribute 'shape'",
             "ran": [loc],
         },
-        "ran": {"outcome": "completed", "ran": [loc]},
+        "ran": {"status": "ok", "ran": [loc]},
         "elsewhere": {
-            "outcome": "raised",
+            "status": "crashed",
             "raised_at": f"{f['read_file']}:1",
             "exception": "KeyError",
             "message": "x",

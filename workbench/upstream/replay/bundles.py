@@ -24,6 +24,7 @@ from ..context import UpstreamContext
 from ..sources.releases import check_versions
 from .cases import SEED_CASE
 from .front import replay
+from .run_end import crashed, returned
 
 SHIPPED = Path(__file__).resolve().parent.parent.parent / "assets" / "upstream_bundle_replay.json"
 META_KEYS = ("rank", "dp", "phase", "forward_mode", "batch_size", "backend", "revision", "fix_applied", "exception")
@@ -75,23 +76,24 @@ def bundle_case(bundle: dict) -> tuple[dict, dict]:
 
 
 def compare(bundle: dict, case: dict) -> dict:
-    """The verdict of one release's replay of the bundle against the bundle and the reference."""
+    """One release's replay of the bundle: how it ended (``status`` ok / crashed / error) and what it is
+    against the bundle (``same_exception_as_bundle``) or the reference (``equal_to_reference``)."""
     exc = bundle["meta"].get("exception") or {}
     run = (case.get("runs") or [{}])[0]
-    if run.get("outcome") == "raised":
+    if crashed(run):
         same = run.get("exception") == exc.get("type") and run.get("message") == exc.get("message")
         return {
-            "outcome": "crashed",
+            "status": "crashed",
             "same_exception_as_bundle": same,
             "exception": f"{run.get('exception')}: {run.get('message')}",
             "raised_at": run.get("raised_at"),
         }
-    if run.get("outcome") == "completed":
+    if returned(run):
         ref = reference_metadata(bundle)
         got = {k: run.get("metrics", {}).get(k) for k in ("kv_indptr", "kv_indices")}
-        return {"outcome": "ok", "metadata": got, "reference": ref, "equal_to_reference": got == ref}
+        return {"status": "ok", "metadata": got, "reference": ref, "equal_to_reference": got == ref}
     return {
-        "outcome": "error",
+        "status": "error",
         "exception": case.get("error") or f"{run.get('exception')}: {run.get('message')}",
         "stage": case.get("stage"),
     }
@@ -121,8 +123,12 @@ def replay_bundle(ctx: UpstreamContext, path: Path, versions: list[str]) -> dict
 
 
 def load_shipped(path: Path | None = None) -> dict:
-    """The shipped (dated) bundle replay measurement, with a `label` to show wherever it is shown."""
+    """The shipped (dated) bundle replay measurement, with a `label` to show wherever it is shown; a
+    release written before ``status`` says ``outcome`` (the same words), read as its ``status``."""
     data = json.loads(Path(path or SHIPPED).read_text())
+    for v, r in data["releases"].items():
+        if "outcome" in r and "status" not in r:
+            data["releases"][v] = {("status" if k == "outcome" else k): x for k, x in r.items()}
     versions = "/".join(data["releases"])
     data["label"] = (
         f"shipped measurement of {data['measured_at'][:10]} on sglang {versions} (bundle "

@@ -25,6 +25,7 @@ from ..context import UpstreamContext
 from ..sources.trees import SourceTree
 from .cases import case_key, plan
 from .front import replay
+from .run_end import LIBRARY_CALL, NO_METADATA_CALL, describe, ended
 from .runner_decisions import RUNNER_FILE, RUNNER_FUNCTION, STAND_IN_NOTE, graph_replay, judge
 
 RUNNER_REASON = (
@@ -67,26 +68,27 @@ def _as_case_finding(f: dict, spec_for_batch: tuple[str, str] | None) -> dict | 
 
 
 def _judge_run(f: dict, case: dict) -> tuple[str, str]:
-    """(outcome, text) of one case for finding `f`: raised here / ran / never ran / elsewhere / not called."""
+    """(what it showed, text) of one case for finding `f`: raised here / ran / never ran / elsewhere / not called."""
     loc = f"{f['read_file']}:{f['deref_line']}"
     if case.get("error"):
         return "error", f"the replay could not build the {case.get('stage')} ({case['error']})"
     run = (case.get("runs") or [{}])[0]
     kind = (case.get("batch") or {}).get("kind", case["case"]["batch"])
     msg = f"{run.get('exception')}: {run.get('message')}"
-    if run.get("outcome") == "raised" and run.get("raised_at") == loc:
+    status, stop = ended(run)
+    if status == "crashed" and run.get("raised_at") == loc:
         if f["idle_value"] == "None" and "NoneType" not in str(run.get("message")):
             return "elsewhere", f"{kind}: raised {msg} at {loc}, not on a None value"
         return "raised", f"{kind}: raised {msg} at {loc.rsplit('/', 1)[-1]}"
-    if run.get("outcome") == "not called":
+    if stop == NO_METADATA_CALL:
         return "not called", f"{kind}: {run.get('message')}"
     if loc in (run.get("ran") or []):
         return "ran", f"{kind}: line {loc.rsplit('/', 1)[-1]} ran without raising"
-    if run.get("outcome") == "completed":
+    if (status, stop) == ("ok", None):
         return "never", f"{kind}: completed and line {loc.rsplit('/', 1)[-1]} never ran"
-    if run.get("outcome") == "library reached":
+    if stop == LIBRARY_CALL:
         return "library", f"{kind}: reached {run.get('library_call')} before line {loc.rsplit('/', 1)[-1]}"
-    return "elsewhere", f"{kind}: {run.get('outcome')} {msg} at {run.get('raised_at')} before deciding line {loc}"
+    return "elsewhere", f"{kind}: {describe(run)} {msg} at {run.get('raised_at')} before deciding line {loc}"
 
 
 def family_verdicts(ctx: UpstreamContext, tree: SourceTree, family: dict) -> tuple[list[dict], dict]:
@@ -124,11 +126,11 @@ def family_verdicts(ctx: UpstreamContext, tree: SourceTree, family: dict) -> tup
                 if case is None
                 else _judge_run(f, case)
             )
-        outcomes = [o for o, _ in judged]
+        shown = [o for o, _ in judged]
         text = "; ".join(t for _, t in judged)
-        if "raised" in outcomes:
+        if "raised" in shown:
             verdict = "traced: raised" if traced else "confirmed"
-        elif all(o in ("ran", "never", "not called", "library") for o in outcomes) and "not called" != outcomes[0]:
+        elif all(o in ("ran", "never", "not called", "library") for o in shown) and "not called" != shown[0]:
             verdict = "traced: not read" if traced else "refuted"
         else:
             verdict = "unverified"

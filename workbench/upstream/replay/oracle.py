@@ -56,12 +56,13 @@ from ..static.lint import MODES_FILE, analyse
 from ..static.site_mutants import KINDS, SiteMutant, build_mutants, sample
 from .front import replay
 from .oracle_pool import replay_mutants
+from .run_end import LIBRARY_CALL, crashed, describe, ended, stopped_at
 
 POOL_CHUNK = 40  # mutants per release interpreter (`oracle_pool`): the cache is saved after each
 
 
-def _outcome(run: dict) -> str:
-    return f"{run.get('outcome')} {run.get('exception') or ''}: {run.get('message') or ''} at {run.get('raised_at')}"
+def _ended(run: dict) -> str:
+    return f"{describe(run)} {run.get('exception') or ''}: {run.get('message') or ''} at {run.get('raised_at')}"
 
 
 def _idle_raise(run: dict) -> tuple[str, str] | None:
@@ -106,34 +107,34 @@ def judge_case(m: SiteMutant, case: dict | None, base: dict | None) -> tuple[str
     if idle is not None and idle[0].rsplit(":", 1)[0] in files and _caused(m, None, idle[1]):
         if brun is None or _idle_raise(brun) != idle:
             return "raised here", f"{batch}: the idle runner path raised {idle[1]} at {idle[0]}"
-    out = run.get("outcome")
-    if out == "raised":
+    out, stop = ended(run)
+    if out == "crashed":
         at = run.get("raised_at") or ""
         msg = str(run.get("message"))
-        same = brun is not None and brun.get("outcome") == "raised" and brun.get("raised_at") == at
+        same = brun is not None and crashed(brun) and brun.get("raised_at") == at
         same = same and brun.get("message") == run.get("message")
         if at.rsplit(":", 1)[0] in files and _caused(m, run.get("exception"), msg) and not same:
             return "raised here", f"{batch}: {run.get('exception')}: {msg} at {at}"
         why = "as the release does" if same else "first"
-        return "blocked", f"{batch}: raised {why}: {_outcome(run)}"
-    if out in ("completed", "not called"):
-        if brun is not None and brun.get("outcome") not in ("completed", "not called"):
-            return "blocked", f"{batch}: the release itself ended {_outcome(brun)}"
+        return "blocked", f"{batch}: raised {why}: {_ended(run)}"
+    if out == "ok" and stop != LIBRARY_CALL:
+        if brun is not None and (ended(brun)[0] != "ok" or stopped_at(brun) == LIBRARY_CALL):
+            return "blocked", f"{batch}: the release itself ended {_ended(brun)}"
         if m.op in ("idle None", "padded None") and _new_nones(run, brun):
             return "blocked", f"{batch}: None handed to a stand-in: {'; '.join(_new_nones(run, brun))}"
         entered = {e for e in run.get("entered") or [] if any(e == f or e.startswith(f + ".") for f in funcs)}
         if not entered:
-            return "not reached", f"{batch}: {out}, the driver never entered {', '.join(sorted(funcs))}"
+            return "not reached", f"{batch}: {describe(run)}, the driver never entered {', '.join(sorted(funcs))}"
         ran = [w for w in run.get("ran") or [] if w in lines]
-        text = f"{batch}: {out}" + (
+        text = f"{batch}: {describe(run)}" + (
             f", site line ran ({', '.join(ran)})" if ran else ", site function ran, site line did not"
         )
         if run.get("library_passed"):
             text += f" (after {len(run['library_passed'])} calls answered by CPU stand-ins)"
         return "clean", text
-    if out == "library reached":
+    if stop == LIBRARY_CALL:
         return "blocked", f"{batch}: reached {run.get('library_call')} first"
-    return "blocked", f"{batch}: {_outcome(run)}"
+    return "blocked", f"{batch}: {_ended(run)}"
 
 
 def verdict(m: SiteMutant, judged: list[tuple[str, str]]) -> tuple[str, str]:

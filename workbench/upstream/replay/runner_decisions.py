@@ -24,6 +24,7 @@ import ast
 from ..context import UpstreamContext
 from ..sources.trees import SourceTree, release_tree
 from .front import replay
+from .run_end import GRAPH_DECISION, ended
 
 RUNNER_FILE = "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py"
 RUNNER_FUNCTION = "DecodeCudaGraphRunner.can_run_graph"
@@ -77,12 +78,13 @@ def judge(case: dict | None, watch: list[str], result: dict, none: bool = True) 
         return "unverified", f"the replay could not build the {case.get('stage')} ({case['error']})"
     run = (case.get("runs") or [{}])[0]
     where = ", ".join(w.rsplit("/", 1)[-1] for w in watch)
-    if run.get("outcome") == "raised":
+    status, stop = ended(run)
+    if status == "crashed":
         msg = f"{run.get('exception')}: {run.get('message')}"
         if run.get("raised_at") in watch and (not none or "NoneType" in str(run.get("message"))):
             return "confirmed", f"{run['path']} raised {msg} at {run['raised_at'].rsplit('/', 1)[-1]}"
         return "unverified", f"{run['path']} raised {msg} at {run.get('raised_at')}, not at {where}"
-    if run.get("outcome") == "decided":
+    if stop == GRAPH_DECISION:
         ran = [w for w in watch if w in (run.get("ran") or [])]
         if ran:
             return "refuted", (
@@ -90,7 +92,7 @@ def judge(case: dict | None, watch: list[str], result: dict, none: bool = True) 
                 f"{', '.join(r.rsplit('/', 1)[-1] for r in ran)} ran without raising"
             )
         return "unverified", f"{run['path']}: can_run_graph returned {run.get('can_run_graph')}; {where} never ran"
-    return "unverified", f"{run.get('path')}: {run.get('outcome')} ({run.get('message')})"
+    return "unverified", f"{run.get('path')}: {status} ({run.get('message')})"
 
 
 def graph_replay(ctx: UpstreamContext, target: str | SourceTree, watch: list[str]) -> tuple[dict, dict | None]:

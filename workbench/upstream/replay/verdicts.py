@@ -28,6 +28,7 @@ from ..sources.trees import SourceTree
 from .cases import case_key, plan
 from .front import replay
 from .opposite_branches import other_branch
+from .run_end import LIBRARY_CALL, NO_METADATA_CALL, crashed, describe, ended
 
 
 def verdicts(ctx: UpstreamContext, tree: SourceTree, analysis: dict) -> list[dict]:
@@ -99,7 +100,8 @@ def _details(case: dict, run: dict | None, unpadded: dict | None) -> dict:
         "spec_info_built_by": case.get("built_by"),
         "idle_input_args": case.get("idle_input_args"),
         "init_args": case.get("init_args"),
-        "outcome": run.get("outcome", "error"),
+        "status": ended(run)[0],
+        "stopped_at": ended(run)[1],
         "exception": f"{run['exception']}: {run.get('message')}" if run.get("exception") else None,
         "raised_at": run.get("raised_at"),
         "library_call": run.get("library_call"),
@@ -110,7 +112,7 @@ def _details(case: dict, run: dict | None, unpadded: dict | None) -> dict:
     }
     if unpadded is not None:
         last = (unpadded.get("runs") or [{}])[0]
-        out["unpadded"] = last.get("message") or last.get("outcome") or unpadded.get("error")
+        out["unpadded"] = last.get("message") or (describe(last) if last else unpadded.get("error"))
     return out
 
 
@@ -183,27 +185,28 @@ def judge(f: dict, case: dict, source: Callable[[str], str | None] | None = None
         if loc in (run.get("ran") or []) and run.get("raised_at") != loc:
             # the read ran on the real instance and did not raise (a traced run: before any library call)
             return "refuted", f"{what}: line {_short(loc)} ran without raising{behind}", run
-        if run.get("missing_attr") or (run["outcome"] == "raised" and i + 1 < len(runs)):
+        status, stop = ended(run)
+        if run.get("missing_attr") or (status == "crashed" and i + 1 < len(runs)):
             continue  # an earlier read raised first (or used its None answer): the next run answers it
-        if run["outcome"] == "completed":
+        if (status, stop) == ("ok", None):
             verdict = "traced: not read" if traced else "refuted"
             tail = ", without calling the stubbed library" if traced else ""
             return verdict, f"{what}: completed{tail} and line {_short(loc)} never ran{behind}", run
-        if run["outcome"] == "library reached" and not traced:
+        if stop == LIBRARY_CALL and not traced:
             return (
                 "unverified",
                 f"{what}: reached a library stubbed at import ({run.get('library_call')} at "
                 f"{_short(run.get('raised_at'))}) before deciding the read at {_short(loc)}{behind}",
                 run,
             )
-        if run["outcome"] == "library reached":
+        if stop == LIBRARY_CALL:
             return (
                 "traced: not read",
                 f"{what}: reached the GPU library ({run.get('library_call')} at {_short(run.get('raised_at'))}) "
                 f"without reading spec_info.{attr} at {_short(loc)}{behind}",
                 run,
             )
-        if run["outcome"] == "not called":
+        if stop == NO_METADATA_CALL:
             return "unverified", f"{what}: {run.get('message')}", run
         return (
             "unverified",
@@ -217,11 +220,7 @@ def judge(f: dict, case: dict, source: Callable[[str], str | None] | None = None
 def _split(f: dict, run: dict, source: Callable[[str], str | None] | None) -> int | None:
     """The `if` separating the read from where this run raised (``branches.other_branch``)."""
     at = run.get("raised_at") or ""
-    if (
-        source is None
-        or run.get("outcome") != "raised"
-        or f"{f['read_file']}:{f['read_line']}" in (run.get("ran") or [])
-    ):
+    if source is None or not crashed(run) or f"{f['read_file']}:{f['read_line']}" in (run.get("ran") or []):
         return None
     path, _, line = at.rpartition(":")
     text = source(f["read_file"]) if path == f["read_file"] else None

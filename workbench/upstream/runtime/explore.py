@@ -6,7 +6,7 @@ section comment each one sits under, e.g. ``# NVIDIA specific``), crossed with D
 mode (``run.IDLE_MODES``: ranks idle from the start, or going idle mid-run) and the overlap schedule
 on / off. A value the real runtime cannot run here is one ``limit`` cell with the reason (the release line or
 the real runtime's restriction), the other axes ``*``; never dropped. Every other cell is run through
-``run_runtime`` and classified (``classify``): ``ok`` (outputs equal to HF), ``crashed`` (rank,
+``run_runtime`` and judged (``classify``): its ``verdict`` is ``ok`` (outputs equal to HF), ``crashed`` (rank,
 phase, mode, file:line, the record; ``known`` when a shipped record of the same release crashed in
 the same pass at the same line, else a reproducer command), ``limit`` (a known upstream limit the
 record names, or a set-up error before any request), ``failed`` (outputs that differ from HF with no
@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.run.provenance import workbench_commit
@@ -47,7 +47,7 @@ from .release_run import (
 )
 
 RUNTIME_ALGORITHMS = ALGORITHMS  # what run_runtime starts, each with its draft (run.DRAFT_MODEL)
-OUTCOMES = ("ok", "crashed", "limit", "failed")
+VERDICTS = ("ok", "crashed", "limit", "failed")  # a cell's verdict (`classify`)
 SHIPPED_RUNS = Path(__file__).resolve().parents[2] / "assets" / "runtime_runs.json"
 SHIPPED_EXPLORE = Path(__file__).resolve().parents[2] / "assets" / "runtime_explore.json"
 _CHOICE_FILES = ("srt/arg_groups/choices.py", "srt/server_args.py")
@@ -161,7 +161,7 @@ class Cell:
     dp: int | str
     idle: str
     overlap: bool | str
-    outcome: str | None = None
+    verdict: str | None = None
     reason: str | None = None
     crash: dict | None = None
     known: bool | None = None
@@ -264,14 +264,14 @@ def enumerate_cells(
     for a in algs:
         why = algorithm_limit(a, axes.algorithms[a], src)
         if why:
-            cells.append(Cell(a, "*", "*", "*", "*", outcome="limit", reason=why))
+            cells.append(Cell(a, "*", "*", "*", "*", verdict="limit", reason=why))
         else:
             run_algs.append(a)
     run_bks = []
     for b in bks:
         why = backend_limit(b, axes.backends[b])
         if why:
-            cells.append(Cell("*", b, "*", "*", "*", outcome="limit", reason=why))
+            cells.append(Cell("*", b, "*", "*", "*", verdict="limit", reason=why))
         else:
             run_bks.append(b)
     for a in run_algs:
@@ -318,19 +318,20 @@ def reproducer(version: str, cell: Cell, max_new_tokens: int) -> str:
 
 
 def classify(rec: dict, known: list[dict]) -> dict:
-    """A run record's outcome: ``outcome``, ``reason``, ``crash`` (rank, phase, mode, file:line), ``known``."""
+    """A run record's cell verdict (``VERDICTS``): ``verdict``, ``reason``, ``crash`` (rank, phase, mode,
+    file:line), ``known``."""
     status, crash = rec["status"], rec.get("crash")
     if rec.get("limits"):
-        out = {"outcome": "limit", "reason": "; ".join(rec["limits"])}
+        out = {"verdict": "limit", "reason": "; ".join(rec["limits"])}
         if crash:
             out["crash"] = _crash_summary(crash)
         return out
     if status == "ok":
         ref = rec.get("reference") or {}
         if ref.get("equal") is True:
-            return {"outcome": "ok", "reason": "outputs equal to HF transformers' greedy tokens"}
+            return {"verdict": "ok", "reason": "outputs equal to HF transformers' greedy tokens"}
         why = ref.get("error") or f"outputs differ from HF at {ref.get('first_difference')}"
-        return {"outcome": "failed", "reason": why if ref.get("equal") is False else f"no HF comparison: {why}"}
+        return {"verdict": "failed", "reason": why if ref.get("equal") is False else f"no HF comparison: {why}"}
     if status == "crashed":
         summary = _crash_summary(crash)
         match = next(
@@ -343,7 +344,7 @@ def classify(rec: dict, known: list[dict]) -> dict:
             None,
         )
         return {
-            "outcome": "crashed",
+            "verdict": "crashed",
             "reason": f"{summary['exception_type']}: {summary['message']} at {summary['file']}:{summary['line']}",
             "crash": summary,
             "known": match is not None,
@@ -351,12 +352,12 @@ def classify(rec: dict, known: list[dict]) -> dict:
         }
     err = rec.get("error") or {}
     if err.get("stage") == "shim-guard" or err.get("violations"):  # our tooling changed the release: never a limit
-        return {"outcome": "failed", "reason": f"{status} at shim-guard: {err.get('message')}"}
+        return {"verdict": "failed", "reason": f"{status} at shim-guard: {err.get('message')}"}
     if status == "error" and err.get("stage") not in ("requests", "event_loop", "run", None):
         at = raised_at(err.get("traceback"))
         where = f" ({at})" if at else ""
-        return {"outcome": "limit", "reason": f"set-up error at {err.get('stage')}: {err.get('message')}{where}"}
-    return {"outcome": "failed", "reason": f"{status} at {err.get('stage')}: {err.get('message')}"}
+        return {"verdict": "limit", "reason": f"set-up error at {err.get('stage')}: {err.get('message')}{where}"}
+    return {"verdict": "failed", "reason": f"{status} at {err.get('stage')}: {err.get('message')}"}
 
 
 def raised_at(traceback_text: str | None) -> str | None:
@@ -474,16 +475,16 @@ def explore(
     reference: dict | None = None
     done: dict = {}
     for cell in cells:
-        if cell.outcome is None:
+        if cell.verdict is None:
             twin = _shares_setup_error(cell, done)
             witness = _overlap_witness(cell, done, src)
             if twin is not None:
-                cell.outcome = "limit"
+                cell.verdict = "limit"
                 cell.reason = f"as {twin.key} ({twin.reason}); the idle mode changes only the requests, sent later"
             elif witness is not None:
                 other, call = witness
                 via = f" ({cell.algorithm}'s handler calls the same override at {call})" if call else ""
-                cell.outcome = "limit"
+                cell.verdict = "limit"
                 cell.reason = f"as {other.key}: the release turns the overlap schedule off here{via}; not run"
             else:
                 _run_cell(ctx, version, cell, max_new_tokens, timeout_s, known)
@@ -495,7 +496,7 @@ def explore(
                     _apply(cell, classify(cell.record, known), version, max_new_tokens)
                 if cell.overlap is True and cell.record and overlap_turned_off(cell.record):
                     where = overlap_line or "the release's server-argument handling"
-                    cell.outcome, ran_as = "limit", f"{cell.outcome}: {cell.reason}"
+                    cell.verdict, ran_as = "limit", f"{cell.verdict}: {cell.reason}"
                     cell.reason = (
                         f"{where}: the release turns the overlap schedule off for speculative decoding on CPU "
                         f"(its scheduler ran with enable_overlap False); the run, as overlap-off: {ran_as}"
@@ -504,7 +505,7 @@ def explore(
         done[cell.key] = cell
         if progress:
             progress(cell)
-    counts = {o: sum(1 for c in cells if c.outcome == o) for o in OUTCOMES}
+    counts = {o: sum(1 for c in cells if c.verdict == o) for o in VERDICTS}
     return {
         "sglang": version,
         "provenance": started,
@@ -516,16 +517,16 @@ def explore(
             "overlap": [True, False],
             "max_new_tokens": max_new_tokens,
         },
-        "cells": [{"key": c.key, **asdict(c)} for c in cells],
+        "cells": [{"key": c.key, **to_dict(c)} for c in cells],
         "counts": counts,
         "wall_s": round(time.perf_counter() - t0, 1),
     }
 
 
 def _apply(cell: Cell, result: dict, version: str, max_new_tokens: int) -> None:
-    cell.outcome, cell.reason = result["outcome"], result["reason"]
+    cell.verdict, cell.reason = result["verdict"], result["reason"]
     cell.crash, cell.known = result.get("crash"), result.get("known")
-    if cell.outcome == "crashed" and not cell.known:
+    if cell.verdict == "crashed" and not cell.known:
         cell.reproducer = reproducer(version, cell, max_new_tokens)
 
 
@@ -569,7 +570,7 @@ def merge(parts: list[dict]) -> dict:
         raise ExploreError(f"bad parts: releases {sorted(releases)}; valid: parts of one release")
     cells, seen = [], set()
     for part in parts:
-        for c in part["cells"]:
+        for c in map(read_cell, part["cells"]):
             if c["key"] not in seen:
                 seen.add(c["key"])
                 cells.append(c)
@@ -584,7 +585,7 @@ def merge(parts: list[dict]) -> dict:
         },
         "axes": axes,
         "cells": cells,
-        "counts": {o: sum(1 for c in cells if c["outcome"] == o) for o in OUTCOMES},
+        "counts": {o: sum(1 for c in cells if c["verdict"] == o) for o in VERDICTS},
         "wall_s": max(p["wall_s"] for p in parts),
     }
 
@@ -600,9 +601,21 @@ def provenance(command: str | None) -> dict:
     }
 
 
+def read_cell(cell: dict) -> dict:
+    """One cell's JSON form, written now or before ``verdict`` was named: a cell written before says
+    ``outcome`` (the same four words), read as its ``verdict``; a verdict outside ``VERDICTS`` is refused."""
+    if "outcome" in cell and "verdict" not in cell:
+        cell = {("verdict" if k == "outcome" else k): v for k, v in cell.items()}
+    if cell.get("verdict") not in VERDICTS:
+        raise ExploreError(f"cell {cell.get('key')!r}: verdict {cell.get('verdict')!r}; valid: {', '.join(VERDICTS)}")
+    return cell
+
+
 def load_shipped(path: Path = SHIPPED_EXPLORE) -> dict:
-    """The shipped exploration (``workbench/assets/runtime_explore.json``), labelled ``source: shipped``."""
+    """The shipped exploration (``workbench/assets/runtime_explore.json``), labelled ``source: shipped``;
+    its cells read by ``read_cell`` (the shipped file was written before ``verdict`` was named)."""
     result = json.loads(Path(path).read_text())
+    result["cells"] = [read_cell(c) for c in result["cells"]]
     p = result["provenance"]
     result["source"] = (
         f"shipped: sglang {result['sglang']}, {p['generated_at']}, commit {p['commit']}, `{p['command']}`, "

@@ -23,6 +23,7 @@ from pathlib import Path
 from workbench.run.supervisor import Supervisor
 
 from ..release_process import read_result, start_in_release
+from .rank_result import RankResult, read_rank_result
 
 TARGET = "runtime.release_rank"
 CAUSE_WINDOW_S = 3.0  # after a first failure, how long the other ranks may still report theirs
@@ -49,9 +50,9 @@ def thread_binding(dp: int) -> str:
 
 @dataclass
 class RankRun:
-    """What the ranks left: their result dicts by rank, how the wait ended, and the timings."""
+    """What the ranks left: their reports by rank, how the wait ended, and the timings."""
 
-    results: dict = field(default_factory=dict)
+    results: dict[int, RankResult] = field(default_factory=dict)
     ended_by: str = ""  # ok | crashed | error (a rank's status) | exited | timeout
     exit_codes: dict = field(default_factory=dict)
     wall_s: float = 0.0
@@ -71,16 +72,16 @@ class _Watch:
     def __call__(self) -> str | None:
         now, out = time.monotonic(), self.out
         for r, path in self.paths.items():  # re-read every time: an idle rank writes only if it fails
-            res = read_result(path)
-            if res is not None:
-                out.results[r] = res
-                if res["status"] != "ok" and self.first_failure is None:
-                    self.first_failure, out.ended_by = now, res["status"]
+            got = read_result(path)
+            if got is not None:
+                res = out.results[r] = read_rank_result(got, r)
+                if res.status != "ok" and self.first_failure is None:
+                    self.first_failure, out.ended_by = now, res.status
         if self.first_failure is not None:
-            failed = [r for r, res in out.results.items() if res["status"] != "ok"]
+            failed = [r for r, res in out.results.items() if res.status != "ok"]
             if now > self.first_failure + CAUSE_WINDOW_S or len(failed) == len(self.paths):
                 return out.ended_by
-        elif all(out.results.get(r, {}).get("status") == "ok" for r in self.busy):
+        elif all(r in out.results and out.results[r].status == "ok" for r in self.busy):
             self.done_at = self.done_at or now  # the idle ranks report after the busy ones (their guard after the run)
             if len(out.results) == len(self.paths) or now > self.done_at + IDLE_REPORT_S:
                 out.ended_by = "ok"

@@ -20,7 +20,7 @@ messages; when every request of this rank finished it writes ``{"status": "ok", 
 event loop raises, the rank writes ``{"status": "crashed", ...}`` with the traceback, its frames
 and what the crashing frames held (forward mode, batch size, spec-input class), writes its crash
 bundle (``rank_bundle.py``) into the config's ``bundle_dir``, then exits 3. The parent ends every
-rank either way.
+rank either way, and reads each report as a ``rank_result.RankResult``.
 """
 
 import json

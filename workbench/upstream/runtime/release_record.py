@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from workbench.run.record import Crash, outputs_sha256
 from workbench.run.serialise import from_dict
 
+from .rank_result import RankResult
+
 LANE = "real-runtime"
 KERNELS = {
     "triton": "real sglang TritonAttnBackend (triton interpreter, CPU)",
@@ -197,22 +199,22 @@ def raised_in_sglang(frames: list[dict]) -> dict | None:
     return frames[-1] if frames else None
 
 
-def _crash(res: dict) -> RuntimeCrash:
+def _crash(res: RankResult) -> RuntimeCrash:
     """The crash of one rank's report (``release_rank.py``'s result)."""
-    batch = res.get("batch") or {}
+    batch = res.batch
     return RuntimeCrash(
-        rank=res["rank"],
-        phase=phase_of(res.get("frames", []), batch.get("forward_mode")),
+        rank=res.rank,
+        phase=phase_of(res.frames, batch.get("forward_mode")),
         forward_mode=batch.get("forward_mode"),
         batch_size=batch.get("batch_size"),
-        exception_type=res["exception"],
-        message=res["message"],
-        traceback=res["traceback"],
-        time=res.get("time"),
-        raised_at=raised_in_sglang(res.get("frames", [])),
-        bundle=res.get("bundle"),  # the rank's crash bundle (rank_bundle.py), kept in the run's bundle folder
+        exception_type=res.exception or "",
+        message=res.message or "",
+        traceback=res.traceback,
+        time=res.time,
+        raised_at=raised_in_sglang(res.frames),
+        bundle=res.bundle,  # the rank's crash bundle (rank_bundle.py), kept in the run's bundle folder
         spec_info=batch.get("spec_info"),
-        bundle_error=res.get("bundle_error"),
+        bundle_error=res.bundle_error,
     )
 
 
@@ -222,37 +224,37 @@ def fill(rec: RuntimeRecord, ranks, prompts: list[list[int]]) -> None:
     rec.processes = {"exit_codes": ranks.exit_codes, "left_running": ranks.left_running, "ended_by": ranks.ended_by}
     rec.timings["ranks_s"] = ranks.wall_s
     for r in sorted(results):
-        rec.timings[f"rank{r}"] = results[r].get("timings")
+        rec.timings[f"rank{r}"] = results[r].timings
     _fill(rec, ranks, prompts)
     _hold_guard(rec, results)
     rec.limits = [note for test, note in KNOWN_LIMITS if test(rec)]
     rec.notes += rec.limits
 
 
-def guard_violations(results: dict) -> list[dict]:
+def guard_violations(results: dict[int, RankResult]) -> list[dict]:
     """Every rank's shim-guard violations, after set-up and after the run, with the rank and when."""
     out = []
     for r in sorted(results):
-        guard = results[r].get("shim_guard") or {}
+        guard = results[r].shim_guard or {}
         for when, part in (("after set-up", guard), ("after the run", guard.get("after_run") or {})):
             out += [{**v, "rank": r, "when": when} for v in part.get("violations", [])]
     return out
 
 
-def _hold_guard(rec: RuntimeRecord, results: dict) -> None:
+def _hold_guard(rec: RuntimeRecord, results: dict[int, RankResult]) -> None:
     """A shim-guard violation in any rank, or a completed run whose ranks did not all hold the guard
     after it, ends the run with status error (any crash is kept in ``error.crash``)."""
-    rec.extra_shims = next((r["extra_shims"] for r in results.values() if r.get("extra_shims")), [])
+    rec.extra_shims = next((r.extra_shims for r in results.values() if r.extra_shims), [])
     if rec.shim_guard is not None:
         rec.shim_guard["ranks"] = {
             str(r): {
-                "modules": (res.get("shim_guard") or {}).get("modules"),
-                "after_run": "after_run" in (res.get("shim_guard") or {}),
+                "modules": (res.shim_guard or {}).get("modules"),
+                "after_run": "after_run" in (res.shim_guard or {}),
             }
             for r, res in sorted(results.items())
         }
     bad = guard_violations(results)
-    unheld = [r for r in range(rec.config.dp) if "after_run" not in (results.get(r, {}).get("shim_guard") or {})]
+    unheld = [r for r in range(rec.config.dp) if r not in results or "after_run" not in (results[r].shim_guard or {})]
     if not bad and not (rec.status == "ok" and unheld):
         return
     names = "; ".join(f"rank {v['rank']} {v['when']}: {v['module']}:{v['name']} ({v['kind']})" for v in bad[:10])
@@ -267,25 +269,25 @@ def _hold_guard(rec: RuntimeRecord, results: dict) -> None:
 
 def _fill(rec: RuntimeRecord, ranks, prompts: list[list[int]]) -> None:
     results = ranks.results
-    failed = sorted((r for r in results.values() if r["status"] != "ok"), key=lambda r: r.get("time") or 0)
-    reporting = next((results[r] for r in sorted(results) if results[r].get("shims")), None)
+    failed = sorted((r for r in results.values() if r.status != "ok"), key=lambda r: r.time or 0)
+    reporting = next((results[r] for r in sorted(results) if results[r].shims), None)
     if reporting:
-        rec.shims, rec.fixes = reporting["shims"], reporting.get("fixes", [])
-        rec.shim_guard = reporting.get("shim_guard")
-        rec.equivalences = reporting.get("equivalences", [])
+        rec.shims, rec.fixes = reporting.shims, reporting.fixes
+        rec.shim_guard = reporting.shim_guard
+        rec.equivalences = reporting.equivalences
     if failed:
         first = failed[0]
-        if first["status"] == "crashed":
+        if first.status == "crashed":
             rec.status = "crashed"
             rec.crash = _crash(first)
-            rec.rank_failures = [_crash(r) for r in failed[1:] if r["status"] == "crashed"]
+            rec.rank_failures = [_crash(r) for r in failed[1:] if r.status == "crashed"]
         else:
             rec.status = "error"
             rec.error = RunError(
-                stage=first.get("stage"),
-                message=f"{first['exception']}: {first['message']}",
-                traceback=first.get("traceback"),
-                rank=first["rank"],
+                stage=first.stage,
+                message=f"{first.exception}: {first.message}",
+                traceback=first.traceback,
+                rank=first.rank,
             )
         return
     if ranks.ended_by == "timeout":
@@ -297,20 +299,20 @@ def _fill(rec: RuntimeRecord, ranks, prompts: list[list[int]]) -> None:
         rec.error = RunError(stage="run", message=f"a rank exited without a result (exit codes {ranks.exit_codes})")
         return
     done = results[0]
-    outputs = [done["outputs"].get(f"p{i}") for i in range(len(prompts))]
+    outputs = [done.outputs.get(f"p{i}") for i in range(len(prompts))]
     rec.status = "ok"
     rec.outputs = outputs
     rec.outputs_text = [bytes(t for t in o if t < 256).decode("utf-8", "replace") for o in outputs]
     rec.outputs_sha256 = outputs_sha256(outputs)
-    verify = sum(s.get("spec_verify_ct", 0) for s in done["spec"].values())
-    correct = sum(s.get("spec_num_correct_drafts", 0) for s in done["spec"].values())
+    verify = sum(s.get("spec_verify_ct", 0) for s in done.spec.values())
+    correct = sum(s.get("spec_num_correct_drafts", 0) for s in done.spec.values())
     rec.metrics = {
         "tokens": sum(len(o) for o in outputs),
         "verify_passes": verify,
         "accepted_drafts": correct,
         # tokens per verify pass: the accepted drafts plus the bonus token, as SGLang reports it
         "accept_length_mean": round((correct + verify) / verify, 3) if verify else None,
-        "generate_s": done["timings"].get("generate_s"),
+        "generate_s": done.timings.get("generate_s"),
     }
 
 

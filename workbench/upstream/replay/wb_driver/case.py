@@ -150,7 +150,7 @@ def run_case(ctx, case: dict, bundle: dict | None = None) -> dict:
                 answers[missing] = "None"
                 continue
             # the code used a None it was answered (dereferenced or called it): answer the batch's own values
-            if run["outcome"] != "raised" or "NoneType" not in run.get("message", ""):
+            if run["status"] != "crashed" or "NoneType" not in run.get("message", ""):
                 break
             values = {a: _value(ctx, case, a, bundle) for a, v in answers.items() if v == "None"}
             values = {a: v for a, v in values.items() if v is not None}
@@ -200,23 +200,23 @@ def _run_once(ctx, case: dict, backend_cls: type, bundle: dict | None, out: dict
         "req_to_token_rows": {str(r): list(slots) for r, slots in rows.items()},
     }
     out["stage"] = "init_forward_metadata"
-    run: dict = {"outcome": "completed"}
+    run: dict = {"status": "ok"}  # `run_end` names the words
     watch = LineWatch(case.get("watch") or [])
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(int(case.get("timeout_s", 120)))
     try:
         with redirect, watch, stubs.armed():
             _execute(ctx, backend, batch, kind, run)
-        if run["outcome"] == "completed":
+        if run["status"] == "ok" and "stopped_at" not in run:
             run["metrics"] = _metrics(backend, batch.batch_size)
     except stubs.GpuLibraryReached as exc:
-        run.update(outcome="library reached", library_call=exc.library_call, raised_at=exc.where)
+        run.update(status="ok", stopped_at="library call", library_call=exc.library_call, raised_at=exc.where)
     except CaseTimeout:
-        run.update(outcome="error", exception="CaseTimeout", message=f"ran past {case.get('timeout_s', 120)} s")
+        run.update(status="timeout", exception="CaseTimeout", message=f"ran past {case.get('timeout_s', 120)} s")
     except Exception as exc:  # noqa: BLE001
         frames = sglang_frames(exc.__traceback__)
         run.update(
-            outcome="raised",
+            status="crashed",
             exception=type(exc).__name__,
             message=str(exc),
             raised_at=frames[-1]["at"] if frames else None,
@@ -265,12 +265,12 @@ def _execute(ctx, backend, batch, kind: str, run: dict) -> None:
     except IdlePathError as exc:
         run["idle_path"] = {"path": None, "error": str(exc), "raised_at": exc.raised_at}
         if kind != "IDLE padded":
-            run.update(outcome="error", exception="IdlePathError", message=str(exc))
+            run.update(status="error", exception="IdlePathError", message=str(exc))
             return
         backend.init_forward_metadata(batch)  # the padded batch still goes to the backend, as the runner sends it
         return
     if not run["idle_path"]["metadata_called"]:
-        run["outcome"] = "not called"
+        run["stopped_at"] = "no metadata call"
         run["message"] = f"{run['idle_path']['path']} does not call init_forward_metadata on this batch"
 
 

@@ -9,7 +9,7 @@ own constructor (bucket sizes, ``require_mlp_tp_gather``, the attention backend'
 the static buffers, on the CPU), so ``can_run_graph`` decides on the release's own values. No graph
 exists, so none is replayed: the run stops once the decision is made (``DecisionMade``). When it
 answers True, the pre-graph part of the replay that follows (``load_batch``) runs first and its
-outcome is recorded as ``after_decision``, not judged: the attention backend there is the replay's
+result is recorded as ``after_decision``, not judged: the attention backend there is the replay's
 Triton one, not the draft model's own.
 
 Scenario ``dspark-idle`` (the only one): rank 0 of a DSpark server under DP attention (2 DP ranks),
@@ -191,32 +191,32 @@ def _load_batch(graph, forward_batch) -> dict:
     except Exception as exc:  # noqa: BLE001 - recorded: the verdict is about the decision
         frames = sglang_frames(exc.__traceback__)
         return {
-            "outcome": "raised",
+            "status": "crashed",
             "exception": type(exc).__name__,
             "message": str(exc),
             "raised_at": frames[-1]["at"] if frames else None,
             "frames": frames[-5:],
         }
-    return {"outcome": "loaded", "bs": getattr(graph, "bs", None), "raw_bs": getattr(graph, "raw_bs", None)}
+    return {"status": "ok", "bs": getattr(graph, "bs", None), "raw_bs": getattr(graph, "raw_bs", None)}
 
 
 def _run_once(proposer, batch, case: dict) -> dict:
-    run: dict = {"outcome": "error", "path": "DraftBlockProposer.run_idle_participation"}
+    run: dict = {"status": "error", "path": "DraftBlockProposer.run_idle_participation"}
     watch = LineWatch(case.get("watch") or [])
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(int(case.get("timeout_s", 120)))
     try:
         with CudaToCpu(), watch:
             proposer.run_idle_participation(batch)
-        run.update(outcome="error", message="run_idle_participation returned without asking can_run_graph")
+        run.update(status="error", message="run_idle_participation returned without asking can_run_graph")
     except DecisionMade as made:
-        run.update(outcome="decided", can_run_graph=made.value)
+        run.update(status="ok", stopped_at="graph decision", can_run_graph=made.value)
     except CaseTimeout:
-        run.update(exception="CaseTimeout", message=f"ran past {case.get('timeout_s', 120)} s")
+        run.update(status="timeout", exception="CaseTimeout", message=f"ran past {case.get('timeout_s', 120)} s")
     except Exception as exc:  # noqa: BLE001
         frames = sglang_frames(exc.__traceback__)
         run.update(
-            outcome="raised",
+            status="crashed",
             exception=type(exc).__name__,
             message=str(exc),
             raised_at=frames[-1]["at"] if frames else None,
