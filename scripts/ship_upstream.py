@@ -178,4 +178,6 @@ def add_install_sites(ctx: UpstreamContext, commit: str) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from workbench.run.supervisor import exits_on_sigterm
+
+    raise SystemExit(exits_on_sigterm("scripts/ship_upstream.py", main))

@@ -83,4 +83,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from workbench.run.supervisor import exits_on_sigterm
+
+    sys.exit(exits_on_sigterm("scripts/time_commands.py", main))

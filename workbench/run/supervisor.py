@@ -12,8 +12,9 @@ notebook kernel's runtime ranks), found with psutil before the first signal.
 
 Python's default SIGTERM ends a process at once, skipping its ``finally`` blocks and so the ``end`` of
 every supervisor it holds: its children, in sessions of their own, would outlive it. A long-lived
-parent (the nightly runner, every ``workbench`` command) runs inside ``sigterm_exits``, where SIGTERM
-raises ``Terminated``, a ``SystemExit`` with code 143 (128 + SIGTERM).
+parent (the nightly runner, every ``workbench`` command, and every module or script entry point that
+starts release processes: ``exits_on_sigterm``) runs inside ``sigterm_exits``, where SIGTERM raises
+``Terminated``, a ``SystemExit`` with code 143 (128 + SIGTERM).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -183,6 +185,18 @@ def sigterm_exits() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+def exits_on_sigterm(prog: str, main: Callable[[], int | None]) -> int:
+    """``main()``'s exit code, run inside ``sigterm_exits``: on SIGTERM its ``finally`` blocks end what it
+    started, ``prog: terminated (SIGTERM)`` goes to stderr and the code is 143. For an entry point's
+    ``if __name__ == "__main__":`` (``sys.exit(exits_on_sigterm("prog", lambda: main(argv)))``)."""
+    try:
+        with sigterm_exits():
+            return main() or 0
+    except Terminated as e:
+        print(f"{prog}: terminated (SIGTERM)", file=sys.stderr)
+        return int(e.code)
 
 
 def _wait_all(procs: list[subprocess.Popen], until: float) -> None:

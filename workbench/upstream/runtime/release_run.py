@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -354,7 +353,3 @@ def run_runtime(
         shutil.rmtree(run_dir, ignore_errors=True)
     rec.timings["wall_s"] = round(time.perf_counter() - t0, 2)
     return to_dict(rec)
-
-
-if __name__ == "__main__":  # pragma: no cover - manual smoke run
-    print(json.dumps(run_runtime(UpstreamContext(), sys.argv[1] if len(sys.argv) > 1 else "0.5.14"), indent=1)[:4000])

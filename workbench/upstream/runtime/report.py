@@ -1087,4 +1087,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from workbench.run.supervisor import exits_on_sigterm
+
+    sys.exit(exits_on_sigterm("workbench.upstream.runtime.report", lambda: main(sys.argv[1:])))
