@@ -137,11 +137,21 @@ def test_limit_reasons_name_the_line(release: Path) -> None:
 
 def test_classify_shipped_records() -> None:
     known = ex.known_crashes("0.5.23")
+    reports = {
+        f"upstream report {p.parent.name.removesuffix('-0.5.23')}"
+        for p in ex.SHIPPED_REPORTS.glob("*-0.5.23/result.json")
+    }
+    assert len(reports) >= 5
     assert {k["role"] for k in known} == {
         "0.5.23/triton/dp2",
         "0.5.23/triton/between+verify-input",
         "0.5.23/triton/eagle-dp2",
+        *reports,
     }
+    # an upstream-ready report's as-released crash is known: the DP 3 EAGLE head split's draft decode
+    split = next(k for k in known if k["role"] == "upstream report eagle-draft-dp-attention-head-split")
+    assert (split["exception_type"], split["phase"], split["line"]) == ("ZeroDivisionError", "draft", 125)
+    assert ex.known_crashes("0.5.23", reports=ex.SHIPPED_REPORTS / "absent") == known[: len(known) - len(reports)]
     crash = ex.classify(SHIPPED["0.5.23/triton/dp2"], known)
     assert crash["verdict"] == "crashed" and crash["known"] and crash["known_as"] == "0.5.23/triton/dp2"
     assert crash["crash"]["rank"] == 1 and crash["crash"]["phase"] == "verify"

@@ -7,9 +7,9 @@ mode (``run.IDLE_MODES``: ranks idle from the start, or going idle mid-run) and 
 on / off. A value the real runtime cannot run here is one ``limit`` cell with the reason (the release line or
 the real runtime's restriction), the other axes ``*``; never dropped. Every other cell is run through
 ``run_runtime`` and judged (``classify``): its ``verdict`` is ``ok`` (outputs equal to HF), ``crashed`` (rank,
-phase, mode, file:line, the record; ``known`` when a shipped record of the same release crashed in
-the same pass at the same line, else a reproducer command), ``limit`` (a known upstream limit the
-record names, or a set-up error before any request), ``failed`` (outputs that differ from HF with no
+phase, mode, file:line, the record; ``known`` when a shipped record or upstream-ready report of the
+same release crashed in the same pass at the same line, else a reproducer command), ``limit`` (a known
+upstream limit the record names, or a set-up error before any request), ``failed`` (outputs that differ from HF with no
 limit to explain it, a timeout, an error after the requests were sent, or a shim-guard violation).
 """
 
@@ -49,6 +49,7 @@ from .release_run import (
 RUNTIME_ALGORITHMS = ALGORITHMS  # what run_runtime starts, each with its draft (run.DRAFT_MODEL)
 VERDICTS = ("ok", "crashed", "limit", "failed")  # a cell's verdict (`classify`)
 SHIPPED_RUNS = Path(__file__).resolve().parents[2] / "assets" / "runtime_runs.json"
+SHIPPED_REPORTS = Path(__file__).resolve().parents[2] / "assets" / "upstream_reports"
 SHIPPED_EXPLORE = Path(__file__).resolve().parents[2] / "assets" / "runtime_explore.json"
 _CHOICE_FILES = ("srt/arg_groups/choices.py", "srt/server_args.py")
 _SECTION_REASONS = {
@@ -283,23 +284,37 @@ def enumerate_cells(
     return cells
 
 
-def known_crashes(version: str, path: Path = SHIPPED_RUNS) -> list[dict]:
-    """The crashes the shipped runtime records hold for ``version``: exception, phase, file, line."""
-    if not path.is_file():
-        return []
-    runs = json.loads(path.read_text()).get("runs", {})
+def known_crashes(version: str, path: Path = SHIPPED_RUNS, reports: Path = SHIPPED_REPORTS) -> list[dict]:
+    """The crashes known for ``version`` (exception, phase, file, line, and where it is known from): those
+    the shipped runtime records hold, and the as-released crash of each shipped upstream-ready report
+    (``reports``/NAME-VERSION/result.json, written by ``python -m workbench.upstream.runtime.report``)."""
     out = []
-    for role, rec in runs.items():
-        c = rec.get("crash") or {}
-        if rec.get("config", {}).get("sglang") == version and c:
-            at = c.get("raised_at") or {}
+    if path.is_file():
+        for role, rec in json.loads(path.read_text()).get("runs", {}).items():
+            c = rec.get("crash") or {}
+            if rec.get("config", {}).get("sglang") == version and c:
+                at = c.get("raised_at") or {}
+                out.append(
+                    {
+                        "role": role,
+                        "exception_type": c.get("exception_type"),
+                        "phase": c.get("phase"),
+                        "file": at.get("file"),
+                        "line": at.get("line"),
+                    }
+                )
+    for result in sorted(reports.glob(f"*-{version}/result.json")) if reports.is_dir() else []:
+        doc = json.loads(result.read_text())
+        c = ((doc.get("runs") or {}).get("as released") or {}).get("crash") or {}
+        file, _, line = str(c.get("raised_at") or "").rpartition(":")
+        if doc.get("release") == version and c and line.isdigit():
             out.append(
                 {
-                    "role": role,
+                    "role": f"upstream report {doc.get('crash')}",
                     "exception_type": c.get("exception_type"),
                     "phase": c.get("phase"),
-                    "file": at.get("file"),
-                    "line": at.get("line"),
+                    "file": file,
+                    "line": int(line),
                 }
             )
     return out
