@@ -152,6 +152,16 @@ def test_classify_shipped_records() -> None:
     split = next(k for k in known if k["role"] == "upstream report eagle-draft-dp-attention-head-split")
     assert (split["exception_type"], split["phase"], split["line"]) == ("ZeroDivisionError", "draft", 125)
     assert ex.known_crashes("0.5.23", reports=ex.SHIPPED_REPORTS / "absent") == known[: len(known) - len(reports)]
+    # the idle rank's IDLE batch during the others' prefill names no pass: the report's prefill crash at that line
+    idle = {"rank": 1, "phase": None, "forward_mode": "IDLE", "batch_size": 0, "exception_type": "NotImplementedError"}
+    rec = copy.deepcopy(SHIPPED["0.5.23/triton/dp2"])
+    rec["crash"].update(
+        idle, message="", raised_at={"file": "sglang/srt/layers/attention/base_attn_backend.py", "line": 288}
+    )
+    got = ex.classify(rec, known)
+    assert got["known"] and got["known_as"] == "upstream report torch-native-dp-fill-value", got
+    rec["crash"]["phase"] = "verify"  # a named pass other than the report's is another crash
+    assert ex.classify(rec, known)["known"] is False
     crash = ex.classify(SHIPPED["0.5.23/triton/dp2"], known)
     assert crash["verdict"] == "crashed" and crash["known"] and crash["known_as"] == "0.5.23/triton/dp2"
     assert crash["crash"]["rank"] == 1 and crash["crash"]["phase"] == "verify"
@@ -387,11 +397,13 @@ def test_view(offline: list) -> None:
 
 
 def test_a_cell_written_before_verdict_reads_as_one() -> None:
-    """The shipped exploration was written when a cell's verdict was called ``outcome``: it reads, word for
-    word, as ``verdict``; a word outside ``VERDICTS`` is refused, naming the valid ones."""
-    raw = json.loads(ex.SHIPPED_EXPLORE.read_text())["cells"]
-    assert all("outcome" in c and "verdict" not in c for c in raw)  # the file as shipped
-    read = ex.load_shipped()["cells"]
+    """An exploration written when a cell's verdict was called ``outcome`` (runtime_explore.json as shipped at c461edd,
+    old --merge parts) reads, word for word, as ``verdict``; a word outside ``VERDICTS`` is refused,
+    naming the valid ones."""
+    shipped = json.loads(ex.SHIPPED_EXPLORE.read_text())["cells"]
+    assert all("verdict" in c and "outcome" not in c for c in shipped)  # the file as shipped now
+    raw = [{("outcome" if k == "verdict" else k): v for k, v in c.items()} for c in shipped]  # as written before
+    read = [ex.read_cell(c) for c in raw]
     assert [c["verdict"] for c in read] == [c["outcome"] for c in raw] and not any("outcome" in c for c in read)
     assert ex.read_cell({"key": "k", "verdict": "limit"}) == {"key": "k", "verdict": "limit"}
     with pytest.raises(ex.ExploreError, match=r"cell 'k': verdict 'passed'; valid: ok, crashed, limit, failed"):

@@ -7,10 +7,11 @@ mode (``run.IDLE_MODES``: ranks idle from the start, or going idle mid-run) and 
 on / off. A value the real runtime cannot run here is one ``limit`` cell with the reason (the release line or
 the real runtime's restriction), the other axes ``*``; never dropped. Every other cell is run through
 ``run_runtime`` and judged (``classify``): its ``verdict`` is ``ok`` (outputs equal to HF), ``crashed`` (rank,
-phase, mode, file:line, the record; ``known`` when a shipped record or upstream-ready report of the
-same release crashed in the same pass at the same line, else a reproducer command), ``limit`` (a known
-upstream limit the record names, or a set-up error before any request), ``failed`` (outputs that differ from HF with no
-limit to explain it, a timeout, an error after the requests were sent, or a shim-guard violation).
+phase, mode, file:line, the record; ``known`` when a shipped record or upstream-ready report of the same
+release crashed at the same line in the same pass (or either names no pass), else a reproducer command),
+``limit`` (a known upstream limit the record names, or a set-up error before any request), ``failed`` (outputs
+that differ from HF with no limit to explain it, a timeout, an error after the requests were sent, or a
+shim-guard violation).
 """
 
 from __future__ import annotations
@@ -353,8 +354,9 @@ def classify(rec: dict, known: list[dict]) -> dict:
             (
                 k
                 for k in known
-                if (k["exception_type"], k["phase"], k["file"], k["line"])
-                == (summary["exception_type"], summary["phase"], summary["file"], summary["line"])
+                if (k["exception_type"], k["file"], k["line"])
+                == (summary["exception_type"], summary["file"], summary["line"])
+                and (k["phase"] == summary["phase"] or None in (k["phase"], summary["phase"]))
             ),
             None,
         )
