@@ -496,3 +496,16 @@ def test_a_stand_in_answers_a_flag_from_its_constructor_keyword() -> None:
     assert "wb_fake_flag_lib.Wrapper().is_cuda_graph_enabled = False (its constructor's use_cuda_graph)" in (
         stubs.STATE.answered
     )
+
+
+def test_a_seeded_cache_keeps_the_oracle_s_outcome_only(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """An older run's `--json` (whose entries carried its lint's answer) seeds the oracle outcomes alone."""
+    old = {"kind": "none-deref", "name": "m", "oracle": "refuted", "oracle_reason": "clean", "replay_s": 1.0}
+    previous = tmp_path / "o.json"
+    previous.write_text(json.dumps({"cache": {"0.5.14|m|d": {**old, "reported": True, "by": ["family"]}}}))
+    seen: list[dict] = []
+    monkeypatch.setattr(oracle, "check_versions", lambda ctx, versions: versions)
+    monkeypatch.setattr(oracle, "release_tree", lambda ctx, v: None)
+    monkeypatch.setattr(oracle, "release_oracle", lambda ctx, tree, per_kind, cache, **kw: seen.append(dict(cache)))
+    oracle.oracle_recall(CTX, ["0.5.14"], "cmd", None, previous)
+    assert seen == [{"0.5.14|m|d": old}]

@@ -394,6 +394,9 @@ def oracle_recall(
             cache = dict(json.loads(previous.read_text()).get("cache") or {})
         except ValueError as exc:
             raise ValueError(f"{previous}: not a recall --oracle JSON output ({exc})") from exc
+        # an older run's entry may carry its lint's answer: only the oracle's outcome is kept
+        lint_fields = ("reported", "by", "lint_verdicts", "unreachable", "cached")
+        cache = {k: {f: v for f, v in e.items() if f not in lint_fields} for k, e in cache.items()}
 
     def checkpoint() -> None:  # a run stopped early keeps what it replayed: the next run reuses it
         if previous is not None:
