@@ -321,6 +321,16 @@ def _share(rate: float | None, of: int | None) -> str:
     return "–" if rate is None or not of else f"{_f(rate)} ({round(rate * of)} of {of})"
 
 
+def _at_site(kind: dict) -> str:
+    """The stricter judge's count (raised at a site line or in a callee on its stack) and its recall;
+    – for a run that predates it, and the confirmed mutants it could not judge (cached before it)."""
+    if "confirmed_at_site" not in kind:
+        return "–"
+    n = kind["confirmed_at_site"]
+    unknown = f" ({kind['at_site_unknown']} not judged)" if kind.get("at_site_unknown") else ""
+    return f"{n}: {_share(kind.get('recall_at_site'), n)}{unknown}"
+
+
 def oracle_recall() -> list[str]:
     d = _load("upstream_oracle_recall.json")
     runs = d["runs"] if "runs" in d else [d]  # one run's --json, or several collected under `runs`
@@ -343,6 +353,7 @@ def oracle_recall() -> list[str]:
                         x.get("reported"),
                         _share(x.get("recall"), x.get("confirmed")),
                         _share(x.get("precision"), x.get("reported")),
+                        _at_site(x),
                     ]
                 )
     head = [
@@ -355,6 +366,7 @@ def oracle_recall() -> list[str]:
         "reported",
         "recall",
         "precision",
+        "stricter judge: confirmed, recall",
     ]
     sampling = [f"Sampling: {d['sampling']}; run {_duration(d['run_s'])}.", ""] if "sampling" in d else []
     return [*sampling, *lines, "", *_table(head, rows)]

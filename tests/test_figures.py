@@ -84,7 +84,8 @@ def test_the_bench_runtime_and_oracle_tables_follow_their_assets(tmp_path, monke
     run = oracle["runs"][0] if "runs" in oracle else oracle
     release = next(iter(run["releases"].values()))
     kind = next(iter(release["kinds"]))
-    release["kinds"][kind].update(confirmed=4, reported=2, recall=0.5)
+    release["kinds"][kind].update(confirmed=4, reported=2, recall=0.5, confirmed_at_site=3, recall_at_site=1 / 3)
+    release["kinds"][kind]["at_site_unknown"] = 1
     (fake / "upstream_oracle_recall.json").write_text(json.dumps(oracle))
     monkeypatch.setattr(figures, "ASSETS", fake)
     assert "| 1.50 [1.25, 1.75] (" in "\n".join(figures.bench())
@@ -92,6 +93,7 @@ def test_the_bench_runtime_and_oracle_tables_follow_their_assets(tmp_path, monke
     assert ":4242`" in "\n".join(figures.runtime_runs())
     assert f"| `{kind}` |" in "\n".join(figures.oracle_recall())
     assert "| 0.500 (2 of 4) |" in "\n".join(figures.oracle_recall())
+    assert "| 3: 0.333 (1 of 3) (1 not judged) |" in "\n".join(figures.oracle_recall())
 
 
 def test_the_corpus_sites_family_and_coverage_tables_follow_their_assets(tmp_path, monkeypatch):

@@ -378,7 +378,9 @@ def test_the_run_replays_each_mutant_once_and_reuses_the_cache(monkeypatch: pyte
     cache: dict = {}
     saved: list[int] = []
     res = oracle.release_oracle(CTX, tree, None, cache, checkpoint=lambda: saved.append(len(cache)))
-    assert saved == list(range(1, len(res["mutants"]) + 1))  # the cache is saved after every replayed mutant
+    # the cache is saved after every replayed mutant; it also keeps the control replay's status
+    assert saved == list(range(2, len(res["mutants"]) + 2))
+    assert cache["0.5.14|control replay"]["control_ok"] is True
     json.dumps(res)
     byname = {r["name"]: r for r in res["mutants"]}
     hit = byname["toy_backend.py draft_token_num: removed from VerifyInput"]
@@ -392,13 +394,23 @@ def test_the_run_replays_each_mutant_once_and_reuses_the_cache(monkeypatch: pyte
     assert k["confirmed"] == 1 and k["recall"] == 1.0 and k["refuted"] + k["undecided"] == k["run"] - 1
     assert res["kinds"]["batch-none-deref"]["run"] == 0
     n = len(calls)
-    assert n == 1 + len(res["mutants"]) and len(cache) == len(res["mutants"])
+    assert n == 1 + len(res["mutants"]) and len(cache) == 1 + len(res["mutants"])
+    # the stricter judge: the stand-in raised at the mutant's first site line
+    assert hit["at_site"] is True and k["confirmed_at_site"] == 1 and k["recall_at_site"] == 1.0
     # the mutants ran POOL_CHUNK at a time in one release interpreter each
     full, rest = divmod(len(res["mutants"]), oracle.POOL_CHUNK)
     assert chunks == [oracle.POOL_CHUNK] * full + ([rest] if rest else []) and full >= 1
     again = oracle.release_oracle(CTX, tree, None, cache)
     assert len(calls) == n and all(r["cached"] for r in again["mutants"])
-    assert again["kinds"] == res["kinds"]
+    assert again["kinds"] == res["kinds"] and "the run that filled the cache" in again["control_replay"]
+    # the cache keeps the oracle's outcome only: the lint side is the current lint's on every run
+    key = next(k for k, r in cache.items() if r.get("name") == hit["name"])
+    assert set(cache[key]) >= set(oracle.ORACLE_FIELDS) and "reported" not in cache[key]
+    cache[key] = {**cache[key], "reported": False}  # a stale lint answer stored by an older run is not read
+    assert {r["name"]: r for r in oracle.release_oracle(CTX, tree, None, cache)["mutants"]}[hit["name"]]["reported"]
+    # lint=False fills the cache without the lint: no mutant counts as reported or missed
+    bare = oracle.release_oracle(CTX, tree, None, cache, lint=False)
+    assert all(r["reported"] is None for r in bare["mutants"]) and bare["kinds"]["missing-attribute"]["recall"] == 0.0
 
 
 def _result(confirmed: int, hit: int, unparsed=(), control_ok: bool = True) -> dict:
@@ -490,3 +502,16 @@ def test_a_stand_in_answers_a_flag_from_its_constructor_keyword() -> None:
     assert "wb_fake_flag_lib.Wrapper().is_cuda_graph_enabled = False (its constructor's use_cuda_graph)" in (
         stubs.STATE.answered
     )
+
+
+def test_a_seeded_cache_keeps_the_oracle_s_outcome_only(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """An older run's `--json` (whose entries carried its lint's answer) seeds the oracle outcomes alone."""
+    old = {"kind": "none-deref", "name": "m", "oracle": "refuted", "oracle_reason": "clean", "replay_s": 1.0}
+    previous = tmp_path / "o.json"
+    previous.write_text(json.dumps({"cache": {"0.5.14|m|d": {**old, "reported": True, "by": ["family"]}}}))
+    seen: list[dict] = []
+    monkeypatch.setattr(oracle, "check_versions", lambda ctx, versions: versions)
+    monkeypatch.setattr(oracle, "release_tree", lambda ctx, v: None)
+    monkeypatch.setattr(oracle, "release_oracle", lambda ctx, tree, per_kind, cache, **kw: seen.append(dict(cache)))
+    oracle.oracle_recall(CTX, ["0.5.14"], "cmd", None, previous)
+    assert seen == [{"0.5.14|m|d": old}]

@@ -357,3 +357,106 @@ def test_a_none_the_dp_padding_sets_again_on_every_idle_path_is_not_reported() -
     res = analyse_family(memory_tree(files, "toy"))
     assert res["batch_idle_values"]["later_none"]["state"] == "None"
     assert [f["deref_op"] for f in res["findings"] if f["attr"] == "later_none"] == ["torch.empty() size"]
+
+
+PAD_BATCH = BATCH.replace(
+    "    def prepare_mlp_sync_batch(self):\n        self.later_set = 1\n",
+    textwrap.indent(
+        textwrap.dedent("""
+            def prepare_mlp_sync_batch(self):
+                self.later_set = 1
+                self._pad_inputs_to_size(2)
+            def _pad_inputs_to_size(self, bs):
+                self.seq_lens = self._pad_tensor_to_size(self.seq_lens, bs)
+                self.positions = self._pad_tensor_to_size(self.positions, bs)
+        """).lstrip("\n"),
+        "    ",
+    ),
+)
+assert PAD_BATCH != BATCH
+PAD_BACKEND = textwrap.dedent("""
+    class Backend:
+        def init_forward_metadata(self, forward_batch):
+            if forward_batch.forward_mode.is_decode_or_idle():
+                self._fill(forward_batch.seq_lens, forward_batch.positions)
+                ok = torch.is_tensor(forward_batch.positions)
+        def _fill(self, seq_lens, positions):
+            indptr = torch.cumsum(seq_lens, dim=0)
+            fill_kernel[(2,)](positions, indptr, None)
+""")
+
+
+def _padded_none(block: str) -> dict:
+    """The family of the toy tree whose `_pad_inputs_to_size` ends with `block` (a field left None)."""
+    body = textwrap.indent(textwrap.dedent(block).strip("\n"), " " * 8) + "\n"
+    end = "        self.positions = self._pad_tensor_to_size(self.positions, bs)\n"
+    res = analyse_family(memory_tree({**_files(PAD_BACKEND), MODES_FILE: PAD_BATCH.replace(end, end + body)}, "toy"))
+    return {**res, "findings": _in_backend(res)}
+
+
+def _in_backend(res: dict) -> list[dict]:
+    """The findings in the toy backend (the runner file's own stay out of these tests)."""
+    return [f for f in res["findings"] if f["read_file"].endswith("toy_backend.py")]
+
+
+def test_a_none_left_after_the_dp_padding_is_reported_where_the_backend_uses_it() -> None:
+    # the padding pads seq_lens and positions: neither is None after it (positions stays empty on the
+    # unpadded IDLE batch, init_new's, which only a dereference needing an element would crash on)
+    plain = analyse_family(memory_tree({**_files(PAD_BACKEND), MODES_FILE: PAD_BATCH}, "toy"))
+    assert "seq_lens" not in plain["batch_idle_values"] and not _in_backend(plain)
+    assert plain["batch_idle_values"]["positions"]["state"] == "empty"
+    # the padding's callee leaves seq_lens None on an IDLE batch: its value after the padding wins
+    res = _padded_none("if self.forward_mode.is_idle():\n    self.seq_lens = None")
+    val = res["batch_idle_values"]["seq_lens"]
+    assert val["state"] == "None" and "ForwardBatch._pad_inputs_to_size under IDLE (after the DP padding)" in val["how"]
+    (f,) = res["findings"]
+    assert (f["kind"], f["attr"], f["deref_line"], f["deref_op"], f["read_function"]) == (
+        "batch-none-deref",
+        "seq_lens",
+        _lines(PAD_BACKEND, "torch.cumsum(seq_lens"),
+        "torch.cumsum() input",
+        "Backend._fill",
+    )
+    # a Triton launch's argument is a dereference; `torch.is_tensor(None)` is not
+    res = _padded_none("if self.forward_mode.is_idle():\n    self.positions = None")
+    assert [(f["attr"], f["deref_op"]) for f in res["findings"]] == [("positions", "Triton kernel argument")]
+    # None only in a branch an IDLE batch cannot take, or set again after it: not reported
+    assert not _padded_none("if self.forward_mode.is_extend():\n    self.seq_lens = None")["findings"]
+    assert not _padded_none("self.seq_lens = None\nself.seq_lens = self._pad_tensor_to_size(self.seq_lens, bs)")[
+        "findings"
+    ]
+
+
+@pytest.mark.network
+@requires_network
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(
+    ("version", "raised"),
+    [
+        ("0.5.14", {"seq_lens": (343, "torch.cumsum() input"), "req_pool_indices": (344, "Triton kernel argument")}),
+        ("0.5.23", {"seq_lens": (526, "torch.cumsum() input")}),
+    ],
+)
+def test_a_none_after_the_release_s_dp_padding_is_found_where_real_code_raised(
+    version: str, raised: dict[str, tuple[int, str]]
+) -> None:
+    """The oracle's mutant (`_pad_inputs_to_size` leaving the field None on an IDLE batch) raised in
+    `triton_backend.py` at that line on the padded IDLE batch; the family reports it there."""
+    from workbench.upstream.context import UpstreamContext, quiet
+    from workbench.upstream.sources.trees import release_tree
+    from workbench.upstream.static.site_mutants import set_padded_none
+
+    tree = release_tree(UpstreamContext(log=quiet), version)
+    shipped = analyse_family(tree)["batch_idle_values"]
+    for attr, (line, op) in raised.items():
+        # the release as shipped pads the field: at most empty on the unpadded IDLE batch, never None
+        assert shipped.get(attr, {}).get("state") != "None"
+        mutated = tree.with_changes({MODES_FILE: set_padded_none(tree.files[MODES_FILE], MODES_FILE, attr)})
+        res = analyse_family(mutated)
+        assert "after the DP padding" in res["batch_idle_values"][attr]["how"]
+        hits = [
+            (f["kind"], f["deref_op"])
+            for f in res["findings"]
+            if f["attr"] == attr and f["read_file"] == f"{ATTN_DIR}triton_backend.py" and f["deref_line"] == line
+        ]
+        assert ("batch-none-deref", op) in hits, (attr, hits)

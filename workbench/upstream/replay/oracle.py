@@ -58,6 +58,7 @@ from .front import replay
 from .oracle_pool import replay_mutants
 from .run_end import LIBRARY_CALL, crashed, describe, ended, stopped_at
 
+ORACLE_FIELDS = ("oracle", "oracle_reason", "replay_s", "at_site")  # what the cache keeps of a mutant
 POOL_CHUNK = 40  # mutants per release interpreter (`oracle_pool`): the cache is saved after each
 
 
@@ -137,6 +138,19 @@ def judge_case(m: SiteMutant, case: dict | None, base: dict | None) -> tuple[str
     return "blocked", f"{batch}: {_ended(run)}"
 
 
+def raised_on_site_path(m: SiteMutant, case: dict) -> bool:
+    """The stricter judge: whether the case's exception was raised at one of the mutant's site lines,
+    or in a callee with a site line on its stack (the driver keeps a raise's last six sglang frames;
+    the idle runner path keeps only where it raised)."""
+    lines = {f"{s['file']}:{s['line']}" for s in m.sites}
+    run = (case.get("runs") or [{}])[0]
+    idle = _idle_raise(run)
+    if idle is not None and idle[0] in lines:
+        return True
+    at = {f.get("at") for f in run.get("frames") or []} | {run.get("raised_at")}
+    return bool(at & lines)
+
+
 def verdict(m: SiteMutant, judged: list[tuple[str, str]]) -> tuple[str, str]:
     """The mutant's oracle verdict from its cases: `confirmed` when a case raised here; `refuted` when
     every case is clean or not reached and one is clean; `undecided` otherwise."""
@@ -209,9 +223,12 @@ def release_oracle(
     lint_only: bool = False,
     real_only: bool = False,
     checkpoint: Callable[[], None] | None = None,
+    lint: bool = True,
 ) -> dict:
     """Build, sample, replay and judge the mutants of one release; `cache` maps `release|name|digest`
-    to a mutant's stored outcome (reused, and filled; `checkpoint` is called after each new one)."""
+    to a mutant's stored oracle outcome (`ORACLE_FIELDS`: reused, and filled; `checkpoint` is called
+    after each new one). The lint side of every decided mutant is the current lint's, cached or not;
+    `lint=False` replays without it (`reported` None: the run only fills the cache)."""
     built = build_mutants(tree)
     mutants: list[SiteMutant] = built["mutants"]
     chosen = sample(mutants, tree.release or tree.label, per_kind, real_only)
@@ -230,6 +247,7 @@ def release_oracle(
         base_cases = _case_index(base)
         base_ok = base["status"] == "ok"
         ctx.log(f"[{tree.label}] control replay of {len(want)} cases: {base_status}")
+        cache[f"{tree.release}|control replay"] = {"control_replay": base_status, "control_ok": base_ok}
         shared = [m for m in todo if shares_process(m)]
         if shared:
             start = time.perf_counter()
@@ -237,19 +255,22 @@ def release_oracle(
             shared_res = replay(_for_cases(ctx, cases), tree, cases)
             took = round(time.perf_counter() - start, 1)
             ctx.log(f"[{tree.label}] forward-batch mutants' {len(shared)} replays in one process: {took} s")
+    elif f"{tree.release}|control replay" in cache:  # all cached: the control of the run that replayed them
+        last = cache[f"{tree.release}|control replay"]
+        base_status, base_ok = f"{last['control_replay']} (the run that filled the cache)", last["control_ok"]
     records = []
+    lint_s = 0.0
     # the other mutants run POOL_CHUNK at a time in one release interpreter (`oracle_pool`), a
     # chunk when the loop reaches its first mutant; the cache is saved after each mutant
     pooled = [m for m in todo if not shares_process(m) and not lint_only]
     answers: dict[str, dict] = {}
     for i, m in enumerate(chosen, 1):
         key = f"{tree.release}|{m.name}|{m.digest()}"
-        if key in cache:
-            records.append({**cache[key], "cached": True})
-            continue
-        mtree = tree.with_changes(m.changes, f"{tree.label} [{m.name}]")
-        if lint_only:
-            res, judged = {"status": "not run", "run_s": 0.0}, []
+        cached = key in cache
+        if cached:
+            outcome = {k: v for k, v in cache[key].items() if k in ORACLE_FIELDS}
+        elif lint_only:
+            outcome = {"oracle": "undecided", "oracle_reason": "lint only: not replayed", "replay_s": 0.0}
         else:
             if not shares_process(m) and m.name not in answers:
                 at = pooled.index(m)
@@ -263,13 +284,14 @@ def release_oracle(
             judged = [judge_case(m, got.get(c["key"]), base_cases.get(_control_key(c))) for c in m.cases]
             if res["status"] != "ok":
                 judged.append(("blocked", f"the replay process ended {res['status']}: {res.get('message')}"))
-        v, why = verdict(m, judged) if not lint_only else ("undecided", "lint only: not replayed")
-        if v == "undecided" and not lint_only:
-            # recall and precision count decided mutants only: the whole-tree lint is not run for the rest
-            rep = {"reported": None, "by": [], "lint_verdicts": [], "unreachable": False}
-        else:
-            lint = analyse(mtree)
-            rep = lint_report(m, lint, analyse_family(mtree, lint))
+            v, why = verdict(m, judged)
+            at_site = None
+            if v == "confirmed":
+                at_site = any(
+                    o == "raised here" and raised_on_site_path(m, got.get(c["key"]) or {})
+                    for c, (o, _) in zip(m.cases, judged, strict=False)
+                )
+            outcome = {"oracle": v, "oracle_reason": why, "replay_s": res.get("run_s"), "at_site": at_site}
         rec = {
             "kind": m.kind,
             "op": m.op,
@@ -278,17 +300,28 @@ def release_oracle(
             "spec_class": m.spec_class,
             "sites": [f"{s['file']}:{s['line']} {s['function']}" for s in m.sites],
             "cases": [c["key"] for c in m.cases],
-            "oracle": v,
-            "oracle_reason": why,
-            "replay_s": res.get("run_s"),
-            **rep,
+            "at_site": None,
+            **outcome,
         }
-        if not lint_only:
+        if not cached and not lint_only:
             cache[key] = rec
             if checkpoint is not None:
                 checkpoint()
-        records.append({**rec, "cached": False})
-        ctx.log(f"[{tree.label}] {i}/{len(chosen)} {m.kind}: {m.name}: {v}, reported {rep['reported']}")
+        if rec["oracle"] == "undecided" and not lint_only:
+            # recall and precision count decided mutants only: the whole-tree lint is not run for the rest
+            rep = {"reported": None, "by": [], "lint_verdicts": [], "unreachable": False}
+        elif not lint:
+            rep = {"reported": None, "by": [], "lint_verdicts": [], "unreachable": False, "lint": "not run"}
+        else:
+            # the lint side is always the current lint's: a cached outcome is the oracle's alone
+            start = time.perf_counter()
+            mtree = tree.with_changes(m.changes, f"{tree.label} [{m.name}]")
+            report = analyse(mtree)
+            rep = lint_report(m, report, analyse_family(mtree, report))
+            lint_s += time.perf_counter() - start
+        records.append({**rec, **rep, "cached": cached})
+        ctx.log(f"[{tree.label}] {i}/{len(chosen)} {m.kind}: {m.name}: {rec['oracle']}, reported {rep['reported']}")
+    ctx.log(f"[{tree.label}] the lint and the family of the decided mutants: {round(lint_s, 1)} s")
     return {
         "source": tree.label,
         "control_replay": base_status,
@@ -320,6 +353,7 @@ def figures(records: list[dict]) -> dict:
         rep = [r for r in rs if r["reported"]]
         rep_dec = [r for r in rep if r["oracle"] != "undecided"]
         hit = [r for r in conf if r["reported"]]
+        strict = [r for r in conf if r.get("at_site")]
         unr = [r for r in rs if r["unreachable"]]
         out[kind] = {
             "run": len(rs),
@@ -334,6 +368,10 @@ def figures(records: list[dict]) -> dict:
             "unreachable_reported": len(unr),
             "unreachable_confirmed": sum(1 for r in unr if r["oracle"] == "confirmed"),
             "missed": [r["name"] for r in conf if not r["reported"]],
+            # the stricter judge (`raised_on_site_path`); None: confirmed before it was recorded
+            "confirmed_at_site": len(strict),
+            "at_site_unknown": sum(1 for r in conf if r.get("at_site") is None),
+            "recall_at_site": round(sum(1 for r in strict if r["reported"]) / len(strict), 3) if strict else None,
         }
     return out
 
@@ -345,9 +383,11 @@ def oracle_recall(
     per_kind: int | None,
     previous: Path | None = None,
     real_only: bool = False,
+    lint: bool = True,
 ) -> dict:
-    """The oracle recall of every release; `previous` (an earlier `--json` output) seeds the cache and
-    is rewritten with the cache after each replayed mutant (a run stopped early loses none)."""
+    """The oracle recall of every release (`lint`: as `release_oracle`); `previous` (an earlier
+    `--json` output) seeds the cache and is rewritten with the cache after each replayed mutant (a run
+    stopped early loses none)."""
     commit = workbench_commit()
     cache: dict[str, dict] = {}
     if previous is not None and previous.is_file():
@@ -355,6 +395,9 @@ def oracle_recall(
             cache = dict(json.loads(previous.read_text()).get("cache") or {})
         except ValueError as exc:
             raise ValueError(f"{previous}: not a recall --oracle JSON output ({exc})") from exc
+        # an older run's entry may carry its lint's answer: only the oracle's outcome is kept
+        lint_fields = ("reported", "by", "lint_verdicts", "unreachable", "cached")
+        cache = {k: {f: v for f, v in e.items() if f not in lint_fields} for k, e in cache.items()}
 
     def checkpoint() -> None:  # a run stopped early keeps what it replayed: the next run reuses it
         if previous is not None:
@@ -363,7 +406,7 @@ def oracle_recall(
     releases = {}
     for v in check_versions(ctx, versions):
         releases[v] = release_oracle(
-            ctx, release_tree(ctx, v), per_kind, cache, real_only=real_only, checkpoint=checkpoint
+            ctx, release_tree(ctx, v), per_kind, cache, real_only=real_only, checkpoint=checkpoint, lint=lint
         )
     return {
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),

@@ -20,17 +20,23 @@ by name (empty on the unpadded IDLE batch only: the DP padding refills them). A 
 None under IDLE is not None when the DP padding (`prepare_mlp_sync_batch`) sets it again on every path
 an IDLE batch takes (`_padding_sets`).
 
+After the padding, the last `self.<field> = ...` an IDLE batch can take on the DP padding path
+(`prepare_mlp_sync_batch`, with the `ForwardBatch` methods it calls on `self`, `_pad_inputs_to_size`,
+walked in place) gives the field's value when it is None or an empty tensor: the padded batch is
+the one the metadata gets, so that value wins over `init_new`'s.
+
 A dereference is `.x` (an attribute or method of the value), an index, `len()` / `max()` / `min()` /
-`sum()` / `iter()` / `range()` ..., iteration, arithmetic, an ordering comparison or a torch
-constructor's size (`torch.empty(n)`), of the read, of a local bound to it (`a, b = spec_info.a,
-spec_info.b`), or of the parameter of a same-file callee the read is handed to (`passed`). On a None
-value every one raises; on an empty tensor only those that need an element do (`.max()` / `.min()` /
-`.item()` with no dimension, `max()` / `min()`, a constant index). It is guarded when the same
-function tests the value for None (`is None`, `is not None`, its truth) at or before that line (for
-an empty value, also `.numel()` / `len()`), when the branch it is in excludes IDLE, or when the walk
-from the same entry assigns that attribute of `spec_info` / `forward_batch` anywhere (as the
-contract lint treats a backend's own writes: the multi-step draft backends set `spec_info.kv_indptr`
-before each step).
+`sum()` / `iter()` / `range()` ..., iteration, arithmetic, an ordering comparison, a torch
+constructor's size (`torch.empty(n)`), the first argument of another torch function
+(`torch.cumsum(x, dim=0)`) or an argument of a Triton launch (`kernel[grid](x, ...)`), of the read,
+of a local bound to it (`a, b = spec_info.a, spec_info.b`), or of the parameter of a same-file
+callee the read is handed to (`passed`). On a None value every one raises; on an empty tensor only
+those that need an element do (`.max()` / `.min()` / `.item()` with no dimension, `max()` / `min()`,
+a constant index). It is guarded when the same function tests the value for None (`is None`, `is not
+None`, its truth) at or before that line (for an empty value, also `.numel()` / `len()`), when the
+branch it is in excludes IDLE, or when the walk from the same entry assigns that attribute of
+`spec_info` / `forward_batch` anywhere (as the contract lint treats a backend's own writes: the
+multi-step draft backends set `spec_info.kv_indptr` before each step).
 """
 
 from __future__ import annotations
@@ -66,6 +72,8 @@ _BUILTIN_DEREF = (
 )
 # torch constructors whose size argument raises on None (`torch.empty(None)`: TypeError)
 _SIZE_CTORS = ("empty", "zeros", "ones", "full", "rand", "randn", "arange")
+# torch functions whose first argument may be None (any other `torch.f(x, ...)` raises on a None x)
+_NONE_OK = ("is_tensor", "is_storage")
 
 
 def is_batch(node: ast.expr) -> bool:
@@ -298,9 +306,52 @@ def batch_idle_values(tree: SourceTree, fm: ForwardModes | None) -> dict[str, di
                 "file": SCHEDULE_FILE,
                 "line": line,
             }
+    for a, (v, func) in _padded_values(node, fm).items():
+        st = _state(v)
+        if st:  # the padded batch is the one the metadata gets: its value wins over init_new's
+            out[a] = {
+                "state": st,
+                "how": f"self.{a} = {ast.unparse(v)[:60]} in ForwardBatch.{func} under IDLE (after the DP padding)",
+                "line": v.lineno,
+            }
     for v in out.values():
         v.setdefault("file", MODES_FILE)
     return out
+
+
+def _padded_values(cls: ast.ClassDef, fm: ForwardModes) -> dict[str, tuple[ast.expr, str]]:
+    """{field: (value, method)} of the last `self.<field> = value` an IDLE batch can take on the DP
+    padding path: `prepare_mlp_sync_batch` with the `ForwardBatch` methods it calls on `self`
+    (`_pad_inputs_to_size`) walked in place, in statement order."""
+    methods = {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
+    last: dict[str, tuple[ast.expr, str]] = {}
+
+    def walk(func: ast.FunctionDef, stack: tuple[str, ...], modes: frozenset | None) -> None:
+        def visit(stmt: ast.stmt, inner: frozenset | None) -> None:
+            if inner is not None and "IDLE" not in inner:
+                return
+            call = getattr(stmt, "value", None) if isinstance(stmt, (ast.Expr, ast.Assign)) else None
+            if (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and getattr(call.func.value, "id", "") == "self"
+                and call.func.attr in methods
+                and call.func.attr not in stack
+            ):
+                walk(methods[call.func.attr], (*stack, call.func.attr), inner)
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for t in targets:
+                    for e in t.elts if isinstance(t, ast.Tuple) else [t]:
+                        if isinstance(e, ast.Attribute) and getattr(e.value, "id", "") == "self":
+                            value = stmt.value if not isinstance(t, ast.Tuple) else ast.Constant(value=...)
+                            last[e.attr] = (value, func.name)
+
+        _walk_modes(func.body, fm, modes, visit)
+
+    if PADDING in methods:
+        walk(methods[PADDING], (PADDING,), None)
+    return last
 
 
 PADDING = "prepare_mlp_sync_batch"  # the DP padding: the only path that hands an IDLE batch to the metadata
@@ -533,6 +584,12 @@ class DerefScanner(FileScanner):
                             self._deref(
                                 self._target(part, ctx, where), f"torch.{f.attr}() size", line, False, ctx, where
                             )
+                if getattr(f.value, "id", None) == "torch" and f.attr not in _SIZE_CTORS + _NONE_OK and node.args:
+                    t = self._target(node.args[0], ctx, where)
+                    self._deref(t, f"torch.{f.attr}() input", line, False, ctx, where)
+            elif isinstance(f, ast.Subscript):  # a Triton launch, `kernel[grid](...)`: each argument a pointer
+                for arg in [*node.args, *(k.value for k in node.keywords)]:
+                    self._deref(self._target(arg, ctx, where), "Triton kernel argument", line, False, ctx, where)
             elif isinstance(f, ast.Name) and f.id in _BUILTIN_DEREF and node.args:
                 t = self._target(node.args[0], ctx, where)
                 if t is not None and f.id == "len":
