@@ -5,9 +5,17 @@ workflow's network shards set (`make test` leaves them to it, and says so)."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MARKS_ENV = "WB_COLLECTED_MARKS"  # a file: a session with it set writes there each test's marks (collected_marks)
 
 
 def pytest_configure(config):
@@ -66,6 +74,39 @@ def pytest_xdist_make_scheduler(config, log):
     return UnitScheduling(config, log)
 
 
+def pytest_collection_finish(session):
+    if path := os.environ.get(MARKS_ENV):
+        marks = {item.nodeid: sorted({m.name for m in item.iter_markers()}) for item in session.items}
+        Path(path).write_text(json.dumps(marks))
+
+
+@pytest.fixture(scope="session")
+def collected_marks(tmp_path_factory) -> dict[str, list[str]]:
+    """Every test under tests/ (node id, as `pytest --collect-only -q` prints it) with the names of its marks,
+    which is what `-m` selects by: from ONE collection of the tree in a subprocess per test run, shared by
+    the pytest-xdist workers through a file in the run's temp dir (a full collection costs about 10 CPU-s)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the run's, above the workers'
+    out = shared / "collected-marks.json"
+    with open(shared / "collected-marks.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not out.is_file():
+            part = out.with_suffix(".part")
+            res = subprocess.run(
+                [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/"],
+                cwd=ROOT,
+                env={**os.environ, MARKS_ENV: str(part)},
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert res.returncode == 0 and part.is_file(), (
+                f"collection failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+            )
+            part.rename(out)
+    return json.loads(out.read_text())
+
+
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker collects the same order: the units' order
         rank = {unit: i for i, unit in enumerate(LONG_FIRST)}
@@ -88,16 +129,30 @@ def pytest_collection_modifyitems(config, items):
                     item.add_marker(pytest.mark.skip(reason=reason))
 
 
+MATH_THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _threads_per_worker():
     """Under pytest-xdist the workers share the cores: each worker's torch gets its share of them
-    (the cores divided by the workers), not all of them; DP ranks divide their own share as before."""
+    (the cores divided by the workers), not all of them; DP ranks divide their own share as before.
+    The processes a worker starts (notebook kernels, JupyterLab's, `workbench` and script runs) get the
+    same share through the math libraries' variables, as the nightly gives its notebooks
+    (``workbench_ci.cells.thread_env``): torch's OpenMP threads busy-wait, so a second thread per process
+    on a busy box burns CPU the other worker needs. Variables already set are kept."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if workers > 1:
-        import torch
+    if workers <= 1:
+        yield
+        return
+    import torch
 
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    share = max(1, (os.cpu_count() or 1) // workers)
+    torch.set_num_threads(share)
+    added = [k for k in MATH_THREADS if k not in os.environ]
+    os.environ.update({k: str(share) for k in added})
     yield
+    for k in added:
+        os.environ.pop(k, None)
 
 
 @pytest.fixture(scope="session")

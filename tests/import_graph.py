@@ -11,6 +11,7 @@ annotations only and do not count). The layers, bottom-up:
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,10 +47,21 @@ def layer_of(module: str) -> int:
     return best
 
 
-def runtime_imports(path: Path, root: Path, nodes: bool = False) -> Iterator[tuple[object, str, bool]]:
-    """(line, module, inside a function) of every import executed at run time, relative ones resolved;
-    with ``nodes`` the import's ast node instead of its line."""
-    tree = ast.parse(path.read_text())
+def parse(path: Path) -> ast.Module:
+    """The file's ast, parsed once per content: the layering tests read every file several times (the tree
+    is shared, so no caller may change it)."""
+    st = path.stat()
+    return _parse(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(path: str, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(Path(path).read_text())
+
+
+@functools.lru_cache(maxsize=4096)
+def _import_nodes(tree: ast.Module) -> tuple[tuple[ast.Import | ast.ImportFrom, bool], ...]:
+    """(node, inside a function) of the tree's import statements outside ``if TYPE_CHECKING:`` blocks."""
     typing_only = {
         id(n)
         for node in ast.walk(tree)
@@ -63,16 +75,23 @@ def runtime_imports(path: Path, root: Path, nodes: bool = False) -> Iterator[tup
         for n in ast.walk(node)
         if n is not node
     }
+    return tuple(
+        (node, id(node) in in_function)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in typing_only
+    )
+
+
+def runtime_imports(path: Path, root: Path, nodes: bool = False) -> Iterator[tuple[object, str, bool]]:
+    """(line, module, inside a function) of every import executed at run time, relative ones resolved;
+    with ``nodes`` the import's ast node instead of its line."""
     name = module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
+    for node, inside in _import_nodes(parse(path)):
+        where = node if nodes else node.lineno
         if isinstance(node, ast.Import):
-            where = node if nodes else node.lineno
-            yield from ((where, a.name, id(node) in in_function) for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            where = node if nodes else node.lineno
+            yield from ((where, a.name, inside) for a in node.names)
+        else:
             base = node.module or ""
             if node.level:
                 parts = package.split(".")
@@ -80,7 +99,7 @@ def runtime_imports(path: Path, root: Path, nodes: bool = False) -> Iterator[tup
             for a in node.names:
                 full = f"{base}.{a.name}"
                 target = full if is_module(full, root) else base
-                yield where, target, id(node) in in_function
+                yield where, target, inside
 
 
 # A string naming an internal module, alone or with an attribute: a registry entry
@@ -92,14 +111,7 @@ def string_imports(path: Path, root: Path, launches: bool = True) -> Iterator[tu
     """(line, module) of every string that imports an internal module by name at run time: the argument
     of ``import_module`` / ``__import__``, a registry's ``("pkg.mod", "Attr")`` pair, a ``"pkg.mod:attr"``
     entry; with ``launches`` also the module a ``[..., "-m", "pkg.mod", ...]`` command starts."""
-    tree = ast.parse(path.read_text())
-    parents = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
-            continue
-        if not MODULE_STRING.fullmatch(node.value):
-            continue
-        parent = parents.get(id(node))
+    for node, parent in _module_strings(parse(path)):
         named = ":" in node.value
         if isinstance(parent, ast.Call) and node in parent.args:
             fn = parent.func
@@ -121,6 +133,17 @@ def string_imports(path: Path, root: Path, launches: bool = True) -> Iterator[tu
         yield node.lineno, name or node.value
 
 
+@functools.lru_cache(maxsize=4096)
+def _module_strings(tree: ast.Module) -> tuple[tuple[ast.Constant, ast.AST | None], ...]:
+    """(node, parent) of every string constant in the tree that reads as an internal module's name."""
+    parents = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+    return tuple(
+        (node, parents.get(id(node)))
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_STRING.fullmatch(node.value)
+    )
+
+
 # Code that runs inside a release's interpreter (its own Python, sglang's dependencies, no workbench):
 # the replay driver (a package launched by `python -c`) and the real runtime's rank script with the
 # files it imports as siblings (bare `import shims`), and the kernel set-up of a release's Jupyter kernel.
@@ -139,7 +162,7 @@ def _marked(path: Path, root: Path) -> bool:
         return True
     if str(path.parent.relative_to(root)) not in IN_RELEASE_FOLDERS or path.name == "__init__.py":
         return False
-    return bool(IN_RELEASE_MARK.search(ast.get_docstring(ast.parse(path.read_text())) or ""))
+    return bool(IN_RELEASE_MARK.search(ast.get_docstring(parse(path)) or ""))
 
 
 def in_release_modules(root: Path) -> set[str]:
@@ -166,7 +189,7 @@ def relative_imports(path: Path, root: Path) -> Iterator[tuple[int, str]]:
     """(line, module) of a file's relative imports, resolved to the module (or its package)."""
     name = module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.ImportFrom) and node.level:
             parts = package.split(".")
             base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
@@ -303,7 +326,7 @@ def function_level_imports(path: Path, root: Path) -> Iterator[tuple[ast.stmt, s
     """(import node, internal module, the innermost function holding it, the file's lines) of every
     internal import made inside a function, one per statement."""
     lines = path.read_text().splitlines()
-    tree = ast.parse("\n".join(lines))
+    tree = parse(path)
     holder: dict[int, ast.AST] = {}
     for fn in ast.walk(tree):
         if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -364,7 +387,7 @@ def rendering(path: Path, root: Path) -> list[str]:
     for line, target, _ in runtime_imports(path, root):
         if any(target == lib or target.startswith(lib + ".") for lib in RENDERING_LIBRARIES):
             found.append(f"{path.relative_to(root)}:{line} imports {target}")
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and HTML_TAG.search(node.value):
             found.append(f"{path.relative_to(root)}:{node.lineno} writes HTML {HTML_TAG.search(node.value).group(0)!r}")
     return found

@@ -37,7 +37,7 @@ def _option(args: list[str], name: str) -> str | None:
 
 def collect(args: list[str]) -> list[str]:
     """Node ids pytest selects for these arguments (collection only; one collection per argument list in
-    a test session: two tests here ask for the same ones)."""
+    a test session). The whole tree's marks come from conftest's collected_marks, one collection per run."""
     return list(_collect(tuple(args)))
 
 
@@ -65,10 +65,15 @@ def test_every_k_selection_picks_tests_in_each_file_it_names():
         assert files and not empty, f".ci/run's -k {_option(args, '-k')!r} selects none of the tests in {empty}"
 
 
-def test_the_network_tests_ci_run_leaves_out_run_in_the_nightly():
+def marked(marks: dict[str, list[str]], mark: str) -> list[str]:
+    """The node ids `pytest -m MARK tests/` selects: the tests carrying the mark (conftest's collected_marks)."""
+    return [nodeid for nodeid, names in marks.items() if mark in names]
+
+
+def test_the_network_tests_ci_run_leaves_out_run_in_the_nightly(collected_marks):
     calls = [c for c in pytest_calls(CI_RUN.read_text()) if _option(c, "-m") == "network"]
     assert calls, ".ci/run runs no network tests"
-    everything = set(collect(["-m", "network", "tests/"]))
+    everything = set(marked(collected_marks, "network"))
     in_ci_run = set()
     for args in calls:
         in_ci_run |= set(collect(["-m", "network", "-k", _option(args, "-k"), *[a for a in args if a.endswith(".py")]]))
@@ -106,10 +111,10 @@ def test_the_network_tests_ci_run_leaves_out_run_in_the_nightly():
     )
 
 
-def test_the_tests_make_test_leaves_to_the_nightly_run_there_and_only_there():
+def test_the_tests_make_test_leaves_to_the_nightly_run_there_and_only_there(collected_marks):
     """A test marked ``nightly`` is skipped by `make test` (saying where it runs) and selected by the nightly
     workflow's network shards, with the variable that lets it run there."""
-    moved = collect(["-m", "nightly", "tests/"])
+    moved = marked(collected_marks, "nightly")
     assert moved, "no test is marked nightly: this test would check nothing"
     nightly = yaml.safe_load((ROOT / ".github" / "workflows" / "nightly.yml").read_text())["jobs"]["network"]
     [step] = [s for s in nightly["steps"] if s.get("name", "").startswith("Network tests")]

@@ -337,7 +337,7 @@ def plan_guard(r: Run) -> None:
 def plan_merge(r: Run) -> None:
     matrix = tiny_matrix(r.tmp / "matrix.json")
     shard_results(r.ws / "shards", matrix, 2)
-    shard_results(r.tmp / "net", matrix, 1)
+    shard_results(r.tmp / "net", tiny_matrix(r.tmp / "net-matrix.json", n=1), 1)  # one cell: one kernel, not three
     (r.ws / "network" / "network-1").mkdir(parents=True)
     shutil.move(r.tmp / "net" / "shard-1", r.ws / "network" / "network-1" / "cells")
     (r.ws / "history").mkdir()  # the history restore step's mkdir (its gh calls need GitHub)
