@@ -64,6 +64,31 @@ def test_0_5_14_dflash_verify_input_installed_as_self() -> None:
         assert hits[0]["install_line"] == 65
 
 
+def test_0_5_23_frozen_kv_mtp_verify_input_reaches_target_verify_three_calls_deep() -> None:
+    """`batch.spec_info = verify_input` (frozen_kv_mtp_worker_v2.py:809, the `FrozenKVMTPVerifyInput` its
+    draft worker's `draft` builds at :527) gets TARGET_VERIFY in `eagle_prepare_for_verify` (eagle_utils.py:381),
+    reached by verify -> run_eagle_verify -> eagle_prepare_for_verify; the replay confirmed `custom_mask`
+    removed from it at triton_backend.py:637 and `ragged_verify_layout` at hybrid_linear_attn_backend.py:285."""
+    tree = release_tree(CTX, "0.5.23")
+    installs = analyse(tree, paths=False)["installs"]
+    mine = [
+        i
+        for i in installs
+        if i["class"] == "FrozenKVMTPVerifyInput"
+        and i["install_line"] == 809
+        and i["install_file"].endswith("frozen_kv_mtp_worker_v2.py")
+        and i["built_at"].endswith("frozen_kv_mtp_worker_v2.py:527")
+    ]
+    assert [i["modes"] for i in mine] == [["IDLE", "TARGET_VERIFY"]]
+    for attr, path, line in (
+        ("custom_mask", f"{ATTN}triton_backend.py", 637),
+        ("ragged_verify_layout", f"{ATTN}hybrid_linear_attn_backend.py", 285),
+    ):
+        mutated = tree.with_changes(_removal(tree, "FrozenKVMTPVerifyInput", attr, {}))
+        hits = _at(analyse(mutated, paths=False)["findings"], attr, "FrozenKVMTPVerifyInput", path, line)
+        assert "TARGET_VERIFY" in {h["mode"] for h in hits}, (attr, hits)
+
+
 def test_0_5_23_seq_lens_sum_none_handed_to_torch_empty_in_a_callee() -> None:
     """`forward_batch.seq_lens_sum` None on IDLE, passed to `_get_kv_indices_scratch` (aiter_backend.py:2072)
     and used as `torch.empty`'s size there (aiter_backend.py:1304): the replay raised TypeError there."""
