@@ -88,9 +88,11 @@ WORKER = textwrap.dedent("""
         def _draft_extend_for_decode(self, batch):
             extend_input = DraftExtendInput(hidden_states=None)
             self.prepare_for_draft_extend(extend_input, batch)
-        def prepare_for_draft_extend(self, draft_extend_input, batch):
+        def prepare_for_draft_extend(self, draft_extend_input: DraftExtendInput, batch):
             batch.spec_info = draft_extend_input
             batch.forward_mode = ForwardMode.IDLE if batch.forward_mode.is_idle() else ForwardMode.DRAFT_EXTEND_V2
+        def idle_extend_seed(self):
+            return DraftExtendInput.create_idle_input(device="cpu")
         def idle_draft(self, batch):
             batch.spec_info = DraftInput.create_idle_input(device="cpu")
         def verify(self, batch):

@@ -515,3 +515,87 @@ def test_a_seeded_cache_keeps_the_oracle_s_outcome_only(monkeypatch: pytest.Monk
     monkeypatch.setattr(oracle, "release_oracle", lambda ctx, tree, per_kind, cache, **kw: seen.append(dict(cache)))
     oracle.oracle_recall(CTX, ["0.5.14"], "cmd", None, previous)
     assert seen == [{"0.5.14|m|d": old}]
+
+
+def test_a_case_is_built_only_for_a_batch_the_release_builds() -> None:
+    """The oracle's cases by the release's own worker code (`role_evidence`, `idle_called`), not the lint's
+    install scan: a `*Draft*` class that no function setting DRAFT_EXTEND_V2 names gets no draft-extend
+    case (0.5.23's draft inputs: only `EagleDraftExtendInput` is installed there); a class whose
+    `create_idle_input` nobody calls gets no IDLE case (0.5.23's `UnoDraftInput`); a subclass of a class a
+    TARGET_VERIFY function takes keeps its verify case (`FrozenKVMTPVerifyInput` of `EagleVerifyInput`)."""
+    import textwrap
+
+    from upstream_fixtures import MODES, MODES_FILE
+
+    from workbench.upstream.sources.trees import memory_tree
+    from workbench.upstream.static.site_mutants import idle_called, role_evidence
+
+    spec = textwrap.dedent("""
+        class SpecInput:
+            def __init__(self, spec_input_type):
+                self.spec_input_type = spec_input_type
+        @dataclass
+        class NextDraftInput(SpecInput):
+            kv_indptr: "Tensor" = None
+            @classmethod
+            def create_idle_input(cls, device):
+                return cls()
+        @dataclass
+        class ExtendDraftInput(SpecInput):
+            kv_indptr: "Tensor" = None
+        @dataclass
+        class BaseVerifyInput(SpecInput):
+            kv_indptr: "Tensor" = None
+        class SubVerifyInput(BaseVerifyInput):
+            pass
+    """)
+    worker = textwrap.dedent("""
+        def prepare_for_draft_extend(draft_extend_input: "ExtendDraftInput", batch):
+            batch.spec_info = draft_extend_input
+            batch.forward_mode = ForwardMode.IDLE if batch.forward_mode.is_idle() else ForwardMode.DRAFT_EXTEND_V2
+        def prepare_for_verify(verify_input: Optional[BaseVerifyInput], batch):
+            batch.forward_mode = ForwardMode.TARGET_VERIFY
+        class Worker:
+            def forward(self, batch):
+                batch.spec_info = NextDraftInput(kv_indptr=None)
+    """)
+    graph = textwrap.dedent("""
+        def capture(batch):
+            batch.forward_mode = ForwardMode.DRAFT_EXTEND_V2
+            batch.spec_info = NextDraftInput()
+    """)
+    backend = textwrap.dedent("""
+        class Backend:
+            def init_forward_metadata(self, forward_batch):
+                x = forward_batch.spec_info.kv_indptr
+    """)
+    files = {
+        MODES_FILE: MODES,
+        f"{SPEC_DIR}info.py": spec,
+        f"{SPEC_DIR}worker.py": worker,
+        f"{SPEC_DIR}draft_cuda_graph_runner.py": graph,  # graph capture builds its own inputs: no evidence
+        BACKEND: backend,
+    }
+    tree = memory_tree(files, "toy")
+    roles = role_evidence(tree.under(SPEC_DIR))
+    assert {"ExtendDraftInput"} <= roles["DRAFT_EXTEND_V2"] and "NextDraftInput" not in roles["DRAFT_EXTEND_V2"]
+    assert "BaseVerifyInput" in roles["TARGET_VERIFY"]
+    assert idle_called(tree) == set()
+    ms = {m.name: m for m in build_mutants(tree)["mutants"]}
+    cases = {
+        name.split("removed from ")[1]: [c["batch"] for c in m.cases] for name, m in ms.items() if "removed" in name
+    }
+    assert cases == {
+        "ExtendDraftInput": ["DRAFT_EXTEND_V2"],
+        "SubVerifyInput": ["TARGET_VERIFY"],
+        "BaseVerifyInput": ["TARGET_VERIFY"],
+        "NextDraftInput": [],
+    }
+    assert (
+        "no batch of its role that the release builds"
+        in ms["toy_backend.py kv_indptr: removed from NextDraftInput"].undecided
+    )
+    # once the release calls its idle constructor, the IDLE case is back
+    files[f"{SPEC_DIR}worker.py"] += "def idle(batch):\n    batch.spec_info = NextDraftInput.create_idle_input('cpu')\n"
+    again = {m.name: m for m in build_mutants(memory_tree(files, "toy"))["mutants"]}
+    assert [c["batch"] for c in again["toy_backend.py kv_indptr: removed from NextDraftInput"].cases] == ["IDLE padded"]

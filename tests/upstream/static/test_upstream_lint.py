@@ -201,3 +201,52 @@ def test_an_input_installed_as_self_is_installed_for_each_class_that_runs_the_me
     assert result["unresolved_installs"] == []
     got = {(f["spec_class"], f["attr"], f["install_kind"]) for f in result["findings"]}
     assert got == {("VerifyInput", "draft_token_num", "assign"), ("InheritsVerify", "draft_token_num", "assign")}
+
+
+def test_an_install_gets_the_mode_set_three_calls_deep_before_a_later_one() -> None:
+    """A v2 worker's `batch.spec_info = verify_input` runs in TARGET_VERIFY, set in a helper three calls
+    down (verify -> run_verify -> prepare_for_verify, as 0.5.23's frozen-KV MTP worker); the draft-extend
+    call after it (which installs another input first) does not give the install its mode."""
+    import textwrap
+
+    from upstream_fixtures import MODES_FILE
+
+    from workbench.upstream.sources.trees import memory_tree
+
+    spec = textwrap.dedent("""
+        class SpecInput:
+            def __init__(self, spec_input_type):
+                self.spec_input_type = spec_input_type
+        class VerifyInput(SpecInput):
+            def __init__(self):
+                super().__init__(SpecInputType.VERIFY)
+        class Worker:
+            def forward_batch_generation(self, batch):
+                verify_input = VerifyInput()
+                batch.spec_info = verify_input
+                self.verify(batch)
+                self.draft_extend(batch)
+            def verify(self, batch):
+                return run_verify(batch)
+            def draft_extend(self, batch):
+                batch.forward_mode = ForwardMode.DRAFT_EXTEND_V2
+        def run_verify(batch):
+            return prepare_for_verify(batch)
+        def prepare_for_verify(batch):
+            batch.forward_mode = ForwardMode.IDLE if batch.forward_mode.is_idle() else ForwardMode.TARGET_VERIFY
+    """)
+    backend = textwrap.dedent("""
+        class B:
+            def init_forward_metadata(self, fb):
+                if fb.forward_mode.is_target_verify():
+                    n = fb.spec_info.draft_token_num
+    """)
+    tree = memory_tree({MODES_FILE: MODES, f"{SPEC_DIR}info.py": spec, f"{ATTN_DIR}b_backend.py": backend})
+    result = analyse(tree)
+    line = spec.splitlines().index("        batch.spec_info = verify_input") + 1
+    assert [(i["class"], i["install_line"], i["modes"]) for i in result["installs"]] == [
+        ("VerifyInput", line, ["IDLE", "TARGET_VERIFY"])
+    ]
+    assert {(f["spec_class"], f["attr"], f["mode"]) for f in result["findings"]} == {
+        ("VerifyInput", "draft_token_num", "TARGET_VERIFY")
+    }

@@ -6,7 +6,7 @@ whose `spec_info` argument never becomes a batch's). `flow.Program` says which c
 be, however they got there; a parameter installed by a helper is resolved at the helper's
 callers (kind `helper`). The forward mode: an idle input (`create_idle_input`, an idle factory)
 is IDLE; otherwise the `forward_mode` the batch gets nearest after the install (in the function,
-or in the callees the batch is passed to next, two calls deep), else nearest before it, else one
+or in the callees the batch is passed to next, `DEPTH` calls deep), else nearest before it, else one
 read off the function's name. An assignment under an `is_idle()` test, or `IDLE if ... else X`,
 keeps IDLE possible. An install no rule gives a mode is returned apart (`mode_from: "unknown"`).
 """
@@ -26,6 +26,10 @@ _NAME_MODES = (
     ("extend", ("EXTEND", "IDLE")),
 )
 _NOT_INSTALLS = ("cuda_graph", "init_forward_metadata")
+# how many calls deep a batch is followed for the mode it gets next: three, as a v2 worker's
+# `batch.spec_info = verify_input` reaches TARGET_VERIFY only through verify -> run_eagle_verify ->
+# eagle_prepare_for_verify (0.5.23)
+DEPTH = 3
 
 
 def install_sites(fn: Func) -> list[tuple[ast.expr, int, str, str | None]]:
@@ -132,13 +136,13 @@ class InstallScanner:
 
     def first_modes(self, fn: Func, line: int, batch: str | None, depth: int) -> set[str]:
         """The first `forward_mode` set at or after `line` in `fn`: by its own statements, or by a call
-        that passes the batch along (every callee the call may run, two calls deep)."""
+        that passes the batch along (every callee the call may run, `DEPTH` calls deep)."""
         key = (id(fn.node), line, batch, depth)
         if key in self._first:
             return self._first[key]
         self._first[key] = set()
         events: list[tuple[int, int, object]] = [(ln, 0, s) for ln, s in self.assigned(fn) if ln >= line]
-        if depth < 2:
+        if depth < DEPTH:
             for node in fn.nodes:
                 if isinstance(node, ast.Call) and node.lineno >= line:
                     args = [*node.args, *(k.value for k in node.keywords)]

@@ -23,11 +23,14 @@ spec inputs themselves) are counted as `outside`, with why.
 
 A built mutant carries the replay cases that judge it: for every backend class of the site's file
 (a class defining `init_forward_metadata`; the single-step class for a `*MultiStep*` one, which the
-driver cannot build from the runner alone), the spec class, on the batches of its role (by name:
-`IDLE padded` when the class defines `create_idle_input`, `TARGET_VERIFY` for a `*Verify*` class,
-`DRAFT_EXTEND` for another `*Draft*` class), watching the site lines. The classes and where a field
-is defined come from `classes.py` (the field's definition must be found to remove it); the sites,
-the backends and the cases do not ask the analyser.
+driver cannot build from the runner alone), the spec class, on the batches of its role that the
+release itself builds, each by a syntactic rule of its own, apart from the lint's install scan:
+`IDLE padded` when the class defines `create_idle_input` and the release calls
+`<class>.create_idle_input` (`idle_called`); `TARGET_VERIFY` for a `*Verify*` class, `DRAFT_EXTEND`
+(else `DRAFT_EXTEND_V2`) for another `*Draft*` class, when a function of `speculative/` sets that
+forward mode and names the class or a base of it (`role_evidence`), watching the site lines. The
+classes and where a field is defined come from `classes.py` (the field's definition must be found
+to remove it); the sites, the backends and the cases do not ask the analyser.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from .recall import _removal
 from .sites import enumerate_sites
 
 ATTN = "sglang/srt/layers/attention/"
+SRT_DIR = "sglang/srt/"
 KINDS = ("missing-attribute", "none-deref", "batch-none-deref", "runner-none-deref")
 REAL = frozenset({"triton", "torch_native"})
 GPU_STUBS = ("aiter", "flashinfer", "sgl_kernel", "torch.ops.sgl_kernel", "wave_lang")
@@ -149,15 +153,118 @@ def defines(text: str, path: str, cls: str, method: str) -> bool:
     )
 
 
-def batch_kinds(cname: str, has_idle: bool, members: list[str]) -> list[tuple[str, str]]:
-    """(mode, batch kind) a spec class is replayed on, by its role; the draft-extend mode the release
-    has (`DRAFT_EXTEND`, else `DRAFT_EXTEND_V2`) among its ForwardMode `members`."""
+ROLE_MODES = ("TARGET_VERIFY", "DRAFT_EXTEND", "DRAFT_EXTEND_V2")
+
+
+def _named(fn: ast.AST, owner: str | None) -> set[str]:
+    """Class names a function names: its parameters' annotations, `C(...)` / `C.f(...)` calls,
+    `isinstance(x, C)`, and its own class (`self`)."""
+    out = {owner} if owner else set()
+    args = getattr(fn, "args", None)
+    for a in [*(args.posonlyargs if args else []), *(args.args if args else []), *(args.kwonlyargs if args else [])]:
+        for n in ast.walk(a.annotation) if a.annotation is not None else []:
+            if isinstance(n, ast.Name):
+                out.add(n.id)
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+                out.add(n.value.strip("'\""))
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Call):
+            f = n.func
+            if isinstance(f, ast.Name):
+                out.add(f.id)
+                if f.id == "isinstance" and len(n.args) == 2:
+                    t = n.args[1]
+                    out |= {e.id for e in (t.elts if isinstance(t, ast.Tuple) else [t]) if isinstance(e, ast.Name)}
+            elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+                out.add(f.value.id)
+    return out
+
+
+def _modes_set(fn: ast.AST) -> set[str]:
+    """`ForwardMode.X` members a function assigns: `<x>.forward_mode = ...` or a `forward_mode=` keyword."""
+    values: list[ast.expr] = []
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign) and any(
+            isinstance(t, ast.Attribute) and t.attr == "forward_mode" for t in n.targets
+        ):
+            values.append(n.value)
+        elif isinstance(n, ast.Call):
+            values += [k.value for k in n.keywords if k.arg == "forward_mode"]
+    return {
+        n.attr
+        for v in values
+        for n in ast.walk(v)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "ForwardMode"
+    }
+
+
+def role_evidence(spec: dict[str, str]) -> dict[str, set[str]]:
+    """{mode of ROLE_MODES: class names} read from the release's speculative/ sources by one syntactic
+    rule, apart from the lint's install scan: a function (CUDA-graph runner files left out: capture
+    builds its own inputs) that assigns `ForwardMode.<mode>` and names the class (`_named`)."""
+    out: dict[str, set[str]] = {m: set() for m in ROLE_MODES}
+    for path, text in sorted(spec.items()):
+        if "cuda_graph" in path.rsplit("/", 1)[-1]:
+            continue
+        try:
+            tree = ast.parse(text, filename=path)
+        except SyntaxError:
+            continue
+        funcs: list[tuple[ast.AST, str | None]] = []
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                funcs.append((node, None))
+            elif isinstance(node, ast.ClassDef):
+                funcs += [(b, node.name) for b in node.body if isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for fn, owner in funcs:
+            modes = _modes_set(fn) & set(ROLE_MODES)
+            if modes:
+                names = _named(fn, owner)
+                for m in modes:
+                    out[m] |= names
+    return out
+
+
+def idle_called(tree: SourceTree) -> set[str]:
+    """Names `X` of every `X.create_idle_input(...)` call in the release's `sglang/srt/` sources: the
+    spec inputs whose idle constructor the release runs (a class that defines one nobody calls, such as
+    0.5.23's `UnoDraftInput`, whose worker refuses idle batches, never reaches an IDLE batch by it)."""
+    out: set[str] = set()
+    for path, text in sorted(tree.under(SRT_DIR).items()):
+        if "create_idle_input" not in text:
+            continue
+        try:
+            module = ast.parse(text, filename=path)
+        except SyntaxError:
+            continue
+        for n in ast.walk(module):
+            f = n.func if isinstance(n, ast.Call) else None
+            if isinstance(f, ast.Attribute) and f.attr == "create_idle_input" and isinstance(f.value, ast.Name):
+                out.add(f.value.id)
+    return out
+
+
+def batch_kinds(
+    cname: str,
+    has_idle: bool,
+    members: list[str],
+    mro: list[str] | None = None,
+    roles: dict[str, set[str]] | None = None,
+) -> list[tuple[str, str]]:
+    """(mode, batch kind) a spec class is replayed on: `IDLE padded` when it has `create_idle_input`;
+    `TARGET_VERIFY` for a `*Verify*` class, the draft-extend mode the release has (`DRAFT_EXTEND`, else
+    `DRAFT_EXTEND_V2`, among its ForwardMode `members`) for another `*Draft*` class, each only where
+    `roles` (`role_evidence`) shows a release function setting that mode and naming the class or a
+    base of it (`mro`); `roles` None keeps the role by name alone."""
     out = [("IDLE", "IDLE padded")] if has_idle else []
     if "Verify" in cname:
-        out.append(("TARGET_VERIFY", "TARGET_VERIFY"))
+        mode: str | None = "TARGET_VERIFY"
     elif "Draft" in cname:
         mode = next((m for m in ("DRAFT_EXTEND", "DRAFT_EXTEND_V2") if m in members), None)
-        out += [(mode, mode)] if mode else []
+    else:
+        mode = None
+    if mode and (roles is None or {cname, *(mro or [])} & roles.get(mode, set())):
+        out.append((mode, mode))
     return out
 
 
@@ -326,7 +433,14 @@ def _case(site_file: str, bcls: str, cname: str, cfile: str, mode: str, kind: st
 
 
 def _cases(
-    tree: SourceTree, site_file: str, sites: list[dict], cname: str, cinfo: dict, has_idle: bool, members: list[str]
+    tree: SourceTree,
+    site_file: str,
+    sites: list[dict],
+    cname: str,
+    cinfo: dict,
+    has_idle: bool,
+    members: list[str],
+    roles: dict[str, set[str]] | None = None,
 ) -> list[dict]:
     text = tree.files[site_file]
     # a multi-step draft backend takes (runner, topk, steps) and runs one single-step backend per
@@ -337,7 +451,7 @@ def _cases(
     return [
         _case(site_file, b, cname, cinfo["file"], mode, kind, watch)
         for b in (own or classes[:1])
-        for mode, kind in batch_kinds(cname, has_idle, members)
+        for mode, kind in batch_kinds(cname, has_idle, members, cinfo.get("mro"), roles)
     ]
 
 
@@ -397,6 +511,8 @@ def build_mutants(tree: SourceTree) -> dict:
     members = fm.members if fm else []
     idle = {c: defines(spec[i["file"]], i["file"], c, "create_idle_input") for c, i in classes.items()}
     own = collect(spec)
+    roles = role_evidence(spec)
+    called = idle_called(tree)
     mutants: list[SiteMutant] = []
     skipped: dict[str, str] = {}
     by_kind: dict[str, list[dict]] = {}
@@ -419,9 +535,12 @@ def build_mutants(tree: SourceTree) -> dict:
                 if why:
                     m.undecided = why
                 else:
-                    m.cases = _cases(tree, fname, group, cname, cinfo, idle[cname], members)
+                    m.cases = _cases(tree, fname, group, cname, cinfo, idle[cname] and cname in called, members, roles)
                     if not m.cases:
-                        m.undecided = f"{cname}: no batch the driver builds for its role (by its name)"
+                        m.undecided = (
+                            f"{cname}: no batch of its role that the release builds "
+                            "(role_evidence, idle_called) and the driver can build"
+                        )
             mutants += made
     mutants += _batch_mutants(tree, by_kind, classes, idle, skipped)
     return {
