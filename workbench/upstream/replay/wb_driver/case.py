@@ -47,6 +47,20 @@ def sglang_frames(tb) -> list[dict]:
     ]
 
 
+def crashed(exc: BaseException, frames_kept: int = 6) -> dict:
+    """A run's fields for the release's code raising `exc`: status ``crashed``, the exception, its message,
+    the innermost sglang frame it was raised at, the last `frames_kept` sglang frames and the traceback."""
+    frames = sglang_frames(exc.__traceback__)
+    return {
+        "status": "crashed",
+        "exception": type(exc).__name__,
+        "message": str(exc),
+        "raised_at": frames[-1]["at"] if frames else None,
+        "frames": frames[-frames_kept:],
+        "traceback": "".join(traceback.format_exception(exc))[-4000:],
+    }
+
+
 class LineWatch:
     """Records which of the watched `file:line`s run, and which functions of those files were
     entered (`file:qualname`), by a trace function scoped to those files."""
@@ -214,15 +228,7 @@ def _run_once(ctx, case: dict, backend_cls: type, bundle: dict | None, out: dict
     except CaseTimeout:
         run.update(status="timeout", exception="CaseTimeout", message=f"ran past {case.get('timeout_s', 120)} s")
     except Exception as exc:  # noqa: BLE001
-        frames = sglang_frames(exc.__traceback__)
-        run.update(
-            status="crashed",
-            exception=type(exc).__name__,
-            message=str(exc),
-            raised_at=frames[-1]["at"] if frames else None,
-            frames=frames[-6:],
-            traceback="".join(traceback.format_exception(exc))[-4000:],
-        )
+        run.update(crashed(exc))
         found = _MISSING.match(str(exc)) if isinstance(exc, AttributeError) else None
         if found and found.group(1) == case["spec_class"]:
             run["missing_attr"] = found.group(2)

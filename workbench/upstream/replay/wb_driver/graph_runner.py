@@ -26,11 +26,10 @@ Llama profile).
 from __future__ import annotations
 
 import signal
-import traceback
 from types import SimpleNamespace
 
 from ...in_release.devices import CudaToCpu
-from .case import CaseTimeout, LineWatch, _alarm, sglang_frames
+from .case import CaseTimeout, LineWatch, _alarm, crashed, sglang_frames
 from .setup import NUM_DRAFT, model_dir
 
 CAPTURE_STAND_IN = "DecodeCudaGraphRunner.capture stood in: the real __init__ ran, no CUDA graph was captured"
@@ -189,14 +188,7 @@ def _load_batch(graph, forward_batch) -> dict:
     try:
         graph.load_batch(forward_batch, None)
     except Exception as exc:  # noqa: BLE001 - recorded: the verdict is about the decision
-        frames = sglang_frames(exc.__traceback__)
-        return {
-            "status": "crashed",
-            "exception": type(exc).__name__,
-            "message": str(exc),
-            "raised_at": frames[-1]["at"] if frames else None,
-            "frames": frames[-5:],
-        }
+        return crashed(exc, frames_kept=5)
     return {"status": "ok", "bs": getattr(graph, "bs", None), "raw_bs": getattr(graph, "raw_bs", None)}
 
 
@@ -214,15 +206,7 @@ def _run_once(proposer, batch, case: dict) -> dict:
     except CaseTimeout:
         run.update(status="timeout", exception="CaseTimeout", message=f"ran past {case.get('timeout_s', 120)} s")
     except Exception as exc:  # noqa: BLE001
-        frames = sglang_frames(exc.__traceback__)
-        run.update(
-            status="crashed",
-            exception=type(exc).__name__,
-            message=str(exc),
-            raised_at=frames[-1]["at"] if frames else None,
-            frames=frames[-6:],
-            traceback="".join(traceback.format_exception(exc))[-4000:],
-        )
+        run.update(crashed(exc))
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
