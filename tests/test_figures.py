@@ -192,3 +192,24 @@ def test_timed_commands_run_the_make_target_without_rebuilding_the_venv(tmp_path
     assert times.argv_of("workbench --help", venv) == ([str(venv / "bin" / "workbench"), "--help"], {})
     with pytest.raises(SystemExit):
         times.main(["make nothing"])
+
+
+def test_timed_commands_leave_the_tree_as_committed_until_the_last_has_run(tmp_path, monkeypatch):
+    """`make test` timed after `make report` checks the shipped times against docs/figures.md: the file is
+    written once, after the last command, so every command runs on the committed tree."""
+    times = _script("time_commands")
+    out = tmp_path / "command_times.json"
+    out.write_text(json.dumps({"times": {}}) + "\n")
+    before = out.read_text()
+    seen = []
+
+    def fake_time_one(name, venv):
+        seen.append(out.read_text() == before)
+        return {"command": name, "wall_s": 1.0, "exit": 0}
+
+    monkeypatch.setattr(times, "OUT", out)
+    monkeypatch.setattr(times, "_git", lambda *a: "")
+    monkeypatch.setattr(times, "time_one", fake_time_one)
+    assert times.main(["make report", "make test"]) == 0
+    assert seen == [True, True]
+    assert set(json.loads(out.read_text())["times"]) == {"make report", "make test"}
