@@ -77,3 +77,32 @@ def test_bisect_names_the_field_removal(version: str, tmp_path: Path) -> None:
         == 0
     )
     assert json.loads(lint.read_text())["first_bad"]["sha"] == history["removal"]
+
+
+@pytest.mark.parametrize(
+    ("run", "want"),
+    [
+        ({"status": "crashed", "exception": "AttributeError", "message": "no kv_indptr"}, (True, "AttributeError")),
+        ({"status": "ok", "metrics": {"kv_indptr": [0, 1]}}, (False, "ok: kv_indptr=[0, 1]")),
+        ({"outcome": "raised", "exception": "AttributeError", "message": "no kv_indptr"}, (True, "AttributeError")),
+        ({"outcome": "completed", "metrics": {"kv_indptr": [0]}}, (False, "ok: kv_indptr=[0]")),
+    ],
+)
+def test_a_revision_is_judged_by_how_the_seed_replay_ended(monkeypatch, tmp_path: Path, run: dict, want) -> None:
+    """The seed replay's run in the driver's words (status, or outcome written before them) decides bad / good."""
+    import workbench.upstream.bisect as b
+
+    monkeypatch.setattr(b, "checkout_tree", lambda tree: tree)
+    monkeypatch.setattr(b, "replay", lambda ctx, tree, cases: {"status": "ok", "cases": [{"runs": [run]}]})
+    bad, why = b.is_bad(b.UpstreamContext(), tmp_path, None, "0.5.14")
+    assert (bad, why.startswith(want[1])) == (want[0], True)
+
+
+def test_a_replay_stopped_early_cannot_decide(monkeypatch, tmp_path: Path) -> None:
+    import workbench.upstream.bisect as b
+
+    monkeypatch.setattr(b, "checkout_tree", lambda tree: tree)
+    stopped = {"status": "ok", "stopped_at": "library call", "message": "flashinfer"}
+    monkeypatch.setattr(b, "replay", lambda ctx, tree, cases: {"status": "ok", "cases": [{"runs": [stopped]}]})
+    with pytest.raises(BisectError, match="could not decide: ok, stopped at library call"):
+        b.is_bad(b.UpstreamContext(), tmp_path, None, "0.5.14")

@@ -17,6 +17,7 @@ from pathlib import Path
 from .context import UpstreamContext
 from .replay.cases import SEED_CASE
 from .replay.front import replay
+from .replay.run_end import describe, ended
 from .sources.releases import check_version, known_releases
 from .sources.trees import checkout_tree, nearest_release
 from .static.lint import analyse, finding_key
@@ -82,12 +83,13 @@ def is_bad(ctx: UpstreamContext, tree: Path, finding: str | None, env_release: s
     result = replay(ctx.replace(env_release=env_release), checkout_tree(tree), [{**SEED_CASE, "answer_missing": False}])
     case = (result["cases"] or [{}])[0]
     run = (case.get("runs") or [{}])[0]
-    if run.get("outcome") == "raised":
+    status, stop = ended(run)
+    if status == "crashed":
         return True, f"{run['exception']}: {run['message']}"
-    if run.get("outcome") == "completed":
+    if (status, stop) == ("ok", None):
         return False, f"ok: kv_indptr={run.get('metrics', {}).get('kv_indptr')}"
     raise BisectError(
-        f"replay could not decide: {run.get('outcome') or result['status']}: "
+        f"replay could not decide: {describe(run) if run else result['status']}: "
         f"{case.get('error') or run.get('message') or result.get('message')}"
     )
 
