@@ -57,18 +57,19 @@ def main(argv: list[str] | None = None) -> int:  # imports on use (module docstr
         import workbench_kernels
 
         workbench_kernels.setup(getattr(args, "device", None) or "cpu")  # where the Triton kernels run, chosen once
-    from workbench.run.supervisor import Terminated, sigterm_exits
+    from workbench.run.supervisor import exits_on_sigterm
 
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for what a command records
-    try:
-        with sigterm_exits():  # SIGTERM: exit 143 after the finally blocks end what the command started
+
+    def run() -> int:
+        try:
             return args.func(args)
-    except (ConfigError, CheckpointError, ValueError) as e:  # bad values found after parsing
-        print(f"workbench {args.cmd}: error: {e}", file=sys.stderr)
-        return 2
-    except Terminated as e:  # the processes it started were ended on the way out
-        print(f"workbench {args.cmd}: terminated (SIGTERM)", file=sys.stderr)
-        return int(e.code)
+        except (ConfigError, CheckpointError, ValueError) as e:  # bad values found after parsing
+            print(f"workbench {args.cmd}: error: {e}", file=sys.stderr)
+            return 2
+
+    # SIGTERM: exit 143 after the finally blocks end what the command started
+    return exits_on_sigterm(f"workbench {args.cmd}", run)
 
 
 if __name__ == "__main__":
