@@ -9,6 +9,7 @@ import html
 from pathlib import Path
 
 from workbench.upstream.gate import live_lines, not_filed_lines
+from workbench.upstream.replay.repro_end import describe
 from workbench.views.tables import Table
 
 
@@ -122,8 +123,8 @@ def reproducer_table(data: dict) -> Table:
             {
                 "finding": key,
                 "read": f"{r['finding']['read_file'].rsplit('/', 1)[-1]}:{r['finding']['read_line']}",
-                "on the release": f"{r['on_release'].get('outcome')} at {r['on_release'].get('at')}",
-                "with the fix": r["with_fix"].get("outcome"),
+                "on the release": f"{describe(r['on_release'])} at {r['on_release'].get('at')}",
+                "with the fix": describe(r["with_fix"]),
                 "raises on": f"{raises[0]} - {raises[-1]} ({len(raises)} of {len(r['releases'])})" if raises else "-",
                 "reachability": _reach(r),
             }
