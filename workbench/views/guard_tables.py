@@ -58,8 +58,8 @@ def fuzzer_table(rows: list[dict]) -> Table:
         key = (r["revision"], r["backend"])
         cell = out.setdefault(key, {"revision": r["revision"], "backend": r["backend"], "cells": 0, "failing": []})
         cell["cells"] += 1
-        if r["outcome"] != "pass":
-            cell["failing"].append(f"{r['spec_input']} x {r['mode']}: {r['outcome']}")
+        if r["status"] != "ok":
+            cell["failing"].append(f"{r['spec_input']} x {r['mode']}: {r['exception']}")
     return Table([{**c, "failing": "; ".join(c["failing"]) or "-"} for c in out.values()])
 
 
