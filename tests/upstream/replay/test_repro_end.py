@@ -83,3 +83,7 @@ def test_the_shipped_results_read() -> None:
     for r in results:
         assert repro_ended(r["on_release"]) == ("crashed", None) and repro_ended(r["with_fix"]) == ("ok", None)
         assert all(repro_ended(x)[0] in REPRO_STATUSES for x in r["releases"].values())
+    runs = [x for r in results for x in (r["on_release"], r["with_fix"], *r["releases"].values())]
+    assert all("status" in x and "outcome" not in x for x in runs)  # regenerated since the rename
+    assert ("ok", NO_SPEC_CLASS) in {repro_ended(x) for x in runs}  # 0.5.20 has no PPSpecRelayInput
+    assert all('"outcome"' not in p.read_text() for p in SHIPPED.glob("*/repro.py"))
