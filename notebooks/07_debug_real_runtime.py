@@ -47,7 +47,7 @@ from pathlib import Path
 
 from workbench import notebook
 from workbench.debug.sglang_bundle import load_rank_bundle
-from workbench.debug.sglang_replay import bundle_attributes, replay_bundle, replay_outcome
+from workbench.debug.sglang_replay import bundle_attributes, replay_bundle, replay_result
 
 try:
     import release_kernel
@@ -119,8 +119,8 @@ print(attrs["class"], "\n  present:", attrs["present"], "\n  missing:", attrs["m
 # ## 3 · The replay, in the release's own code, at the run's line
 
 # %%
-replayed = replay_outcome(path)
-print(replayed.outcome, "| same as the run:", replayed.same_as_run)
+replayed = replay_result(path)
+print(replayed.status, "| same as the run:", replayed.same_as_run)
 print(replayed.exception)
 print("rebuilt as None (not in the bundle):", replayed.not_rebuilt)
 
@@ -143,8 +143,8 @@ except AttributeError as exc:
 # ## 4 · The fix: the same call completes, with the run's own fixed metadata
 
 # %%
-fixed = replay_outcome(path, [replay_fix])
-print(fixed.outcome, "| metadata equal to the fixed run's:", fixed.metadata_equal, fixed.differences)
+fixed = replay_result(path, [replay_fix])
+print(fixed.status, "| metadata equal to the fixed run's:", fixed.metadata_equal, fixed.differences)
 print({k: fixed.metadata[k] for k in ("kv_indptr", "kv_indices", "num_kv_splits") if k in fixed.metadata})
 
 # %% [markdown]
@@ -173,11 +173,10 @@ for name in reads:
 # %%
 checks = {
     "the run crashed and wrote a bundle": rec["status"] == "crashed" and bool(path),
-    "the replay raised the run's exception at the run's line": replayed.outcome == "raised"
+    "the replay raised the run's exception at the run's line": replayed.status == "crashed"
     and bool(replayed.same_as_run)
     and (replayed.exception or {}).get("line") == (crash.get("raised_at") or {}).get("line"),
-    "with the fix it completed with the fixed run's metadata": fixed.outcome == "completed"
-    and fixed.metadata_equal is True,
+    "with the fix it completed with the fixed run's metadata": fixed.status == "ok" and fixed.metadata_equal is True,
 }
 for what, ok in checks.items():
     print("ok  " if ok else "FAIL", what)
@@ -189,8 +188,8 @@ notebook.save_record(
     "run",
     extra={
         "bundle": path,
-        "replay": {"outcome": replayed.outcome, "same_as_run": replayed.same_as_run, "exception": replayed.exception},
-        "fixed": {"outcome": fixed.outcome, "metadata_equal": fixed.metadata_equal, "differences": fixed.differences},
+        "replay": {"status": replayed.status, "same_as_run": replayed.same_as_run, "exception": replayed.exception},
+        "fixed": {"status": fixed.status, "metadata_equal": fixed.metadata_equal, "differences": fixed.differences},
         "checks": checks,
     },
 )

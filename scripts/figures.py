@@ -403,14 +403,15 @@ def _raised_at(crash: dict) -> str:
 
 
 def corpus_results() -> list[str]:
-    d = _load("upstream_corpus.json")
+    d = _load("upstream_corpus.json")  # a case's verdict; a file written before says `outcome` (corpus.case_verdict)
     rows = []
     for r in d["cases"]:
         url = r["threads"][0] if r["threads"] else None
         link = f" ([#{url.rstrip('/').rsplit('/', 1)[-1]}]({url}))" if url else ""
         e = r["expected"]
         want = f"`{e['backend']}|{e['mode']}|{e['spec_class']}|{e['attr']}`" if e else "outside the contract"
-        rows.append([f"{r['id']}{link}", r["split"], _releases(r["buggy"]), _releases(r["fixed"]), want, r["outcome"]])
+        verdict = r.get("verdict", r.get("outcome"))
+        rows.append([f"{r['id']}{link}", r["split"], _releases(r["buggy"]), _releases(r["fixed"]), want, verdict])
     figs = []
     for split, f in d["figures"].items():
         lint = "undefined" if f["lint_recall"] is None else _f(f["lint_recall"])
@@ -430,7 +431,7 @@ def corpus_results() -> list[str]:
         f"{len(linted)} releases linted. The lint's findings in a crashing function: {at_site('at_crash_site')}; "
         f"the family analysis's: {at_site('family_at_crash_site')}.",
         "",
-        *_table(["case", "split", "buggy releases", "fixed releases", "expected", "outcome"], rows),
+        *_table(["case", "split", "buggy releases", "fixed releases", "expected", "verdict"], rows),
         "",
         *figs,
     ]

@@ -56,13 +56,13 @@ REPLAY_KEPT = (
 
 
 def _slim(f: dict, stand_ins: list[str]) -> dict:
-    """The finding, compact: installs counted, runner paths as counts per outcome, reachability for
+    """The finding, compact: installs counted, runner paths as counts per fate, reachability for
     confirmed findings only, the replay's deciding run (how it ended: `status`, `stopped_at`) without its
     arguments and reads, and its stand-ins as indices into the file's one `stand_ins` list (the whole
     finding: `workbench upstream lint --json`)."""
-    outcomes: dict[str, int] = {}
+    fates: dict[str, int] = {}
     for p in f.get("runner_paths") or []:
-        outcomes[p.get("outcome", "?")] = outcomes.get(p.get("outcome", "?"), 0) + 1
+        fates[p.get("fate", "?")] = fates.get(p.get("fate", "?"), 0) + 1
     replay = f.get("replay")
     if replay:
         ids = []
@@ -75,7 +75,7 @@ def _slim(f: dict, stand_ins: list[str]) -> dict:
         **{k: v for k, v in f.items() if k not in ("installs", "runner_paths", "reachability", "replay")},
         "installs": len(f.get("installs") or []),
         "install_sites": sorted({install_site(i) for i in f.get("installs") or []}),
-        "runner_paths": outcomes,
+        "runner_paths": fates,
         "reachability": f.get("reachability") if f.get("verdict") == "confirmed" else None,
         "replay": replay,
     }
@@ -137,7 +137,7 @@ def ship_findings(ctx: UpstreamContext, versions: list[str], commit: str) -> Non
         "measured_on": f"{platform.machine()} CPU, {platform.python_version()}; torch 2.13.0+cpu, triton 3.9.0 "
         "(TRITON_INTERPRET=1)",
         "command": command,
-        "note": "per finding: installs counted, runner_paths as counts per outcome, reachability for confirmed "
+        "note": "per finding: installs counted, runner_paths as counts per fate, reachability for confirmed "
         "findings only, the replay without its arguments and reads, its stand_ins as indices into stand_ins; "
         "`workbench upstream lint --replay --json` writes them whole",
         "sources": result["sources"],

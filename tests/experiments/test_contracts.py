@@ -8,15 +8,16 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.experiments.contracts import SpecCase, run_matrix, unexpected
+from workbench.experiments.contracts import SpecCase, ended, format_failures, predicted, run_matrix, unexpected
 from workbench.speculative.spec_info import SpecInput, SpecInputType
 
 
 def test_only_the_pr24860_hole_and_the_idle_verify_input_fail():
     rows = run_matrix()
     bad = {
-        (r["revision"], r["backend"], r["spec_input"], r["mode"], r["outcome"]) for r in rows if r["outcome"] != "pass"
+        (r["revision"], r["backend"], r["spec_input"], r["mode"], r["exception"]) for r in rows if r["status"] != "ok"
     }
+    assert {(r["status"], r["exception"]) for r in rows} == {("ok", None), ("crashed", "AttributeError")}
     hole = {
         ("pr-24860", be, "EagleDraftExtendInput (draft-extend)", "IDLE (padded)", "AttributeError")
         for be in ("triton", "flashinfer")
@@ -27,7 +28,7 @@ def test_only_the_pr24860_hole_and_the_idle_verify_input_fail():
         for be in ("triton", "flashinfer")
     }
     assert bad == hole | verify
-    msgs = {r["message"] for r in rows if r["outcome"] != "pass"}
+    msgs = {r["message"] for r in rows if r["status"] != "ok"}
     assert msgs == {f"'{c}' object has no attribute 'kv_indptr'" for c in ("EagleDraftExtendInput", "EagleVerifyInput")}
     # every (revision, backend) pair was probed in every mode
     assert {r["mode"] for r in rows} == {
@@ -41,9 +42,9 @@ def test_only_the_pr24860_hole_and_the_idle_verify_input_fail():
     assert len({(r["revision"], r["backend"]) for r in rows}) == 12
     # the declared contracts predict exactly these cells: the hole is required to fail on both backends
     assert {
-        (r["revision"], r["backend"], r["spec_input"], r["mode"], r["expected"])
+        (r["revision"], r["backend"], r["spec_input"], r["mode"], r["expected_exception"])
         for r in rows
-        if r["expected"] != "pass"
+        if r["expected_status"] != "ok"
     } == bad
     assert unexpected(rows) == []
 
@@ -56,16 +57,17 @@ def test_a_backend_whose_contract_and_code_disagree_is_unexpected(monkeypatch):
 
     monkeypatch.setattr(FlashInferBackend, "reads_spec_kv_indptr", False)
     odd = unexpected(run_matrix(backends=["flashinfer"], revisions=["pr-24860"]))
-    assert [(r["spec_input"], r["mode"], r["outcome"], r["expected"]) for r in odd] == [
-        ("EagleVerifyInput", "IDLE (padded)", "AttributeError", "pass"),
-        ("EagleDraftExtendInput (draft-extend)", "IDLE (padded)", "AttributeError", "pass"),
+    assert [(r["spec_input"], r["mode"], ended(r), predicted(r)) for r in odd] == [
+        ("EagleVerifyInput", "IDLE (padded)", "crashed (AttributeError)", "ok"),
+        ("EagleDraftExtendInput (draft-extend)", "IDLE (padded)", "crashed (AttributeError)", "ok"),
     ]
+    assert "2 unexpected" in format_failures(odd) and "(contracts predict ok)" in format_failures(odd)
     monkeypatch.setattr(FlashInferBackend, "reads_spec_kv_indptr", True)
     monkeypatch.setattr(FlashInferBackend, "init_forward_metadata", lambda self, fb: None)
     odd = unexpected(run_matrix(backends=["flashinfer"], revisions=["pr-24860"]))
-    assert [(r["spec_input"], r["mode"], r["outcome"], r["expected"]) for r in odd] == [
-        ("EagleVerifyInput", "IDLE (padded)", "pass", "AttributeError"),
-        ("EagleDraftExtendInput (draft-extend)", "IDLE (padded)", "pass", "AttributeError"),
+    assert [(r["spec_input"], r["mode"], ended(r), predicted(r)) for r in odd] == [
+        ("EagleVerifyInput", "IDLE (padded)", "ok", "crashed (AttributeError)"),
+        ("EagleDraftExtendInput (draft-extend)", "IDLE (padded)", "ok", "crashed (AttributeError)"),
     ]
 
 
@@ -84,9 +86,9 @@ def test_fuzzer_flags_a_spec_input_missing_a_field_a_backend_reads():
         return HalfDraftInput(kv_indptr=torch.zeros(fb.batch_size + 1, dtype=torch.int64))
 
     rows = run_matrix(revisions=["pr-28221"], extra_cases=[SpecCase("HalfDraftInput", ("DECODE",), make)])
-    flagged = {r["backend"] for r in rows if r["spec_input"] == "HalfDraftInput" and r["outcome"] == "AttributeError"}
+    flagged = {r["backend"] for r in rows if r["spec_input"] == "HalfDraftInput" and r["exception"] == "AttributeError"}
     assert flagged == {"triton", "flashinfer"}  # they read spec_info.kv_indices; fa3 / torch_native never do
     assert {r["backend"] for r in unexpected(rows)} == flagged  # the contracts declare kv_indptr only
     assert all(
-        "kv_indices" in r["message"] for r in rows if r["spec_input"] == "HalfDraftInput" and r["outcome"] != "pass"
+        "kv_indices" in r["message"] for r in rows if r["spec_input"] == "HalfDraftInput" and r["status"] != "ok"
     )

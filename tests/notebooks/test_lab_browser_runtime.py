@@ -34,7 +34,7 @@ RUN_TIMEOUT_S = 400
 
 RUN_ABOVE_FIX_JS = """() => {
   const app = window.jupyterapp, nb = app.shell.currentWidget.content;
-  const at = nb.widgets.findIndex(c => c.model.sharedModel.getSource().startsWith('fixed = replay_outcome'));
+  const at = nb.widgets.findIndex(c => c.model.sharedModel.getSource().startsWith('fixed = replay_result'));
   nb.activeCellIndex = at;
   app.shell.activateById(app.shell.currentWidget.id);
   app.commands.execute('notebook:run-all-above');

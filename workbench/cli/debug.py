@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="apply this fix for the replay (pr-28221: PR #28221's kv_indptr = None, so the seq_lens fallback); "
         "as 'upstream run --fix' names the fixes it applies",
     )
-    ap.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the replay outcome here")
+    ap.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the replay's result here (JSON)")
     ap.add_argument("--pdb", action="store_true", help="open pdb in the failing frame (post-mortem)")
     ap.set_defaults(func=cmd_debug)
 
@@ -61,7 +61,7 @@ def cmd_debug(args: argparse.Namespace) -> int:  # imports on use (workbench.cli
         print(f"workbench debug: error: {e}", file=sys.stderr)
         return 2
     print(b.summary())
-    outcome: dict = {"bundle": str(b.path), "fix": args.fix is not None, "recorded": b.meta["exception"]}
+    report: dict = {"bundle": str(b.path), "fix": args.fix is not None, "recorded": b.meta["exception"]}
     try:
         res = replay_crash(b, fix=args.fix is not None)
     except Exception as e:
@@ -70,7 +70,7 @@ def cmd_debug(args: argparse.Namespace) -> int:  # imports on use (workbench.cli
         print(f"\nreplayed in-process: {type(e).__name__}: {e}\n  at {fr.filename}:{fr.lineno} in {fr.name}")
         print("  same exception and innermost frame as recorded" if same else "  DIFFERS from the recorded exception")
         print(f"  (--pdb opens the debugger there; in Jupyter: workbench.replay_crash({str(b.path)!r}), then %debug)")
-        outcome.update(
+        report.update(
             raised={
                 "type": type(e).__name__,
                 "message": str(e),
@@ -87,10 +87,10 @@ def cmd_debug(args: argparse.Namespace) -> int:  # imports on use (workbench.cli
             pdb.post_mortem(e.__traceback__)
     else:
         print("\n" + res.summary())
-        outcome.update(result=res.to_dict(), reproduced=False)
+        report.update(result=res.to_dict(), reproduced=False)
         ok = bool(res.fix and res.matches_reference)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(outcome, indent=1))
+        args.json.write_text(json.dumps(report, indent=1))
         print(f"written to {args.json}")
     return 0 if ok else 1

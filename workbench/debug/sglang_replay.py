@@ -11,8 +11,8 @@ sizes (a ``ReqToTokenPool`` holding the recorded rows, an ``MHATokenToKVPool``, 
 recorded attributes set and the missing ones left missing, then calls the failing method. What the
 method raises propagates (``%debug`` stops in SGLang's frame), with a note saying whether it is the
 run's exception at the run's file and line; when it completes, the result compares the backend's
-``forward_metadata`` with what the run computed with the fix. ``replay_outcome`` returns the same as
-a record instead of raising.
+``forward_metadata`` with what the run computed with the fix. ``replay_result`` returns the same as
+a ``Replay`` instead of raising, its ``status`` saying how the call ended.
 """
 
 from __future__ import annotations
@@ -53,12 +53,13 @@ class ReplayError(RuntimeError):
 
 @dataclass
 class Replay:
-    """A replay's outcome: ``raised`` (the exception's type, message, innermost sglang frame and
-    whether they are the run's) or ``completed`` with the backend's metadata compared with the run's."""
+    """How a replay of the failing method ended, its ``status`` (``workbench.run.record.STATUSES``):
+    ``crashed`` (the exception's type, message, innermost sglang frame and whether they are the run's)
+    or ``ok`` (it returned; the backend's metadata compared with the fixed run's)."""
 
     bundle: str
     fixes: list[str]
-    outcome: str
+    status: str
     exception: dict | None = None
     same_as_run: bool | None = None
     metadata: dict = field(default_factory=dict)
@@ -352,17 +353,18 @@ def replay_bundle(path: str | Path, fixes: list[str] | tuple[str, ...] = ()) -> 
             f"the run raised (rank {b.meta['rank']}: {b.meta['exception']['type']} at "
             f"{run.get('relative')}:{run.get('line')}); replayed with fixes {applied}"
         )
-        exc.wb_replay = Replay(  # read by replay_outcome
-            str(b.path), applied, "raised", {"type": type(exc).__name__, "message": str(exc), **(at or {})}, same
+        exc.wb_replay = Replay(  # read by replay_result
+            str(b.path), applied, "crashed", {"type": type(exc).__name__, "message": str(exc), **(at or {})}, same
         )
         exc.wb_replay.not_rebuilt = not_rebuilt
         raise
     metadata, equal, diffs = _compare(b, backend)
-    return Replay(str(b.path), applied, "completed", None, None, metadata, equal, diffs, not_rebuilt)
+    return Replay(str(b.path), applied, "ok", None, None, metadata, equal, diffs, not_rebuilt)
 
 
-def replay_outcome(path: str | Path, fixes: list[str] | tuple[str, ...] = ()) -> Replay:
-    """``replay_bundle`` as a record: what it raised (and whether it is the run's) or what it computed."""
+def replay_result(path: str | Path, fixes: list[str] | tuple[str, ...] = ()) -> Replay:
+    """``replay_bundle`` as a ``Replay``: ``crashed`` with what it raised (and whether it is the run's), or
+    ``ok`` with what it computed."""
     try:
         return replay_bundle(path, fixes)
     except Exception as exc:

@@ -1,5 +1,6 @@
 """Contract fuzzer: every backend x spec-input (per revision) x forward mode through
-``init_forward_metadata`` on a minimal valid batch, recording pass or the exception.
+``init_forward_metadata`` on a minimal valid batch, recording how the call ended: its ``status``
+(``ok``, or ``crashed`` with the ``exception``'s class and message).
 
 The spec-input cases are the (mode, spec_info) pairs the engine produces (``spec_cases``); a
 spec-input type lacking something a backend reads shows up as a failing cell. An idle rank's verify
@@ -7,10 +8,11 @@ pass carries upstream's ``EagleVerifyInput`` idle input (``workbench.speculative
 the kv_indptr-reading backends fail on it in a padded IDLE batch at every revision: the live
 upstream finding; the engine reaches it only when that batch runs eagerly (``idle_verify="eager"``).
 
-Each cell also carries the outcome the declared contracts predict (``expected_outcome``): a
-backend that declares ``reads_spec_kv_indptr`` must fail on a non-empty decode/idle batch whose
-spec_info lacks ``kv_indptr``, every other cell must pass. A cell that differs either way is
-*unexpected*, and ``workbench contracts`` (``workbench/cli/experiments.py``) exits 1.
+Each cell also carries the end the declared contracts predict (``expected_end``:
+``expected_status``, ``expected_exception``): a backend that declares ``reads_spec_kv_indptr`` must
+crash with an ``AttributeError`` on a non-empty decode/idle batch whose spec_info lacks
+``kv_indptr``, every other cell must end ``ok``. A cell that differs either way is *unexpected*, and
+``workbench contracts`` (``workbench/cli/experiments.py``) exits 1.
 """
 
 from __future__ import annotations
@@ -135,35 +137,47 @@ def minimal_batch(mode: str, backend: AttentionBackend) -> ForwardBatch:
     )
 
 
-def expected_outcome(backend: AttentionBackend, fb: ForwardBatch) -> str:
-    """What the declared contracts predict: ``AttributeError`` where a backend that declares reading
-    ``spec_info.kv_indptr`` gets a non-empty decode/idle batch whose spec_info lacks it, else ``pass``."""
+def expected_end(backend: AttentionBackend, fb: ForwardBatch) -> tuple[str, str | None]:
+    """What the declared contracts predict, (status, exception): ``("crashed", "AttributeError")`` where
+    a backend that declares reading ``spec_info.kv_indptr`` gets a non-empty decode/idle batch whose
+    spec_info lacks it, else ``("ok", None)``."""
     spec, mode = fb.spec_info, fb.forward_mode
     reached = mode.is_decode_or_idle() and fb.batch_size > 0 and spec is not None
-    return "AttributeError" if reached and backend.reads_spec_kv_indptr and not hasattr(spec, "kv_indptr") else "pass"
+    if reached and backend.reads_spec_kv_indptr and not hasattr(spec, "kv_indptr"):
+        return "crashed", "AttributeError"
+    return "ok", None
 
 
 def probe(backend_name: str, case: SpecCase, mode: str) -> dict:
-    """{outcome: "pass" or the exception's class, message, expected: the contracts' prediction}."""
+    """{status: ok or crashed, exception: the class it raised (None when ok), message, expected_status and
+    expected_exception: the contracts' prediction}."""
     ctx = BackendContext(ReqToTokenPool(4, 64), KVCache(1, 64, KV_HEADS, D, torch.float32), HEADS, KV_HEADS, D)
     backend = create_backend(backend_name, ctx)
     fb = minimal_batch(mode, backend)
     fb.spec_info = case.make(mode, fb)
-    expected = expected_outcome(backend, fb)
+    status, exception = expected_end(backend, fb)
+    expected = {"expected_status": status, "expected_exception": exception}
     try:
         called = init_metadata_for(backend, fb)
     except Exception as e:
-        return {"outcome": type(e).__name__, "message": str(e), "expected": expected}
-    return {
-        "outcome": "pass",
-        "message": "" if called else "not called: idle batch of size 0 (as the model runner)",
-        "expected": expected,
-    }
+        return {"status": "crashed", "exception": type(e).__name__, "message": str(e), **expected}
+    message = "" if called else "not called: idle batch of size 0 (as the model runner)"
+    return {"status": "ok", "exception": None, "message": message, **expected}
+
+
+def ended(r: dict) -> str:
+    """How a cell's call ended in words: ``ok`` or ``crashed (AttributeError)``."""
+    return f"crashed ({r['exception']})" if r["status"] == "crashed" else r["status"]
+
+
+def predicted(r: dict) -> str:
+    """What the declared contracts predict for a cell, in the words of `ended`."""
+    return ended({"status": r["expected_status"], "exception": r["expected_exception"]})
 
 
 def unexpected(rows: list[dict]) -> list[dict]:
-    """Cells whose outcome differs from what the declared contracts predict."""
-    return [r for r in rows if r["outcome"] != r["expected"]]
+    """Cells whose end (status and exception) differs from what the declared contracts predict."""
+    return [r for r in rows if (r["status"], r["exception"]) != (r["expected_status"], r["expected_exception"])]
 
 
 def run_matrix(
@@ -182,16 +196,18 @@ def run_matrix(
 
 
 def format_failures(rows: list[dict]) -> str:
-    """One line of counts, then every failing cell, marked ``expected`` or ``UNEXPECTED`` (and what was)."""
-    bad = [r for r in rows if r["outcome"] != "pass" or r["expected"] != "pass"]
+    """One line of counts, then every cell that crashed or was predicted to, marked ``expected`` or
+    ``UNEXPECTED`` (and what the contracts predict)."""
+    odd = unexpected(rows)
+    bad = [r for r in rows if r["status"] != "ok" or r["expected_status"] != "ok"]
     lines = [
-        f"{len(rows)} cells, {sum(r['outcome'] == 'pass' for r in rows)} pass, "
-        f"{sum(r['outcome'] != 'pass' for r in rows)} fail, {len(unexpected(rows))} unexpected"
+        f"{len(rows)} cells, {sum(r['status'] == 'ok' for r in rows)} ok, "
+        f"{sum(r['status'] != 'ok' for r in rows)} crashed, {len(odd)} unexpected"
     ]
     lines += [
-        f"  {'expected  ' if r['outcome'] == r['expected'] else 'UNEXPECTED'} {r['revision']:10s} "
-        f"{r['backend']:12s} {r['spec_input']:40s} {r['mode']:14s} {r['outcome']}: {r['message']}"
-        + ("" if r["outcome"] == r["expected"] else f" (contracts predict {r['expected']})")
+        f"  {'UNEXPECTED' if r in odd else 'expected  '} {r['revision']:10s} "
+        f"{r['backend']:12s} {r['spec_input']:40s} {r['mode']:14s} {ended(r)}: {r['message']}"
+        + (f" (contracts predict {predicted(r)})" if r in odd else "")
         for r in bad
     ]
     return "\n".join(lines)

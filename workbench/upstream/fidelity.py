@@ -155,8 +155,8 @@ def fidelity(snapshot: dict | None = None) -> dict:
     for release in ("0.5.12", "0.5.13"):
         r = snap["replay"].get(release, {})
         check(
-            f"pr-24860 triton padded-idle outcome vs real {release} replay",
-            f"{hole['outcome']}: {hole['message']}",
+            f"pr-24860 triton padded-idle exception vs real {release} replay",
+            f"{hole['exception']}: {hole['message']}",
             f"{r.get('exception')}: {r.get('message')}",
         )
     return {"checks": checks, "differences": [c for c in checks if c["equal"] is False]}

@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from workbench.experiments.contracts import unexpected
+from workbench.experiments.contracts import ended, predicted, unexpected
 from workbench.upstream.context import UpstreamContext
 from workbench.upstream.guard import check
 from workbench.upstream.replay.records import seed_record
@@ -106,8 +106,8 @@ def problems(data: dict, fid: dict, cells: list[dict], replay_releases: list[str
     out = replay_failures(data["replays"], expected)
     out += [f"fidelity: {d['check']}" for d in fid["differences"]]
     out += [
-        f"fuzzer: {c['revision']} {c['backend']} {c['spec_input']} {c['mode']}: {c['outcome']}, "
-        f"contracts predict {c['expected']}"
+        f"fuzzer: {c['revision']} {c['backend']} {c['spec_input']} {c['mode']}: {ended(c)}, "
+        f"contracts predict {predicted(c)}"
         for c in unexpected(cells)
     ]
     return out
@@ -123,7 +123,7 @@ def notebook_runs(data: dict, fid: dict, cells: list[dict], found: list[str]) ->
         "problems": found,
         "config": {"backend": "workbench contracts", "kernel": None, "source": data["source"]},
         "fidelity": fid,
-        "fuzzer_failing": [c for c in cells if c["outcome"] != "pass"],
+        "fuzzer_failing": [c for c in cells if c["status"] != "ok"],
     }
     runs = {f"replay/{r['config']['sglang']}": r for r in data["replays"]}
     runs["checks"] = checks

@@ -9,6 +9,7 @@ import html
 from pathlib import Path
 
 from workbench.upstream.gate import live_lines, not_filed_lines
+from workbench.upstream.replay.repro_end import describe
 from workbench.views.tables import Table
 
 
@@ -57,8 +58,8 @@ def fuzzer_table(rows: list[dict]) -> Table:
         key = (r["revision"], r["backend"])
         cell = out.setdefault(key, {"revision": r["revision"], "backend": r["backend"], "cells": 0, "failing": []})
         cell["cells"] += 1
-        if r["outcome"] != "pass":
-            cell["failing"].append(f"{r['spec_input']} x {r['mode']}: {r['outcome']}")
+        if r["status"] != "ok":
+            cell["failing"].append(f"{r['spec_input']} x {r['mode']}: {r['exception']}")
     return Table([{**c, "failing": "; ".join(c["failing"]) or "-"} for c in out.values()])
 
 
@@ -122,8 +123,8 @@ def reproducer_table(data: dict) -> Table:
             {
                 "finding": key,
                 "read": f"{r['finding']['read_file'].rsplit('/', 1)[-1]}:{r['finding']['read_line']}",
-                "on the release": f"{r['on_release'].get('outcome')} at {r['on_release'].get('at')}",
-                "with the fix": r["with_fix"].get("outcome"),
+                "on the release": f"{describe(r['on_release'])} at {r['on_release'].get('at')}",
+                "with the fix": describe(r["with_fix"]),
                 "raises on": f"{raises[0]} - {raises[-1]} ({len(raises)} of {len(r['releases'])})" if raises else "-",
                 "reachability": _reach(r),
             }

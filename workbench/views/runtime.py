@@ -69,7 +69,7 @@ def equivalences_table(rec: dict) -> Table:
 
 
 def side_by_side(workbench_runs: dict, runtime_runs: dict) -> Table:
-    """One row per code state: the workbench engine's outcome and the real runtime's (a workbench run is
+    """One row per code state: how the workbench engine's run ended and the real runtime's (a workbench run is
     a ``RunRecord``, a ``RunResult`` or a JSON form; a runtime run its JSON form)."""
 
     def cell(r: RecordLike | None) -> str:

@@ -108,7 +108,7 @@ REPORT_COLUMNS = ("report", "as released", "raised at", "fix", "fixed run", "equ
 
 def reports_table(reports: list[dict]) -> Table:
     """One row per upstream-ready report (``report.load_reports``): the crash as released (rank, pass, mode,
-    batch size, line), the file its fix changes, the fixed run's outcome and equality, and whether its GPU
+    batch size, line), the file its fix changes, the fixed run's status and equality, and whether its GPU
     server command was run (never, by the workbench)."""
     rows = []
     for r in reports:

@@ -66,7 +66,7 @@ def summary_table(runs: Mapping[str, RecordLike] | Iterable[RecordLike]) -> Tabl
 
 
 def where_table(run: RecordLike) -> Table:
-    """Where the run was when it ended, per DP rank: assigned prompts, last forward pass, outcome."""
+    """Where the run was when it ended, per DP rank: assigned prompts, last forward pass, how it ended."""
     rec = as_record(run)
     crash, dp = rec.crash, rec.dp
     assignment = dp.assignment if dp else [list(range(len(rec.config.get("prompts") or [])))]
@@ -85,7 +85,7 @@ def where_table(run: RecordLike) -> Table:
                 "phase": fwd.get("phase"),
                 "forward mode": fwd.get("forward_mode"),
                 "batch size": fwd.get("batch_size"),
-                "outcome": f"{crash.exception_type}: {crash.message}"
+                "ended": f"{crash.exception_type}: {crash.message}"
                 if crashed_here
                 else ("stopped (another rank failed)" if crash else rec.status),
             }

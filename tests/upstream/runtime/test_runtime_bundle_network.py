@@ -104,13 +104,13 @@ def test_the_bundle_replays_in_the_release_kernel_at_the_runs_line_and_completes
     try:
         path = crash["bundle"]
         got = kernel.run(
-            "from workbench.debug.sglang_replay import replay_outcome\n"
-            f"r = replay_outcome({path!r})\n"
+            "from workbench.debug.sglang_replay import replay_result\n"
+            f"r = replay_result({path!r})\n"
             "e = r.exception\n"
-            "print('OUT', r.outcome, r.same_as_run, e['type'], e['relative'], e['line'])\n"
+            "print('OUT', r.status, r.same_as_run, e['type'], e['relative'], e['line'])\n"
             "print('MSG', e['message'])"
         )
-        assert f"OUT raised True AttributeError {run_at[0]} {run_at[1]}" in got, got
+        assert f"OUT crashed True AttributeError {run_at[0]} {run_at[1]}" in got, got
         assert f"MSG {message}" in got
         debug = kernel.run(
             f"from workbench.debug.sglang_replay import replay_bundle\nreplay_bundle({path!r})",
@@ -127,10 +127,10 @@ def test_the_bundle_replays_in_the_release_kernel_at_the_runs_line_and_completes
         mode = "IDLE"
         assert f"('FRAME', 'sglang.srt.layers.attention.triton_backend', '{spec_class}', '{mode}', False)" in stop, stop
         fixed = kernel.run(
-            f"r = replay_outcome({path!r}, [{fix!r}])\nprint('FIXED', r.outcome, r.metadata_equal, r.differences, "
+            f"r = replay_result({path!r}, [{fix!r}])\nprint('FIXED', r.status, r.metadata_equal, r.differences, "
             "r.metadata['kv_indptr'])"
         )
-        assert "FIXED completed True []" in fixed, fixed
+        assert "FIXED ok True []" in fixed, fixed
     finally:
         kernel.close()
 

@@ -17,8 +17,10 @@ from workbench.cli import main as workbench_main
 from workbench.upstream.static.corpus import (
     SPLITS,
     CorpusError,
+    case_verdict,
     evidence_problems,
     figures,
+    format_corpus,
     judge_case,
     load_corpus,
 )
@@ -115,24 +117,24 @@ def test_a_wrong_schema_or_a_duplicate_case_is_refused(tmp_path: Path) -> None:
 
 def test_a_case_is_found_only_when_every_buggy_release_reports_it() -> None:
     res = judge_case(_toy_case(), _lint)
-    assert res["outcome"] == "found" and res["still_reported_when_fixed"] == []
+    assert res["verdict"] == "found" and res["still_reported_when_fixed"] == []
     assert res["per_release"]["0.5.12"]["reported"] == [f"{BACKEND}:{_read_line(toy_tree(False))}"]
     other = _toy_case(expected={**_toy_case()["expected"], "attr": "kv_indices"})
-    assert judge_case(other, _lint)["outcome"] == "missed"
+    assert judge_case(other, _lint)["verdict"] == "missed"
     # A lint that stops reporting the read loses the case: the figure can fail.
-    assert judge_case(_toy_case(), lambda v: [])["outcome"] == "missed"
+    assert judge_case(_toy_case(), lambda v: [])["verdict"] == "missed"
     unreachable = [{**f, "verdict": "unreachable"} for f in _lint("0.5.12")]
-    assert judge_case(_toy_case(), lambda v: unreachable if v == "0.5.12" else [])["outcome"] == "missed"
+    assert judge_case(_toy_case(), lambda v: unreachable if v == "0.5.12" else [])["verdict"] == "missed"
 
 
 def test_outside_the_contract_and_never_shipped_cases_are_kept_apart_from_the_lint_recall() -> None:
     outside = judge_case(_toy_case(id="x", expected=None, outside_contract="a None field"), _lint)
-    assert outside["outcome"] == "not expressible"
+    assert outside["verdict"] == "not expressible"
     assert outside["per_release"]["0.5.12"]["at_crash_site"] == [
         "toy|IDLE|DraftExtendInput|kv_indptr|Backend.init_forward_metadata"
     ]
     never = judge_case(_toy_case(id="y", releases={"buggy": [], "fixed": ["0.5.14"]}), _lint)
-    assert never["outcome"] == "not shipped"
+    assert never["verdict"] == "not shipped"
     found = judge_case(_toy_case(id="z", split="seen"), _lint)
     fig = figures([outside, never, found])
     assert fig["held_out"] == {
@@ -166,7 +168,7 @@ def test_the_command_runs_a_case_on_release_wheels_and_fails_closed_on_bad_evide
     argv = ["upstream", "--cache-dir", str(cache), "corpus", "--corpus", str(corpus), "--json", str(out)]
     assert workbench_main(argv) == 0
     res = json.loads(out.read_text())
-    assert [r["outcome"] for r in res["cases"]] == ["found"] and res["figures"]["held_out"]["lint_recall"] == 1.0
+    assert [r["verdict"] for r in res["cases"]] == ["found"] and res["figures"]["held_out"]["lint_recall"] == 1.0
     bad = copy.deepcopy(_toy_case())
     bad["evidence"][0]["code"] = "something else"
     corpus.write_text(json.dumps(_corpus([bad])))
@@ -187,7 +189,7 @@ def test_the_seed_case_is_found_on_the_real_wheels(tmp_path: Path) -> None:
     argv = ["upstream", "corpus", "--case", "triton-idle-draft-extend-kv-indptr", "--json", str(out)]
     assert workbench_main(argv) == 0
     (case,) = json.loads(out.read_text())["cases"]
-    assert case["outcome"] == "found" and case["still_reported_when_fixed"] == []
+    assert case["verdict"] == "found" and case["still_reported_when_fixed"] == []
 
 
 @pytest.mark.network
@@ -200,8 +202,18 @@ def test_every_evidence_line_holds_and_every_expressible_case_is_found_on_the_re
     assert {c["id"] for c in cases} == {c["id"] for c in load_corpus()["cases"]}
     for c in cases:
         if c["expected"]:
-            assert c["outcome"] == "found" and c["still_reported_when_fixed"] == [], c
+            assert c["verdict"] == "found" and c["still_reported_when_fixed"] == [], c
         for pr in c["per_release"].values():
             # A contract finding in a crashing function means the lint now expresses that case: give it
             # `expected`. (A family finding there is judged by `family_at_crash_site`.)
             assert not pr.get("at_crash_site"), c
+
+
+def test_a_case_written_before_verdict_reads_and_a_bad_word_is_named() -> None:
+    found = judge_case(_toy_case(id="z", split="seen"), _lint)
+    old = {k: v for k, v in found.items() if k != "verdict"} | {"outcome": "found"}  # written before `verdict`
+    assert case_verdict(old) == case_verdict(found) == "found"
+    assert figures([old]) == figures([found])
+    assert "verdict" in format_corpus({"cases": [old], "figures": figures([old])}).splitlines()[0]
+    with pytest.raises(CorpusError, match=r"case 'z': verdict 'hit'; valid: found, missed, found by the family"):
+        case_verdict({**found, "verdict": "hit"})

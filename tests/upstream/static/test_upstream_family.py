@@ -186,13 +186,13 @@ def test_a_corpus_case_outside_the_contract_is_found_by_the_family_only_at_its_c
         "crash_site": {"file": f"{ATTN_DIR}toy_backend.py", "function": "Backend.init_forward_metadata"},
     }
     found = judge_case(case, lambda v: [], lambda v: res["findings"])
-    assert found["outcome"] == "found by the family"
+    assert found["verdict"] == "found by the family"
     elsewhere = judge_case(
         {**case, "crash_site": {**case["crash_site"], "function": "Backend.other"}},
         lambda v: [],
         lambda v: res["findings"],
     )
-    assert elsewhere["outcome"] == "not expressible"
+    assert elsewhere["verdict"] == "not expressible"
     assert figures([found, elsewhere])["held_out"]["family_recall"] == 0.5
 
 

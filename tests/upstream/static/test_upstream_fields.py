@@ -151,7 +151,7 @@ def test_the_idle_input_in_a_result_field_is_an_idle_install() -> None:
     # (`escapes`, not decided); not `unreachable`: the `else` of the DP-attention test never runs in
     # IDLE, so the stub it installs there does not kill the install
     assert f["verdict"] is None, f["verdict_reason"]
-    assert [p["outcome"] for p in f["runner_paths"]] == ["escapes"]
+    assert [p["fate"] for p in f["runner_paths"]] == ["escapes"]
 
 
 def test_the_fixed_class_makes_no_finding() -> None:

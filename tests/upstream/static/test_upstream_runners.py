@@ -119,7 +119,7 @@ def _by_class() -> dict[str, dict]:
 def test_the_idle_verify_input_reaches_the_eager_idle_path_with_its_settings() -> None:
     f = _by_class()["VerifyInput"]
     assert f["mode"] == "IDLE" and f["verdict"] is None
-    (path,) = [p for p in f["runner_paths"] if p["outcome"] == "reaches"]
+    (path,) = [p for p in f["runner_paths"] if p["fate"] == "reaches"]
     steps = [s["function"] for s in path["path"]]
     assert steps == [
         "EagleWorkerV2.forward_batch_generation",

@@ -226,7 +226,7 @@ def release_oracle(
     lint: bool = True,
 ) -> dict:
     """Build, sample, replay and judge the mutants of one release; `cache` maps `release|name|digest`
-    to a mutant's stored oracle outcome (`ORACLE_FIELDS`: reused, and filled; `checkpoint` is called
+    to a mutant's stored oracle verdict (`ORACLE_FIELDS`: reused, and filled; `checkpoint` is called
     after each new one). The lint side of every decided mutant is the current lint's, cached or not;
     `lint=False` replays without it (`reported` None: the run only fills the cache)."""
     built = build_mutants(tree)
@@ -268,9 +268,9 @@ def release_oracle(
         key = f"{tree.release}|{m.name}|{m.digest()}"
         cached = key in cache
         if cached:
-            outcome = {k: v for k, v in cache[key].items() if k in ORACLE_FIELDS}
+            oracle_fields = {k: v for k, v in cache[key].items() if k in ORACLE_FIELDS}
         elif lint_only:
-            outcome = {"oracle": "undecided", "oracle_reason": "lint only: not replayed", "replay_s": 0.0}
+            oracle_fields = {"oracle": "undecided", "oracle_reason": "lint only: not replayed", "replay_s": 0.0}
         else:
             if not shares_process(m) and m.name not in answers:
                 at = pooled.index(m)
@@ -291,7 +291,7 @@ def release_oracle(
                     o == "raised here" and raised_on_site_path(m, got.get(c["key"]) or {})
                     for c, (o, _) in zip(m.cases, judged, strict=False)
                 )
-            outcome = {"oracle": v, "oracle_reason": why, "replay_s": res.get("run_s"), "at_site": at_site}
+            oracle_fields = {"oracle": v, "oracle_reason": why, "replay_s": res.get("run_s"), "at_site": at_site}
         rec = {
             "kind": m.kind,
             "op": m.op,
@@ -301,7 +301,7 @@ def release_oracle(
             "sites": [f"{s['file']}:{s['line']} {s['function']}" for s in m.sites],
             "cases": [c["key"] for c in m.cases],
             "at_site": None,
-            **outcome,
+            **oracle_fields,
         }
         if not cached and not lint_only:
             cache[key] = rec
@@ -313,7 +313,7 @@ def release_oracle(
         elif not lint:
             rep = {"reported": None, "by": [], "lint_verdicts": [], "unreachable": False, "lint": "not run"}
         else:
-            # the lint side is always the current lint's: a cached outcome is the oracle's alone
+            # the lint side is always the current lint's: a cached entry holds the oracle's verdict alone
             start = time.perf_counter()
             mtree = tree.with_changes(m.changes, f"{tree.label} [{m.name}]")
             report = analyse(mtree)
@@ -395,7 +395,7 @@ def oracle_recall(
             cache = dict(json.loads(previous.read_text()).get("cache") or {})
         except ValueError as exc:
             raise ValueError(f"{previous}: not a recall --oracle JSON output ({exc})") from exc
-        # an older run's entry may carry its lint's answer: only the oracle's outcome is kept
+        # an older run's entry may carry its lint's answer: only the oracle's fields are kept
         lint_fields = ("reported", "by", "lint_verdicts", "unreachable", "cached")
         cache = {k: {f: v for f, v in e.items() if f not in lint_fields} for k, e in cache.items()}
 

@@ -9,6 +9,8 @@ reproducer, the smallest fix, and what was measured with both.
   release of ``range_versions`` (where the same script raises: the release range); the workbench
   commit, the date, the versions;
 - ``README.md``: the finding, its reachability (the static side's), the commands, the results.
+
+Each run of the script says how it ended in ``status`` (``repro_end.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ..sources.envs import EnvBuildError, ensure_env
 from ..sources.releases import check_versions, known_releases
 from ..sources.trees import SourceTree, release_tree
 from .cases import module_of
+from .repro_end import describe, repro_ended
 
 SCRIPT = Path(__file__).with_name("repro_script.py")
 
@@ -90,16 +93,16 @@ def run_script(ctx: UpstreamContext, script: Path, version: str, src_root: Path 
     try:
         env = ensure_env(ctx, version)
     except EnvBuildError as exc:
-        return {"outcome": "error", "error": f"environment of {version}: {exc}"}
+        return {"status": "error", "error": f"environment of {version}: {exc}"}
     run = run_in_release(
         env.python, str(script), {}, ctx.timeout_s, paths=[str(src_root or env.src_root)], name="repro"
     )
     if run.timed_out:
-        return {"outcome": "error", "error": f"ran past {ctx.timeout_s} s"}
+        return {"status": "timeout", "error": f"ran past {ctx.timeout_s} s"}
     if run.result is None:
         tail = run.output[-800:]
         return {
-            "outcome": "error",
+            "status": "error",
             "rc": run.exit_code,
             "error": tail.strip().splitlines()[-1] if tail.strip() else "",
             "tail": tail,
@@ -155,10 +158,11 @@ def make_reproducer(ctx: UpstreamContext, tree: SourceTree, f: dict, out: Path, 
     for v in range_versions:
         ctx.log(f"[repro {slug(f)}] on sglang {v} ...")
         result["releases"][v] = run_script(ctx, script, v)
-    result["raises"] = sorted((v for v, r in result["releases"].items() if r["outcome"] == "raised"), key=_vkey)
+    result["raises"] = sorted((v for v, r in result["releases"].items() if repro_ended(r)[0] == "crashed"), key=_vkey)
     loc = f"{f['read_file']}:{f['read_line']}"
-    result["reproduced"] = result["on_release"].get("outcome") == "raised" and result["on_release"].get("at") == loc
-    result["fixed"] = result["with_fix"].get("outcome") == "completed"
+    on_release = result["on_release"]
+    result["reproduced"] = repro_ended(on_release)[0] == "crashed" and on_release.get("at") == loc
+    result["fixed"] = repro_ended(result["with_fix"]) == ("ok", None)
     (folder / "result.json").write_text(json.dumps(result, indent=1))
     (folder / "README.md").write_text(readme(f, result, fix))
     return result
@@ -189,16 +193,16 @@ Verdict: **{f["verdict"]}**: {f["verdict_reason"]}
 
 ## Reproduce (CPU)
 ```
-PYTHONPATH=<folder holding sglang {r["release"]}'s sglang/> TRITON_INTERPRET=1 python repro.py   # exit 1: raised
+PYTHONPATH=<folder holding sglang {r["release"]}'s sglang/> TRITON_INTERPRET=1 python repro.py   # exit 1: crashed
 ```
-On the release: {r["on_release"].get("outcome")}: {r["on_release"].get("error", "")} at {r["on_release"].get("at")}
+On the release: {describe(r["on_release"])}: {r["on_release"].get("error", "")} at {r["on_release"].get("at")}
 
 ## The smallest fix ({fix["kind"]}, `fix.diff`)
-Applied to a copy of the release's sources, the same script: {r["with_fix"].get("outcome")}
+Applied to a copy of the release's sources, the same script: {describe(r["with_fix"])}
 (kv_indptr {r["with_fix"].get("kv_indptr")}).
 
 ## Release range
-Raises on: {span}. Per release: {", ".join(f"{v} {x['outcome']}" for v, x in r["releases"].items()) or "not run"}.
+Raises on: {span}. Per release: {", ".join(f"{v} {describe(x)}" for v, x in r["releases"].items()) or "not run"}.
 
 Measured {r["measured_at"]} by eagle-workbench {r["workbench_commit"]} (`workbench upstream repro`).
 """

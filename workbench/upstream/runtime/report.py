@@ -14,8 +14,8 @@ the fixed run; the comparison run, DP 1) and writes one folder, ``<name>-<releas
 - ``traceback.txt``: the crashing rank's traceback, paths below the package root;
 - ``fix.diff``: the smallest fix, a unified diff against the release's file (``patch -p1`` in the folder
   holding ``sglang/``); the fixed run ran that very text;
-- ``result.json``: the three runs' outcomes, the fixed run's equality to HF transformers and to the
-  comparison run, the commands, the date, the workbench commit.
+- ``result.json``: how the three runs ended (``status``, the crash), the fixed run's equality to HF
+  transformers and to the comparison run, the commands, the date, the workbench commit.
 
 A crash whose fixed run meets another crash first carries that crash's fix too: as a checkout change
 (``with_reports``: the other folder's diff, in the fixed and the comparison run) or as a real-runtime
@@ -895,18 +895,18 @@ def _readme(crash: Crash, release: str, res: dict) -> str:
     fixed = res["runs"]["fixed"]
     also = [f"`{n}-{release}/fix.diff`" for n in crash.with_reports] + [f"`--fix {f}`" for f in crash.with_fixes]
     with_also = f"; with {' and '.join(also)} too, for the crash this run meets next, its own report" if also else ""
-    outcome = (
+    fixed_run = (
         f"**{fixed['status']}**, its {len((fixed['outputs'] or [[]])[0])} tokens equal to HF transformers' greedy "
         f"tokens: **{fixed['reference_equal']}**, equal to {res['compared_with']}: **{res['fixed_equals_dp1']}**"
     )
     if crash.acceptance:
-        outcome += (
+        fixed_run += (
             f"; the draft's accepted tokens per verify pass: {fixed['accept_length_mean']} (the comparison run: "
             f"{res['runs']['dp1']['accept_length_mean']})"
         )
     if fixed["crash"]:
         fc = fixed["crash"]
-        outcome += (
+        fixed_run += (
             f"; it stopped at `{fc['raised_at']}` (rank {fc['rank']}, {fc['phase']}, {fc['forward_mode']}: "
             f"{fc['exception_type']}: {fc['message']})"
         )
@@ -939,7 +939,7 @@ Each claim about the flags and the path, with sglang {release}'s lines:
 ## The smallest fix
 
 {crash.fix_note} With that source (a checkout of {release} with the diff applied{with_also}) the same run is
-{outcome}.{extra}
+{fixed_run}.{extra}
 
 Regenerate: `python -m workbench.upstream.runtime.report --sglang {release} --crash {crash.name} --out
 workbench/assets/upstream_reports`.

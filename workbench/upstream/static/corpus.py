@@ -5,7 +5,7 @@ threads, the releases it shipped in with the lines that show it (read from the w
 the finding the lint should report or why the crash is outside the lint's contract. For every case
 `run_corpus` first checks each evidence line against the release's unpacked sources (a line that
 does not match stops the run: the corpus's claim no longer holds), then lints every release the
-case names and decides:
+case names and judges the case, its `verdict` (`CASE_VERDICTS`):
 
 - `found`: the expected finding (backend, mode, class, attribute, reading function) is reported on
   every buggy release and not marked `unreachable`;
@@ -21,6 +21,8 @@ case names and decides:
 Recall is given apart for the held-out cases and the seen ones (the split is the corpus's, decided
 before the lint ran on the held-out releases): `lint_recall` = found / cases the lint can express,
 `family_recall` = (found + found by the family) / shipped cases (any other crash counts as missed).
+
+A result written before `verdict` says `outcome` (the same words); `case_verdict` reads both.
 """
 
 from __future__ import annotations
@@ -41,10 +43,20 @@ SPLITS = ("held_out", "seen")
 _EXPECTED_KEYS = ("backend", "mode", "spec_class", "attr", "read_function")
 _CASE_KEYS = ("id", "title", "threads", "error", "kind", "crash_site", "releases", "evidence", "split")
 _THREAD_PREFIX = "https://github.com/sgl-project/sglang/"
+CASE_VERDICTS = ("found", "missed", "found by the family", "not expressible", "not shipped")
 
 
 class CorpusError(ValueError):
     """A corpus file that is malformed, or whose evidence no longer matches a release's sources."""
+
+
+def case_verdict(result: dict) -> str:
+    """A judged case's verdict, written now (`verdict`) or before (`outcome`); CorpusError names a word
+    that is not one of `CASE_VERDICTS`."""
+    word = result["verdict"] if "verdict" in result else result.get("outcome")
+    if word not in CASE_VERDICTS:
+        raise CorpusError(f"case {result.get('id')!r}: verdict {word!r}; valid: {', '.join(CASE_VERDICTS)}")
+    return word
 
 
 def load_corpus(path: Path | None = None) -> dict:
@@ -170,15 +182,15 @@ def judge_case(
                 ]
                 res["per_release"][v]["family_at_crash_site"] = sorted({f"{f['key']}@{f['deref_line']}" for f in fam})
     if not rel["buggy"]:
-        res["outcome"] = "not shipped"
+        res["verdict"] = "not shipped"
     elif not expected:
         by_family = all(r.get("family_at_crash_site") for r in res["per_release"].values() if r["buggy"])
-        res["outcome"] = "found by the family" if by_family else "not expressible"
+        res["verdict"] = "found by the family" if by_family else "not expressible"
     else:
         found = all(
             r["reported"] and "unreachable" not in r["verdicts"] for v, r in res["per_release"].items() if r["buggy"]
         )
-        res["outcome"] = "found" if found else "missed"
+        res["verdict"] = "found" if found else "missed"
         fixed = [v for v, r in res["per_release"].items() if not r["buggy"]]
         res["still_reported_when_fixed"] = [v for v in fixed if res["per_release"][v]["reported"]]
     return res
@@ -190,10 +202,10 @@ def figures(results: list[dict]) -> dict:
     out = {}
     for split in SPLITS:
         rs = [r for r in results if r["split"] == split]
-        shipped = [r for r in rs if r["outcome"] != "not shipped"]
-        expressible = [r for r in shipped if r["outcome"] in ("found", "missed")]
-        found = [r for r in shipped if r["outcome"] == "found"]
-        by_family = [r for r in shipped if r["outcome"] == "found by the family"]
+        shipped = [r for r in rs if case_verdict(r) != "not shipped"]
+        expressible = [r for r in shipped if case_verdict(r) in ("found", "missed")]
+        found = [r for r in shipped if case_verdict(r) == "found"]
+        by_family = [r for r in shipped if case_verdict(r) == "found by the family"]
         out[split] = {
             "cases": len(rs),
             "shipped": len(shipped),
@@ -243,12 +255,12 @@ def run_corpus(ctx: UpstreamContext, corpus: dict, case_ids: list[str] | None = 
 
 def format_corpus(result: dict) -> str:
     """One line per case, then the recall per split."""
-    head = ("case", "split", "buggy releases", "expected", "outcome")
+    head = ("case", "split", "buggy releases", "expected", "verdict")
     rows = []
     for r in result["cases"]:
         e = r["expected"]
         want = f"{e['backend']}|{e['mode']}|{e['spec_class']}|{e['attr']}" if e else "outside the contract"
-        rows.append((r["id"], r["split"], " ".join(r["buggy"]) or "-", want, r["outcome"]))
+        rows.append((r["id"], r["split"], " ".join(r["buggy"]) or "-", want, case_verdict(r)))
     widths = [max(len(str(x[i])) for x in [head, *rows]) for i in range(len(head))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(x, widths, strict=True)).rstrip() for x in [head, *rows]]
     for split, f in result["figures"].items():

@@ -134,12 +134,12 @@ def runner_paths(tree: SourceTree, program: Program, fm, findings: list[dict]) -
                 memo[key] = (
                     runners.install_paths(fn, i["line"], i.get("batch"), f["mode"])
                     if fn is not None
-                    else {"outcome": "escapes", "at": {"file": i["file"], "line": i["line"]}}
+                    else {"fate": "escapes", "at": {"file": i["file"], "line": i["line"]}}
                 )
             paths.append({"install": f"{i['file']}:{i['line']}", **memo[key]})
         f["runner_paths"] = paths
         f["reachability"] = reachability(f, facts, conds_of)
-        if paths and all(p["outcome"] in ("killed", "graph", "dropped") for p in paths):
+        if paths and all(p["fate"] in ("killed", "graph", "dropped") for p in paths):
             f["verdict"], f["verdict_by"] = "unreachable", "runner paths"
             idle = " (an IDLE batch exists only under DP attention: its DP-attention branches are taken)"
             f["verdict_reason"] = (
@@ -158,7 +158,7 @@ def _why_not(p: dict) -> str:
         "graph": f"the batch installed at {p['install'].rsplit('/', 1)[-1]} goes only to CUDA-graph metadata "
         f"({at.get('call', 'a graph runner')}) in {where}",
         "dropped": f"the batch installed at {p['install'].rsplit('/', 1)[-1]} is not forwarded by {where}",
-    }[p["outcome"]]
+    }[p["fate"]]
 
 
 def analyse(tree: SourceTree, paths: bool = True) -> dict:

@@ -135,7 +135,7 @@ def reachability(f: dict, facts: ReleaseFacts, conds_of) -> dict | None:
 
     conds_of(step) -> the non-mode conditions around that step's call (runners.Branches).
     """
-    reaching = [p for p in f.get("runner_paths", []) if p["outcome"] == "reaches"]
+    reaching = [p for p in f.get("runner_paths", []) if p["fate"] == "reaches"]
     if not reaching:
         return None
 

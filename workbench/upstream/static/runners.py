@@ -11,10 +11,11 @@ An install *reaches* a backend when the batch it installs, or one built from it
 (`fb = ForwardBatch.init_new(batch, ...)`), is passed into code that reaches a site in the
 install's mode before anything installs another `spec_info` on it. The walk follows the calls
 the batch is passed to (their own statements first, four calls deep) and, when the install is a
-helper's parameter or the batch is returned, the helper's callers. It ends `killed` (another
-input installed first), `graph` (only CUDA-graph metadata: `init_forward_metadata_capture_cuda_graph`
-/ `_replay_cuda_graph`), `dropped` (the batch goes nowhere), `reaches` (with the path), or
-`escapes` (kept past the function, e.g. carried to the scheduler's next round: not decided).
+helper's parameter or the batch is returned, the helper's callers. Where it goes is the path's
+`fate` (a static judgement, no end of a run): `killed` (another input installed first), `graph`
+(only CUDA-graph metadata: `init_forward_metadata_capture_cuda_graph` / `_replay_cuda_graph`),
+`dropped` (the batch goes nowhere), `reaches` (with the path), or `escapes` (kept past the
+function, e.g. carried to the scheduler's next round: not decided).
 A finding is `unreachable` when every install of its class in its mode is killed, graph-only or
 dropped. Calls are resolved by attribute types read from the sources (`self.model_runner:
 ModelRunner`, `self.eager_runner = EagerRunner(...)`), else by name.
@@ -199,7 +200,7 @@ class Runners:
                 for t in node.targets:
                     if isinstance(t, ast.Attribute) and t.attr == "spec_info" and _names_in(t.value) & names:
                         if node.lineno > line and self.decisive(fn, node, base, mode):
-                            return {"outcome": "killed", "at": {**here, "line": node.lineno}}
+                            return {"fate": "killed", "at": {**here, "line": node.lineno}}
                 if _derived(node.value, names):
                     names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
                     names |= {
@@ -219,13 +220,13 @@ class Runners:
                 and node.lineno > line
                 and getattr(node.args[1], "value", "") == "spec_info"
             ):
-                return {"outcome": "killed", "at": {**here, "line": node.lineno}}
+                return {"fate": "killed", "at": {**here, "line": node.lineno}}
             if not passed:
                 continue
             if name == SITE:
                 site = next((s for s in self.sites if s["file"] == fn.file and s["line"] == node.lineno), None)
                 step = {k: v for k, v in (site or {}).items() if k != "_fn"} or {**here, "line": node.lineno}
-                return {"outcome": "reaches", "path": [step]}
+                return {"fate": "reaches", "path": [step]}
             if "cuda_graph" in name:
                 graph = graph or {**here, "line": node.lineno, "call": name}
                 continue
@@ -238,19 +239,19 @@ class Runners:
                 res = None
                 if depth < _MAX_DOWN and inner:
                     res = self.follow(callee, callee.node.lineno, inner, mode, depth + 1, up=_MAX_UP)
-                    if res["outcome"] == "reaches":
+                    if res["fate"] == "reaches":
                         return {**res, "path": [{**here, "line": node.lineno}, *res["path"]]}
                 chain = self.reach.get(id(callee.node), {}).get(mode)
                 if chain and res is None:  # not walked (too deep): the call graph says it may reach
-                    return {"outcome": "reaches", "path": [{**here, "line": node.lineno}, *chain]}
+                    return {"fate": "reaches", "path": [{**here, "line": node.lineno}, *chain]}
                 results.append(res)
             if (
                 results
-                and all(r is not None and r["outcome"] == "killed" for r in results)
+                and all(r is not None and r["fate"] == "killed" for r in results)
                 and self.decisive(fn, node, base, mode)
             ):
                 return results[0]  # every function the call may run installs another input first
-            graph = graph or next((r["at"] for r in results if r is not None and r["outcome"] == "graph"), None)
+            graph = graph or next((r["at"] for r in results if r is not None and r["fate"] == "graph"), None)
         returned = any(
             isinstance(n, ast.Return) and n.value is not None and _names_in(n.value) & names for n in fn.nodes
         )
@@ -259,18 +260,18 @@ class Runners:
             outs = [self._up(fn, caller, call, names, returned, mode, up) for caller, call in self._callers(fn)]
             outs = [o for o in outs if o is not None]
             for o in outs:
-                if o["outcome"] == "reaches":
+                if o["fate"] == "reaches":
                     return o
-            if outs and all(o["outcome"] in ("killed", "graph", "dropped") for o in outs):
+            if outs and all(o["fate"] in ("killed", "graph", "dropped") for o in outs):
                 return outs[0]
-            return {"outcome": "escapes", "at": {**here, "line": fn.node.lineno}}
+            return {"fate": "escapes", "at": {**here, "line": fn.node.lineno}}
         if returned or params:
-            return {"outcome": "escapes", "at": {**here, "line": fn.node.lineno}}
+            return {"fate": "escapes", "at": {**here, "line": fn.node.lineno}}
         if graph:
-            return {"outcome": "graph", "at": graph}
+            return {"fate": "graph", "at": graph}
         if unresolved:  # handed to code the analysis cannot follow: not decided
-            return {"outcome": "escapes", "at": unresolved}
-        return {"outcome": "dropped", "at": {**here, "line": fn.node.end_lineno}}
+            return {"fate": "escapes", "at": unresolved}
+        return {"fate": "dropped", "at": {**here, "line": fn.node.end_lineno}}
 
     def _up(
         self, fn: Func, caller: Func, call: ast.Call, names: set, returned: bool, mode: str, up: int
@@ -312,12 +313,12 @@ class Runners:
         return out
 
     def install_paths(self, fn: Func, line: int, batch: str | None, mode: str) -> dict:
-        """Where an install's batch goes in `mode`; {"outcome", "path" | "at"}."""
+        """Where an install's batch goes in `mode`, its fate; {"fate", "path" | "at"}."""
         if batch is None:
             node = next((n for n in fn.nodes if getattr(n, "lineno", None) == line and isinstance(n, ast.Assign)), None)
             batch = next((t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)), None)
         if batch is None:
-            return {"outcome": "escapes", "at": {"function": fn.qualname, "file": fn.file, "line": line}}
+            return {"fate": "escapes", "at": {"function": fn.qualname, "file": fn.file, "line": line}}
         node = next((n for n in fn.nodes if isinstance(n, ast.stmt) and getattr(n, "lineno", None) == line), None)
         base = self.br(fn).conds.get(id(node), ()) if node is not None else ()
         return self.follow(fn, line, {batch}, mode, base=base)

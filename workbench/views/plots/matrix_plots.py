@@ -71,7 +71,7 @@ def crash_matrix(
             continue
         key = (int(cfg.get("dp", 1)), _row(cfg), cfg["backend"])
         if key not in cells or SEVERITY.get(rec.get("status"), 1) > SEVERITY.get(cells[key].get("status"), 1):
-            cells[key] = rec  # several runs of one cell: the worst outcome shows
+            cells[key] = rec  # several runs of one cell: the worst status shows
         if mark is not None:
             verdicts[key] = verdicts.get(key, True) and bool(mark)
         if cfg.get("kernel") is not None:

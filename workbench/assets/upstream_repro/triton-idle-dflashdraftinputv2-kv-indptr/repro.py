@@ -4,11 +4,11 @@ spec input an idle DP rank installs, in an idle batch padded as DP attention pad
 It imports only sglang and torch (never the workbench). Run it on CPU with the release's sources
 importable (`pip install sglang==X --no-deps` into an env holding its dependencies, or
 `PYTHONPATH=<folder holding sglang/>`); `TRITON_INTERPRET=1` runs the Triton kernels on CPU tensors.
-Exit status 1 when `init_forward_metadata` raises the AttributeError, 0 when it completes, 2 when
-the release has no such class, 3 when importing it needs a library this host lacks (0.5.10 imports
-the CUDA `sgl_kernel` from its memory pools); the last line is `REPRO {json}`. With an argument,
-`python repro.py CONFIG_JSON`, the same JSON is also written to the config's `result_path` (how
-eagle-workbench runs it).
+Exit status 1 when `init_forward_metadata` raises the AttributeError (`status` `crashed`), 0 when it
+returns (`ok`), 2 when the release has no such spec-input class (`ok`, `stopped_at` `no spec class`),
+3 when importing it needs a library this host lacks (`error`; 0.5.10 imports the CUDA `sgl_kernel`
+from its memory pools); the last line is `REPRO {json}`. With an argument, `python repro.py
+CONFIG_JSON`, the same JSON is also written to the config's `result_path` (how eagle-workbench runs it).
 """
 
 import atexit
@@ -34,7 +34,7 @@ CASE: dict = {'key': 'triton|IDLE|DFlashDraftInputV2|kv_indptr|TritonAttnBackend
  'init_args': None,
  'server_args': {'speculative_num_draft_tokens': 4, 'speculative_num_steps': 3, 'speculative_eagle_topk': 1},
  'expect': "'DFlashDraftInputV2' object has no attribute 'kv_indptr' at "
-           'sglang/srt/layers/attention/triton_backend.py:891'}  # written by eagle-workbench 1c1ba3021c8e9a1182fba32b1e2849f4eb423e83
+           'sglang/srt/layers/attention/triton_backend.py:891'}  # written by eagle-workbench d9b22a796742f322586dca743c38305f65ee3729
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
@@ -163,9 +163,9 @@ def main() -> int:
     except (ImportError, AttributeError) as exc:
         missing = getattr(exc, "name", None) or ""
         if isinstance(exc, ModuleNotFoundError) and not missing.startswith("sglang"):  # a library it imports
-            report({"outcome": "error", "error": f"needs {missing}: {exc}"})
+            report({"status": "error", "error": f"needs {missing}: {exc}"})
             return 3
-        report({"outcome": "absent", "error": f"{type(exc).__name__}: {exc}"})
+        report({"status": "ok", "stopped_at": "no spec class", "message": f"{type(exc).__name__}: {exc}"})
         return 2  # a release before the class existed
     with cuda_to_cpu():  # the spec input an idle rank installs: the release's own idle constructor
         if CASE.get("idle_input_args") is not None:
@@ -197,13 +197,13 @@ def main() -> int:
         traceback.print_exc()
         at = traceback.extract_tb(exc.__traceback__)[-1]
         where = at.filename.replace(os.sep, "/").rsplit("/sglang/", 1)[-1]
-        report({"outcome": "raised", "error": str(exc), "at": f"sglang/{where}:{at.lineno}"})
+        report({"status": "crashed", "error": str(exc), "at": f"sglang/{where}:{at.lineno}"})
         return 1
     meta = backend.forward_metadata
     indptr = getattr(meta, "kv_indptr", None)
     got = indptr[:3].tolist() if indptr is not None else None
     print(f"{CASE['backend_class']}.init_forward_metadata completed (kv_indptr {got})")
-    report({"outcome": "completed", "kv_indptr": got})
+    report({"status": "ok", "kv_indptr": got})
     return 0
 
 
