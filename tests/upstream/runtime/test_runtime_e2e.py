@@ -38,7 +38,15 @@ VERIFY = {
     "verdict_reason": "real init_forward_metadata raised",
     "verdict_by": "replay",
     "read_function": "TritonAttnBackend.init_forward_metadata",
-    "reachability": {"dp_attention": "required"},
+    "reachability": {  # what reach.py says of a reaching path (the fields the end-to-end step keeps)
+        "path": "EAGLEWorker.forward_draft_extend (eagle_worker.py:1) -> ModelRunner.forward (model_runner.py:2)",
+        "dp_attention": "required",
+        "cuda_graph": "off for this batch (the eager runner runs it)",
+        "workers": [],
+        "algorithms": ["EAGLE"],
+        "backend_flags": ["--attention-backend triton"],
+        "conditions": [],
+    },
 }
 EXTEND = {**VERIFY, "key": VERIFY["key"].replace("Verify", "DraftExtend"), "spec_class": "EagleDraftExtendInput"}
 assert finding_key(VERIFY) == VERIFY["key"] and finding_key(EXTEND) == EXTEND["key"]

@@ -13,7 +13,15 @@ from upstream_fixtures import toy_tree
 from workbench.run.serialise import ABSENT, RecordError, to_dict
 from workbench.upstream.replay.cases import case_key
 from workbench.upstream.replay.verdicts import decide
-from workbench.upstream.static.finding import Finding, Install, ReplayRun, ShippedFinding, read_finding, read_findings
+from workbench.upstream.static.finding import (
+    Finding,
+    Install,
+    Reachability,
+    ReplayRun,
+    ShippedFinding,
+    read_finding,
+    read_findings,
+)
 from workbench.upstream.static.lint import analyse
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -43,6 +51,8 @@ def test_every_shipped_finding_reads_as_a_shipped_finding_and_writes_back_unchan
     assert kept and overridden and all(f.verdict == "unreachable" for f in kept)
     assert all(f.static_reason and f.replay_verdict is ABSENT for f in overridden)
     assert {f.replay.outcome for f in found if f.replay} >= {"raised", "completed"}
+    reached = [f.reachability for f in found if f.reachability]
+    assert reached and all(isinstance(r, Reachability) and r.end_to_end is ABSENT for r in reached)
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,21 @@ class Install:
 
 
 @dataclass
+class Reachability:
+    """The settings that reach a finding along its first reaching runner path (``reach.py``); the
+    end-to-end step adds what the real runtime's run answered (``end_to_end``, ``runtime/e2e.py``)."""
+
+    path: str
+    dp_attention: str
+    cuda_graph: str
+    workers: list[dict]
+    algorithms: list[str]
+    backend_flags: list[str]
+    conditions: list[str]
+    end_to_end: dict | None = absent_key()
+
+
+@dataclass
 class ReplayRun:
     """The replay run that decided a finding (``replay/verdicts.py``): its case, how the run ended
     (``status``, ``stopped_at``: ``replay/run_end.py``) and what it saw."""
@@ -112,7 +127,7 @@ class Finding(FindingRead):
     verdict: str | None = None
     verdict_reason: str | None = None
     verdict_by: str | None = None
-    reachability: dict | None = None
+    reachability: Reachability | None = None
     key: str
     static_verdict: str | None = absent_key()  # a runner-path verdict a replay's confirmation overrode
     static_reason: str | None = absent_key()
@@ -138,7 +153,7 @@ class ShippedFinding(FindingRead):
     installs: int
     install_sites: list[str] = field(default_factory=list)
     runner_paths: dict[str, int] = field(default_factory=dict)
-    reachability: dict | None = None
+    reachability: Reachability | None = None
     replay: ShippedReplay | None = None
 
 
