@@ -236,12 +236,12 @@ def test_real_verdicts(version: str) -> None:
     from workbench.upstream.guard import check
 
     result = check(UpstreamContext(log=quiet), [version], replay=True)
-    verdicts = {f["key"]: f for f in result["findings"]}
-    assert all(f["verdict"] and f["verdict_reason"] for f in verdicts.values())
+    verdicts = {f.key: f for f in result["findings"]}
+    assert all(f.verdict and f.verdict_reason for f in verdicts.values())
     seed = verdicts["triton|IDLE|DFlashDraftInputV2|kv_indptr|TritonAttnBackend.init_forward_metadata"]
-    assert seed["verdict"] == "confirmed" and seed["replay"]["raised_at"].endswith("triton_backend.py:593")
-    unverified = [f for f in verdicts.values() if f["verdict"] == "unverified"]
-    assert len(unverified) <= 0.1 * len(verdicts), [f["verdict_reason"] for f in unverified]
+    assert seed.verdict == "confirmed" and seed.replay.raised_at.endswith("triton_backend.py:593")
+    unverified = [f for f in verdicts.values() if f.verdict == "unverified"]
+    assert len(unverified) <= 0.1 * len(verdicts), [f.verdict_reason for f in unverified]
     assert result["results"][0]["replay"]["status"] == "ok"
 
 
