@@ -1,8 +1,10 @@
 """A finding of the contract lint, as a record: the lint's whole one and the shipped compact one.
 
-``Finding`` is what the lint builds (``lint.analyse``) and the guard's steps fill in: its runner paths
-and reachability (static), its verdict and replay run (``replay/verdicts.py``), its end-to-end run
-(``runtime/e2e.py``). ``ShippedFinding`` is its compact form in ``workbench/assets/upstream_findings.json``
+``Finding`` is the lint's finding with what the guard's steps add: its runner paths and reachability
+(static), its verdict and replay run (``replay/verdicts.py``), its end-to-end run (``runtime/e2e.py``).
+Those steps still pass its JSON form (``lint.analyse`` writes it); ``guard.check`` reads each one once,
+strictly (``read_findings``), and the gate, SARIF, the lane and the views read fields.
+``ShippedFinding`` is its compact form in ``workbench/assets/upstream_findings.json``
 (``scripts/ship_upstream.py``): installs counted with their sites, runner paths as counts per outcome,
 the replay run without its arguments and reads and with its stand-ins as indices into the file's
 ``stand_ins`` list. Both serialise through ``workbench.run.serialise``; the keys a later step adds
