@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from workbench.upstream.static.finding import read_findings
+
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "workbench" / "assets"
 OUT = ROOT / "docs" / "figures.md"
@@ -375,8 +377,8 @@ def oracle_recall() -> list[str]:
 def findings() -> list[str]:
     d = _load("upstream_findings.json")
     by: dict[str, Counter] = {}
-    for f in d["findings"]:
-        by.setdefault(f["release"], Counter())[f["verdict"]] += 1
+    for f in read_findings(d["findings"], "upstream_findings.json: findings"):
+        by.setdefault(f.release, Counter())[f.verdict] += 1
     verdicts = sorted({v for c in by.values() for v in c})
     rows = [[v, sum(c.values()), *[c.get(x, 0) for x in verdicts]] for v, c in by.items()]
     return [

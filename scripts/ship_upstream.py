@@ -18,6 +18,7 @@ one dependency venv per range of releases, ~2.3 GiB each, cached under ~/.cache/
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import shutil
@@ -26,6 +27,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from workbench.run.provenance import workbench_commit
+from workbench.run.serialise import ABSENT, to_dict
 from workbench.upstream.context import UpstreamContext
 from workbench.upstream.gate import install_site
 from workbench.upstream.guard import check
@@ -33,6 +35,14 @@ from workbench.upstream.replay.records import seed_record
 from workbench.upstream.replay.reproducers import reproducers
 from workbench.upstream.sources.releases import check_versions, known_releases
 from workbench.upstream.sources.trees import release_tree
+from workbench.upstream.static.finding import (
+    Finding,
+    FindingRead,
+    ReplayRun,
+    ShippedFinding,
+    ShippedReplay,
+    read_findings,
+)
 from workbench.upstream.static.lint import analyse
 
 ASSETS = Path(__file__).resolve().parent.parent / "workbench" / "assets"
@@ -41,44 +51,56 @@ EXTRA_PARTS = ("install-sites",)  # not in the default: a one-time conversion of
 SEED_RELEASES = ("0.5.12", "0.5.13", "0.5.14")
 
 
-REPLAY_KEPT = (
-    "case",
-    "batch",
-    "spec_info_built_by",
-    "status",
-    "stopped_at",
-    "exception",
-    "raised_at",
-    "library_call",
-    "idle_path",
-    "unpadded",
-)
+def _shipped_replay(run: ReplayRun | None, stand_ins: list[str]) -> ShippedReplay | None:
+    """The replay's deciding run, compact: how it ended (`status`, `stopped_at`), without its arguments and
+    reads, its stand-ins as indices into the file's one `stand_ins` list (extended here)."""
+    if not run:
+        return None
+    ids = []
+    for s in run.stand_ins:
+        if s not in stand_ins:
+            stand_ins.append(s)
+        ids.append(stand_ins.index(s))
+    return ShippedReplay(
+        case=run.case,
+        batch=run.batch,
+        spec_info_built_by=run.spec_info_built_by,
+        status=run.status,
+        stopped_at=run.stopped_at,
+        exception=run.exception,
+        raised_at=run.raised_at,
+        library_call=run.library_call,
+        idle_path=run.idle_path,
+        unpadded=None if run.unpadded is ABSENT else run.unpadded,
+        stand_ins=ids,
+    )
 
 
-def _slim(f: dict, stand_ins: list[str]) -> dict:
+def _slim(f: Finding, stand_ins: list[str]) -> ShippedFinding:
     """The finding, compact: installs counted, runner paths as counts per fate, reachability for
-    confirmed findings only, the replay's deciding run (how it ended: `status`, `stopped_at`) without its
-    arguments and reads, and its stand-ins as indices into the file's one `stand_ins` list (the whole
-    finding: `workbench upstream lint --json`)."""
+    confirmed findings only, the replay's deciding run (`_shipped_replay`) (the whole finding:
+    `workbench upstream lint --json`)."""
     fates: dict[str, int] = {}
-    for p in f.get("runner_paths") or []:
+    for p in f.runner_paths:
         fates[p.get("fate", "?")] = fates.get(p.get("fate", "?"), 0) + 1
-    replay = f.get("replay")
-    if replay:
-        ids = []
-        for s in replay.get("stand_ins") or []:
-            if s not in stand_ins:
-                stand_ins.append(s)
-            ids.append(stand_ins.index(s))
-        replay = {k: replay.get(k) for k in REPLAY_KEPT} | {"stand_ins": ids}
-    return {
-        **{k: v for k, v in f.items() if k not in ("installs", "runner_paths", "reachability", "replay")},
-        "installs": len(f.get("installs") or []),
-        "install_sites": sorted({install_site(i) for i in f.get("installs") or []}),
-        "runner_paths": fates,
-        "reachability": f.get("reachability") if f.get("verdict") == "confirmed" else None,
-        "replay": replay,
-    }
+    read = {x.name: getattr(f, x.name) for x in dataclasses.fields(FindingRead)}
+    return ShippedFinding(
+        **read,
+        set_later=f.set_later,
+        verdict=f.verdict,
+        verdict_reason=f.verdict_reason,
+        verdict_by=f.verdict_by,
+        key=f.key,
+        static_verdict=f.static_verdict,
+        static_reason=f.static_reason,
+        replay_verdict=f.replay_verdict,
+        replay_reason=f.replay_reason,
+        installs=len(f.installs),
+        install_sites=sorted({install_site(i.file, i.function) for i in f.installs}),
+        runner_paths=fates,
+        reachability=f.reachability if f.verdict == "confirmed" else None,
+        replay=_shipped_replay(f.replay, stand_ins),
+    )
 
 
 def ship_seeds(ctx: UpstreamContext, commit: str) -> None:
@@ -129,7 +151,7 @@ def ship_findings(ctx: UpstreamContext, versions: list[str], commit: str) -> Non
     result = check(ctx, versions, replay=True)
     command = f"python scripts/ship_upstream.py --sglang {' '.join(versions)}"
     stand_ins: list[str] = []
-    findings = [_slim(f, stand_ins) for f in result["findings"]]
+    findings = [to_dict(_slim(f, stand_ins)) for f in result["findings"]]
     data = {
         "shipped": True,
         "generated_at": result["generated_at"],
@@ -154,20 +176,23 @@ def add_install_sites(ctx: UpstreamContext, commit: str) -> None:
     first install and number of installs."""
     path = ASSETS / "upstream_findings.json"
     data = json.loads(path.read_text())
-    by_source: dict[str, list[dict]] = {}
-    for f in data["findings"]:
-        by_source.setdefault(f["source"], []).append(f)
+    findings = read_findings(data["findings"], f"{path.name}: findings")
+    by_source: dict[str, list[ShippedFinding]] = {}
+    for f in findings:
+        if not isinstance(f, ShippedFinding):
+            raise SystemExit(f"{path.name}: {f.key} is a whole finding (installs listed), not a shipped one: refused")
+        by_source.setdefault(f.source, []).append(f)
     for source, shipped in by_source.items():
-        linted = analyse(release_tree(ctx, source.replace("sglang ", "")), paths=False)["findings"]
-        index = {(f["key"], f["read_line"], f["install_file"], f["install_line"]): f for f in linted}
+        analysis = analyse(release_tree(ctx, source.replace("sglang ", "")), paths=False)
+        linted = [f for f in read_findings(analysis["findings"], source) if isinstance(f, Finding)]
+        index = {(f.key, f.read_line, f.install_file, f.install_line): f for f in linted}
         for f in shipped:
-            match = index.get((f["key"], f["read_line"], f["install_file"], f["install_line"]))
-            if match is None or len(match["installs"]) != f["installs"]:
-                raise SystemExit(
-                    f"{source}: {f['key']} at line {f['read_line']} is not found again by the lint: refused"
-                )
-            f["install_sites"] = sorted({install_site(i) for i in match["installs"]})
+            match = index.get((f.key, f.read_line, f.install_file, f.install_line))
+            if match is None or len(match.installs) != f.installs:
+                raise SystemExit(f"{source}: {f.key} at line {f.read_line} is not found again by the lint: refused")
+            f.install_sites = sorted({install_site(i.file, i.function) for i in match.installs})
         print(f"{source}: install sites of {len(shipped)} finding(s)")
+    data["findings"] = [to_dict(f) for f in findings]
     data["install_sites_by"] = {
         "command": "python scripts/ship_upstream.py --parts install-sites",
         "workbench_commit": commit,

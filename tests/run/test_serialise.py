@@ -9,7 +9,7 @@ from typing import Literal
 
 import pytest
 
-from workbench.run.serialise import RecordError, from_dict, to_dict
+from workbench.run.serialise import ABSENT, RecordError, absent_key, from_dict, to_dict
 
 
 @dataclass
@@ -59,6 +59,29 @@ def test_strict_reading_names_the_field(data, message):
     with pytest.raises(RecordError) as e:
         from_dict(Outer, data)
     assert message in str(e.value)
+
+
+@dataclass
+class Staged:
+    name: str
+    later: str | None = absent_key()
+    last: int = 0
+
+
+def test_an_absent_key_stays_absent_and_a_set_one_is_written_even_when_null():
+    """A field a later step adds: missing on read (``ABSENT``, false), left out on write, in field order once set."""
+    rec = from_dict(Staged, {"name": "a", "last": 1})
+    assert rec.later is ABSENT and not rec.later and repr(rec.later) == "ABSENT"
+    assert list(to_dict(rec)) == ["name", "last"]
+    assert to_dict(from_dict(Staged, {"name": "a", "later": None, "last": 1})) == {
+        "name": "a",
+        "later": None,
+        "last": 1,
+    }
+    rec.later = "set"
+    assert list(to_dict(rec)) == ["name", "later", "last"]
+    with pytest.raises(RecordError, match=r"Staged.later: .* fits none"):
+        from_dict(Staged, {"name": "a", "later": 3})
 
 
 def test_a_non_dict_and_a_non_dataclass_are_refused():

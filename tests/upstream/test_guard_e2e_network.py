@@ -44,9 +44,9 @@ def test_the_draft_extend_finding_is_confirmed_between_the_prs() -> None:
     with tempfile.TemporaryDirectory(prefix="wb-between-") as tmp:
         between_prs_checkout(UpstreamContext(), "0.5.14", Path(tmp))
         result = check(UpstreamContext(env_release="0.5.14"), src=Path(tmp), replay=True, end_to_end=True)
-    f = next(f for f in result["findings"] if f["key"] == KEY.format("EagleDraftExtendInput"))
-    assert f["verdict"] == "confirmed end to end" and "draft-extend pass" in f["verdict_reason"]
-    assert [r["fixes"] for r in f["end_to_end"]["runs"]] == [[], ["verify-input"]]
+    f = next(f for f in result["findings"] if f.key == KEY.format("EagleDraftExtendInput"))
+    assert f.verdict == "confirmed end to end" and "draft-extend pass" in f.verdict_reason
+    assert [r["fixes"] for r in f.end_to_end["runs"]] == [[], ["verify-input"]]
     assert result["results"][0]["end_to_end"]["status"] == "ok"
 
 

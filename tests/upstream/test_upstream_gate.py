@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from workbench.upstream.context import UpstreamContext, quiet
 from workbench.upstream.gate import GateError, judge, load_triage, not_filed, ran_problems
 from workbench.upstream.sources.releases import ReleaseError
 from workbench.upstream.sources.trees import memory_tree
+from workbench.upstream.static.finding import Finding, FindingRead, Install, ShippedFinding, read_finding, read_findings
 from workbench.upstream.static.lint import analyse
 from workbench.views.guard_tables import lane_html
 
@@ -27,9 +28,17 @@ SITE = "speculative/worker.py:Worker.prepare_for_draft_extend"
 SEED_T = f"{SEED}|{SITE}"  # the triage key: the finding's key and its install site
 
 
-def _finding(release: str = "0.5.14", verdict: str | None = None) -> dict:
+def _finding(release: str = "0.5.14", verdict: str | None = None) -> Finding:
     f = analyse(toy_tree(with_field=False))["findings"][0]
-    return {**f, "release": release, "verdict": verdict, "verdict_reason": f"replayed: {verdict}"}
+    found = read_finding({**f, "release": release, "verdict": verdict, "verdict_reason": f"replayed: {verdict}"})
+    assert isinstance(found, Finding)
+    return found
+
+
+def _shipped_form(f: Finding, sites: list[str]) -> ShippedFinding:
+    """`f` as the shipped file holds it: installs counted, with their sites."""
+    read = {x.name: getattr(f, x.name) for x in fields(FindingRead)}
+    return ShippedFinding(**read, verdict=f.verdict, key=f.key, installs=len(sites), install_sites=sites)
 
 
 def _entry(**kw) -> gate.TriageEntry:
@@ -47,51 +56,50 @@ def _triage_file(tmp_path: Path, entries: dict, schema: str = gate.SCHEMA) -> Pa
 
 def test_the_triage_key_names_the_install_site() -> None:
     f = _finding()
-    assert f["key"] == SEED and gate.triage_keys(f) == [SEED_T] and gate.read_key(SEED_T) == SEED
-    two = {**f, "installs": [*f["installs"], {"file": "sglang/srt/managers/s.py", "line": 3, "function": "S.run"}]}
+    assert f.key == SEED and gate.triage_keys(f) == [SEED_T] and gate.read_key(SEED_T) == SEED
+    other = Install(file="sglang/srt/managers/s.py", line=3, function="S.run", kind="keyword", mode_from="call")
+    two = replace(f, installs=[*f.installs, other])
     assert gate.triage_keys(two) == [f"{SEED}|managers/s.py:S.run", SEED_T]
-    shipped = {**f, "installs": 2, "install_sites": ["managers/s.py:S.run"]}  # the shipped, slim form
+    shipped = _shipped_form(f, ["managers/s.py:S.run"])  # the shipped, slim form
     assert gate.triage_keys(shipped) == [f"{SEED}|managers/s.py:S.run"]
     # a new way to reach a known read is new; the known one alone passes
     failing = judge([two], {SEED_T: _entry()}, "new", "0.5.14")
-    assert (
-        failing[0]["gate"] == "new: install site managers/s.py:S.run (a new way to reach a read the triage file knows)"
-    )
+    assert failing[0].gate == "new: install site managers/s.py:S.run (a new way to reach a read the triage file knows)"
     assert judge([f], {SEED_T: _entry()}, "new", "0.5.14") == []
     # a fixed read found again through a site the triage file never saw: it came back, and by a new way
     fixed = {SEED_T: _entry(verdict="confirmed", status="accepted", fixed_in="0.5.13", link="https://example.org/pr/1")}
-    moved = {**f, "installs": two["installs"][1:]}
-    assert judge([moved], fixed, "new", "0.5.14")[0]["gate"] == (
+    moved = replace(f, installs=two.installs[1:])
+    assert judge([moved], fixed, "new", "0.5.14")[0].gate == (
         "reappeared: fixed in 0.5.13 (https://example.org/pr/1), found again in 0.5.14, through a new install site "
         "managers/s.py:S.run"
     )
     v1 = f"{SEED}|speculative/v1.py:V1.run"  # a site gone earlier than the read's fix: the read's fix is named
     gone = _entry(verdict="confirmed", status="accepted", fixed_in="0.5.12", link="https://example.org/pr/1")
     fixed = {v1: gone, SEED_T: replace(fixed[SEED_T], fixed_in="0.5.14")}  # the earlier site first
-    assert judge([{**moved, "release": "0.5.15"}], fixed, "new", "0.5.15")[0]["gate"].startswith(
+    assert judge([replace(moved, release="0.5.15")], fixed, "new", "0.5.15")[0].gate.startswith(
         "reappeared: fixed in 0.5.14"
     )
     still = {**fixed, SEED_T: replace(fixed[SEED_T], fixed_in=None)}  # the read is live through another site
-    assert judge([{**moved, "release": "0.5.15"}], still, "new", "0.5.15")[0]["gate"].startswith("new: install site")
+    assert judge([replace(moved, release="0.5.15")], still, "new", "0.5.15")[0].gate.startswith("new: install site")
 
 
 def test_fail_on_new_covers_each_rule() -> None:
     f = _finding()
-    assert judge([f], {}, "new", "0.5.14")[0]["gate"] == f"new: not in the triage file (install site {SITE})"
+    assert judge([f], {}, "new", "0.5.14")[0].gate == f"new: not in the triage file (install site {SITE})"
     assert judge([f], {SEED_T: _entry()}, "new", "0.5.14") == []
     fixed = {SEED_T: _entry(verdict="confirmed", status="accepted", fixed_in="0.5.14", link="https://example.org/pr/1")}
     assert judge([_finding("0.5.13", "confirmed")], fixed, "new", "0.5.14") == []  # before its fix: known
-    why = judge([_finding("0.5.14")], fixed, "new", "0.5.14")[0]["gate"]
+    why = judge([_finding("0.5.14")], fixed, "new", "0.5.14")[0].gate
     assert why.startswith("reappeared: fixed in 0.5.14 (https://example.org/pr/1)")
-    assert judge([_finding("0.5.12", "confirmed")], {SEED_T: _entry()}, "new", "0.5.14")[0]["gate"] == (
+    assert judge([_finding("0.5.12", "confirmed")], {SEED_T: _entry()}, "new", "0.5.14")[0].gate == (
         "a replay now confirms it; the triage file says refuted"
     )
     accepted = {SEED_T: _entry(verdict="confirmed", status="accepted")}
-    why = judge([_finding("0.5.14", "confirmed")], accepted, "new", "0.5.14")[0]["gate"]
+    why = judge([_finding("0.5.14", "confirmed")], accepted, "new", "0.5.14")[0].gate
     assert why == "confirmed on the newest release, and its triage entry says accepted, not live-filed or live-unfiled"
     assert judge([_finding("0.5.13", "confirmed")], accepted, "new", "0.5.14") == []  # an older release
     fp = {SEED_T: _entry(verdict="confirmed", status="false-positive")}
-    assert "says false-positive" in judge([_finding("0.5.13", "confirmed")], fp, "new", "0.5.14")[0]["gate"]
+    assert "says false-positive" in judge([_finding("0.5.13", "confirmed")], fp, "new", "0.5.14")[0].gate
     live = {SEED_T: _entry(verdict="confirmed", status="live-filed", link="https://example.org/issues/2")}
     assert judge([_finding("0.5.14", "confirmed")], live, "new", "0.5.14") == []
     assert len(judge([_finding("0.5.14", "confirmed")], live, "confirmed", "0.5.14")) == 1
@@ -103,13 +111,13 @@ def test_fail_on_new_covers_each_rule() -> None:
 
 def test_unverified_fails_unless_its_entry_says_why() -> None:
     f = _finding("0.5.14", "unverified")
-    assert judge([f], {}, "new", "0.5.14")[0]["gate"].startswith("new: not in the triage file")
-    assert "no triage entry says why" in judge([f], {}, "confirmed", "0.5.14")[0]["gate"]
+    assert judge([f], {}, "new", "0.5.14")[0].gate.startswith("new: not in the triage file")
+    assert "no triage entry says why" in judge([f], {}, "confirmed", "0.5.14")[0].gate
     refuted = {SEED_T: _entry()}  # reviewed when the replay refuted it: not why it is unverified now
-    assert judge([f], refuted, "new", "0.5.14")[0]["gate"] == (
+    assert judge([f], refuted, "new", "0.5.14")[0].gate == (
         "unverified (replayed: unverified), and its triage entry does not say why (it was reviewed as refuted)"
     )
-    assert judge([f], refuted, "confirmed", "0.5.14")[0]["gate"] == (
+    assert judge([f], refuted, "confirmed", "0.5.14")[0].gate == (
         f"--fail-on confirmed: unverified (replayed: unverified) and no triage entry says why ({SEED_T})"
     )
     said = {SEED_T: _entry(verdict="unverified", status="accepted", reason="needs a GPU library to decide")}
@@ -119,9 +127,9 @@ def test_unverified_fails_unless_its_entry_says_why() -> None:
 def test_a_traced_raise_is_listed_with_the_live_ones_and_never_passes_silently() -> None:
     f = _finding("0.5.14", "traced: raised")
     assert gate.live_rows([f], {}, "0.5.14")[0]["status"] is None
-    assert "new: not in the triage file" in judge([f], {}, "new", "0.5.14")[0]["gate"]
+    assert "new: not in the triage file" in judge([f], {}, "new", "0.5.14")[0].gate
     was = {SEED_T: _entry(verdict="traced: not read")}
-    assert judge([f], was, "new", "0.5.14")[0]["gate"] == (
+    assert judge([f], was, "new", "0.5.14")[0].gate == (
         "the read now raises (traced: raised); the triage file says traced: not read"
     )
     reviewed = {SEED_T: _entry(verdict="traced: raised", status="accepted", reason="a GPU-only backend")}
@@ -192,7 +200,7 @@ def test_a_live_finding_not_filed_upstream_passes_only_on_its_shipped_reproducer
             assert failing == [] and not_filed(found, triage, "0.5.14")[0]["link"] == link
             assert gate.not_filed_lines(not_filed(found, triage, "0.5.14"))[0].startswith("live, not filed upstream:")
         else:
-            assert len(failing) == 1 and why in failing[0]["gate"], (link, failing)
+            assert len(failing) == 1 and why in failing[0].gate, (link, failing)
             assert not_filed(found, triage, "0.5.14") == []
     ok = {SEED_T: replace(entry, link="workbench/assets/upstream_repro/ok")}
     assert not_filed(found, ok, "0.5.15") == []  # not the newest release: nothing to say
@@ -202,9 +210,9 @@ def test_a_live_finding_not_filed_upstream_passes_only_on_its_shipped_reproducer
 SHIPPED_FINDINGS = gate.ROOT / "workbench" / "assets" / "upstream_findings.json"
 
 
-def _shipped() -> tuple[dict[str, gate.TriageEntry], list[dict], str]:
-    findings = json.loads(SHIPPED_FINDINGS.read_text())["findings"]
-    newest = max((f["release"] for f in findings), key=Version)
+def _shipped() -> tuple[dict[str, gate.TriageEntry], list, str]:
+    findings = read_findings(json.loads(SHIPPED_FINDINGS.read_text())["findings"], "shipped")
+    newest = max((f.release for f in findings), key=Version)
     return load_triage(), findings, newest
 
 
@@ -212,11 +220,11 @@ def test_the_shipped_triage_has_no_stale_entry_and_an_entry_for_every_confirmed_
     triage, findings, newest = _shipped()
     assert gate.stale_entries(triage, findings) == []
     assert gate.unentried_live(triage, findings, newest) == []
-    assert judge([f for f in findings if f["release"] == newest], triage, "new", newest) == []
+    assert judge([f for f in findings if f.release == newest], triage, "new", newest) == []
     # the checks can fail: an entry no finding has, a confirmed live finding without its entry
     ghost = {**triage, f"{SEED}|{SITE}": _entry()}
     assert gate.stale_entries(ghost, findings) == [SEED_T]
-    live = next(f for f in findings if f["release"] == newest and f["verdict"] == "confirmed")
+    live = next(f for f in findings if f.release == newest and f.verdict == "confirmed")
     gone = {k: e for k, e in triage.items() if k != gate.triage_keys(live)[0]}
     assert gate.unentried_live(gone, findings, newest) == [gate.triage_keys(live)[0]]
 
@@ -224,7 +232,7 @@ def test_the_shipped_triage_has_no_stale_entry_and_an_entry_for_every_confirmed_
 def test_shipped_entries_were_reviewed_and_the_unfiled_hold_their_reproducers() -> None:
     triage, findings, newest = _shipped()
     assert all(e.status in gate.STATUSES and e.decided_by and e.reason for e in triage.values())
-    on_newest = {k for f in findings if f["release"] == newest for k in gate.triage_keys(f)}
+    on_newest = {k for f in findings if f.release == newest for k in gate.triage_keys(f)}
     # 0.5.23's entries were each read by a named review, never decided by verdict alone
     reviews = {"reviewed by guard-gate session, 2026-12-05", "reviewed by lint-family session, 2026-12-05"}
     assert {triage[k].decided_by for k in on_newest} <= reviews
@@ -288,8 +296,8 @@ def test_migrate_converts_old_keys_once(tmp_path: Path) -> None:
     with pytest.raises(GateError, match="expected 'upstream-triage/2'"):
         gate.migrate_triage({"schema": gate.SCHEMA}, [f], "cmd", "abc", "now")
     # a site only an older release had keeps that release's verdict and is fixed after it
-    older = {**_finding("0.5.13", "confirmed"), "install_sites": ["managers/s.py:S.run"], "installs": 1}
-    both = [{**_finding("0.5.13", "refuted")}, {**f, "verdict": "refuted"}, older]  # releases seen more than once
+    older = _shipped_form(_finding("0.5.13", "confirmed"), ["managers/s.py:S.run"])
+    both = [_finding("0.5.13", "refuted"), replace(f, verdict="refuted"), older]  # releases seen more than once
     doc = gate.migrate_triage(old, both, "cmd", "abc", "now")
     site = doc["entries"][f"{SEED}|managers/s.py:S.run"]
     assert (site["verdict"], site["releases"], site["fixed_in"]) == ("confirmed", ["0.5.13"], "0.5.14")
@@ -298,7 +306,9 @@ def test_migrate_converts_old_keys_once(tmp_path: Path) -> None:
 
 def test_the_triage_command_never_writes_the_shipped_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     findings = tmp_path / "f.json"
-    findings.write_text(json.dumps({"sources": ["sglang 0.5.14"], "findings": [_finding("0.5.14", "refuted")]}))
+    findings.write_text(
+        json.dumps({"sources": ["sglang 0.5.14"], "findings": [to_dict(_finding("0.5.14", "refuted"))]})
+    )
     base = ["upstream", "--cache-dir", str(write_fake_cache(tmp_path, {})), "triage"]
     assert workbench_main([*base, "--propose", str(gate.TRIAGE_FILE), "--findings", str(findings)]) == 2
     assert "the run it judges never writes it" in capsys.readouterr().err
@@ -317,7 +327,7 @@ def test_a_check_that_read_nothing_is_a_problem() -> None:
     assert any("read no attention backend" in p for p in problems) and len(problems) == 4
     assert ran_problems({"results": []}, replay=False) == ["no source was linted"]
     ok = {"backend_classes": 1, "spec_inputs": {"A": 1}, "installs": [1], "forward_modes": ["IDLE"]}
-    replayed = {"source": "x", "lint": ok, "findings": [{"key": "k", "verdict": None}], "replay": {"status": "error"}}
+    replayed = {"source": "x", "lint": ok, "findings": [_finding(verdict=None)], "replay": {"status": "error"}}
     problems = ran_problems({"results": [replayed]}, replay=True)
     assert problems[0].startswith("x: the replay did not run") and "got no verdict" in problems[1]
 
@@ -377,7 +387,7 @@ def test_lint_that_reads_nothing_or_a_bad_triage_exits_2(tmp_path: Path, capsys:
     assert "schema None" in capsys.readouterr().err
 
 
-def _fake_check(findings: list[dict], replay_status: str = "ok", e2e_status: str = "ok"):
+def _fake_check(findings: list[Finding], replay_status: str = "ok", e2e_status: str = "ok"):
     lint = {"backend_classes": 1, "spec_inputs": {"A": {}}, "installs": [1], "forward_modes": ["IDLE"]}
 
     def check(ctx, versions, src=None, replay=True, end_to_end=False):

@@ -585,7 +585,7 @@ def _lint(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on 
         not_filed_lines,
         ran_problems,
     )
-    from workbench.upstream.guard import check
+    from workbench.upstream.guard import check, check_json
     from workbench.upstream.sarif import to_sarif
     from workbench.upstream.sources.releases import latest_release
     from workbench.upstream.static.lint import format_findings
@@ -600,7 +600,7 @@ def _lint(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on 
     result.update(
         problems=problems,
         fail_on=args.fail_on,
-        failing=[{"key": f["key"], "gate": f["gate"]} for f in failing],
+        failing=[{"key": x.finding.key, "gate": x.gate} for x in failing],
         not_filed=unfiled,
         live=live,
     )
@@ -608,11 +608,11 @@ def _lint(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports on 
     echo(format_findings(result["findings"]))
     for line in live_lines(live) + not_filed_lines(unfiled):
         echo(line)
-    for f in failing:
-        echo(f"FAIL {f['key']} at {f['read_file']}:{f['read_line']}: {f['gate']}")
+    for x in failing:
+        echo(f"FAIL {x.finding.key} at {x.finding.read_at}: {x.gate}")
     for p in problems:
         echo(f"ERROR {p}")
-    _write(args.json_out, result)
+    _write(args.json_out, check_json(result))
     if args.sarif:
         roots = {r["source"]: (r["base"], r["prefix"]) for r in result["results"]}
         _write(args.sarif, to_sarif(result, roots, failing, workbench_commit() or "unknown"))
@@ -626,7 +626,9 @@ def _triage(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports o
     import datetime as _dt
 
     from workbench.run.provenance import workbench_commit
+    from workbench.run.serialise import RecordError
     from workbench.upstream.gate import TRIAGE_FILE, GateError, load_triage, migrate_triage, propose_triage
+    from workbench.upstream.static.finding import read_findings
 
     out = args.propose or args.out
     if out is None:
@@ -651,7 +653,10 @@ def _triage(args: argparse.Namespace, ctx: UpstreamContext) -> int:  # imports o
                 raise GateError(f"--findings {path}: {exc}") from None
             if not isinstance(doc, dict) or not isinstance(doc.get("findings"), list):
                 raise GateError(f"--findings {path}: no 'findings' list (`lint --replay --json` writes one)")
-            findings += doc["findings"]
+            try:
+                findings += read_findings(doc["findings"], f"--findings {path}: findings")
+            except RecordError as exc:
+                raise GateError(str(exc)) from None
             sources += doc.get("sources") or []
     else:
         raise GateError("--findings JSON ... or --sglang X ... is needed")

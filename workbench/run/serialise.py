@@ -8,6 +8,10 @@ and what it expected. Dicts belong at the edge (JSON in and out); the code in be
 Supported field types: ``str``, ``int``, ``float`` (an int is accepted), ``bool``, ``None``,
 ``X | None`` and other unions, ``Literal[...]``, ``list[X]``, ``tuple[X, ...]``, ``dict[str, X]``,
 bare ``dict`` / ``list`` (any JSON inside), ``Any`` and nested dataclasses.
+
+A key that only some records of a class carry (a field a later step adds) is a field whose default
+is ``ABSENT`` (``absent_key()``): ``from_dict`` leaves it ``ABSENT`` when the key is missing, and
+``to_dict`` leaves the key out while it is ``ABSENT``, so such a record writes back key for key.
 """
 
 from __future__ import annotations
@@ -25,11 +29,31 @@ class RecordError(ValueError):
     """A dict that does not fit its record class; the message names the field."""
 
 
+class _Absent:
+    """The value of a field whose key the record does not carry (false, like None)."""
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+
+
+def absent_key() -> Any:
+    """A dataclass field that is ``ABSENT`` unless set: ``to_dict`` writes its key only once it is set."""
+    return dataclasses.field(default=ABSENT)
+
+
 def to_dict(record: Any) -> dict:
     """The JSON-ready dict of a dataclass record (field order kept)."""
     if not dataclasses.is_dataclass(record) or isinstance(record, type):
         raise TypeError(f"to_dict takes a dataclass instance, not {type(record).__name__}")
-    return {f.name: _plain(getattr(record, f.name)) for f in dataclasses.fields(record)}
+    return {
+        f.name: _plain(value) for f in dataclasses.fields(record) if (value := getattr(record, f.name)) is not ABSENT
+    }
 
 
 def _plain(value: Any) -> Any:

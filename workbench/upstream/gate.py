@@ -37,6 +37,8 @@ from packaging.version import InvalidVersion, Version
 
 from workbench.run.serialise import RecordError, from_dict, to_dict
 
+from .static.finding import AnyFinding, Finding
+
 FAIL_ON = ("new", "confirmed", "any")
 VERDICTS = (
     "confirmed",
@@ -91,24 +93,36 @@ def _version(text: str | None) -> Version | None:
         return None
 
 
-def install_site(install: dict) -> str:
+def install_site(file: str | None, function: str | None) -> str:
     """`file:function` of an install, the file below `sglang/srt/` (no line: stable across releases)."""
-    file = str(install.get("file") or "?")
-    return f"{file.removeprefix(SRT)}:{install.get('function') or '<module>'}"
+    return f"{(file or '?').removeprefix(SRT)}:{function or '<module>'}"
 
 
-def triage_keys(f: dict) -> list[str]:
-    """The triage keys of a finding: its read key (`f["key"]`) and each install site, sorted, one per site.
+@dataclass
+class Failing:
+    """A finding that fails the gate, and why (`gate`: one line for all its keys); its JSON form is the
+    finding's with a `gate` key (`as_json`)."""
+
+    finding: AnyFinding
+    gate: str
+
+    def as_json(self) -> dict:
+        """The finding's JSON form with `gate` last."""
+        return {**to_dict(self.finding), "gate": self.gate}
+
+
+def triage_keys(f: AnyFinding) -> list[str]:
+    """The triage keys of a finding: its read key (`f.key`) and each install site, sorted, one per site.
 
     Read from `installs` (the lint's list), else `install_sites` (the shipped findings), else the
     first install (`install_file`, `install_function`)."""
-    if isinstance(f.get("installs"), list) and f["installs"]:
-        sites = {install_site(i) for i in f["installs"]}
-    elif f.get("install_sites"):
-        sites = set(f["install_sites"])
+    if isinstance(f, Finding) and f.installs:
+        sites = {install_site(i.file, i.function) for i in f.installs}
+    elif not isinstance(f, Finding) and f.install_sites:
+        sites = set(f.install_sites)
     else:
-        sites = {install_site({"file": f.get("install_file"), "function": f.get("install_function")})}
-    return [f"{f['key']}|{s}" for s in sorted(sites)]
+        sites = {install_site(f.install_file, f.install_function)}
+    return [f"{f.key}|{s}" for s in sorted(sites)]
 
 
 def read_key(key: str) -> str:
@@ -198,16 +212,16 @@ def reproducer_problem(link: str, key: str) -> str | None:
     return None if named == key else f"{link}/result.json is the reproducer of {named!r}, not of this finding"
 
 
-def _reappeared(f: dict, entry: TriageEntry) -> str | None:
-    fixed, have = _version(entry.fixed_in), _version(f.get("release"))
+def _reappeared(f: AnyFinding, entry: TriageEntry) -> str | None:
+    fixed, have = _version(entry.fixed_in), _version(f.release)
     if fixed is not None and (have is None or have >= fixed):
         link = f" ({entry.link})" if entry.link else ""
-        return f"reappeared: fixed in {entry.fixed_in}{link}, found again in {f.get('release') or f['source']}"
+        return f"reappeared: fixed in {entry.fixed_in}{link}, found again in {f.release or f.source}"
     return None
 
 
 def why_new(
-    f: dict,
+    f: AnyFinding,
     key: str,
     entry: TriageEntry | None,
     newest: str | None,
@@ -229,26 +243,26 @@ def why_new(
     back = _reappeared(f, entry)
     if back:
         return back
-    verdict = f.get("verdict")
+    verdict = f.verdict
     if verdict in CONFIRMED and entry.verdict not in CONFIRMED:
         return f"a replay now confirms it; the triage file says {entry.verdict}"
     if verdict in RAISED and entry.verdict not in RAISED:
         return f"the read now raises ({verdict}); the triage file says {entry.verdict}"
     if verdict == "unverified" and entry.verdict != "unverified":
         return (
-            f"unverified ({f.get('verdict_reason')}), and its triage entry does not say why (it was reviewed as "
+            f"unverified ({f.verdict_reason}), and its triage entry does not say why (it was reviewed as "
             f"{entry.verdict})"
         )
     if verdict in CONFIRMED and entry.status == "false-positive":
         return f"confirmed, and its triage entry says false-positive ({entry.reason})"
-    if verdict in CONFIRMED and is_newest(f.get("release"), newest):
+    if verdict in CONFIRMED and is_newest(f.release, newest):
         status, link = entry.status, entry.link
         if status not in LIVE:
             return (
                 f"confirmed on the newest release, and its triage entry says {status}, not live-filed or live-unfiled"
             )
         if status == "live-unfiled":
-            problem = reproducer_problem(link, f["key"]) if link else "no reproducer folder"
+            problem = reproducer_problem(link, f.key) if link else "no reproducer folder"
             if problem:
                 return f"confirmed on the newest release, live, not filed upstream, and {problem}"
     return None
@@ -262,17 +276,19 @@ def reads_of(triage: dict[str, TriageEntry]) -> dict[str, list[TriageEntry]]:
     return out
 
 
-def _unverified_why(f: dict, triage: dict[str, TriageEntry]) -> str | None:
+def _unverified_why(f: AnyFinding, triage: dict[str, TriageEntry]) -> str | None:
     """Why an `unverified` finding fails `--fail-on confirmed`: a key whose entry does not say why, or None."""
     for key in triage_keys(f):
         entry = triage.get(key)
         if entry is None or entry.verdict != "unverified":
-            return f"--fail-on confirmed: unverified ({f.get('verdict_reason')}) and no triage entry says why ({key})"
+            return f"--fail-on confirmed: unverified ({f.verdict_reason}) and no triage entry says why ({key})"
     return None
 
 
-def judge(findings: list[dict], triage: dict[str, TriageEntry], fail_on: str, newest: str | None) -> list[dict]:
-    """The findings that fail the gate, each with a `gate` reason (one line for all its keys)."""
+def judge(
+    findings: list[AnyFinding], triage: dict[str, TriageEntry], fail_on: str, newest: str | None
+) -> list[Failing]:
+    """The findings that fail the gate, each with its `gate` reason (one line for all its keys)."""
     if fail_on not in FAIL_ON:
         raise GateError(f"--fail-on {fail_on!r}: choose one of {', '.join(FAIL_ON)}")
     known_reads = reads_of(triage)
@@ -281,8 +297,8 @@ def judge(findings: list[dict], triage: dict[str, TriageEntry], fail_on: str, ne
         if fail_on == "any":
             why = "--fail-on any: a finding"
         elif fail_on == "confirmed":
-            why = f"--fail-on confirmed: {f['verdict']}" if f.get("verdict") in CONFIRMED else None
-            if f.get("verdict") == "unverified":
+            why = f"--fail-on confirmed: {f.verdict}" if f.verdict in CONFIRMED else None
+            if f.verdict == "unverified":
                 why = _unverified_why(f, triage)
         else:
             reasons: list[str] = []
@@ -292,26 +308,26 @@ def judge(findings: list[dict], triage: dict[str, TriageEntry], fail_on: str, ne
                     reasons.append(r)
             why = "; ".join(reasons) or None
         if why:
-            failing.append({**f, "gate": why})
+            failing.append(Failing(f, why))
     return failing
 
 
-def live_rows(findings: list[dict], triage: dict[str, TriageEntry], newest: str | None) -> list[dict]:
+def live_rows(findings: list[AnyFinding], triage: dict[str, TriageEntry], newest: str | None) -> list[dict]:
     """Every read that raised (confirmed, confirmed end to end, traced: raised) on the newest release, one
     row per triage key: {key, finding, read, verdict, status, link, reason} (status None: no entry)."""
     out: dict[str, dict] = {}
     for f in findings:
-        if f.get("verdict") not in RAISED or not is_newest(f.get("release"), newest):
+        if f.verdict not in RAISED or not is_newest(f.release, newest):
             continue
         for key in triage_keys(f):
-            e = triage.get(key) or TriageEntry(verdict=f["verdict"])
+            e = triage.get(key) or TriageEntry(verdict=f.verdict)
             out.setdefault(
                 key,
                 {
                     "key": key,
-                    "finding": f["key"],
-                    "read": f"{f['read_file']}:{f['read_line']}",
-                    "verdict": f["verdict"],
+                    "finding": f.key,
+                    "read": f.read_at,
+                    "verdict": f.verdict,
                     "status": e.status,
                     "link": e.link,
                     "reason": e.reason,
@@ -337,13 +353,13 @@ def by_status(rows: list[dict]) -> dict[str, int]:
     return counts
 
 
-def not_filed(findings: list[dict], triage: dict[str, TriageEntry], newest: str | None) -> list[dict]:
+def not_filed(findings: list[AnyFinding], triage: dict[str, TriageEntry], newest: str | None) -> list[dict]:
     """The confirmed findings on the newest release that pass only as "live, not filed upstream":
     {key (the finding's), read, link (the reproducer folder), note}, one per finding key."""
     known_reads = reads_of(triage)
     out: dict[str, dict] = {}
     for f in findings:
-        if f.get("verdict") not in CONFIRMED or not is_newest(f.get("release"), newest):
+        if f.verdict not in CONFIRMED or not is_newest(f.release, newest):
             continue
         keys = triage_keys(f)
         entries = [triage.get(k) for k in keys]
@@ -351,8 +367,7 @@ def not_filed(findings: list[dict], triage: dict[str, TriageEntry], newest: str 
             continue
         if any(why_new(f, k, e, newest, known_reads) for k, e in zip(keys, entries, strict=True)):
             continue
-        read = f"{f['read_file']}:{f['read_line']}"
-        out.setdefault(f["key"], {"key": f["key"], "read": read, "link": entries[0].link, "note": entries[0].note})
+        out.setdefault(f.key, {"key": f.key, "read": f.read_at, "link": entries[0].link, "note": entries[0].note})
     return list(out.values())
 
 
@@ -384,7 +399,7 @@ def ran_problems(result: dict, replay: bool) -> list[str]:
             rep = r.get("replay") or {}
             if rep.get("status") != "ok":
                 problems.append(f"{src}: the replay did not run: {rep.get('status')}: {rep.get('message')}")
-            unjudged = [f["key"] for f in r["findings"] if not f.get("verdict")]
+            unjudged = [f.key for f in r["findings"] if not f.verdict]
             if unjudged:
                 problems.append(f"{src}: {len(unjudged)} finding(s) got no verdict, e.g. {unjudged[0]}")
             e2e = r.get("end_to_end")
@@ -399,7 +414,7 @@ def _order(sources: list[str]) -> list[str]:
 
 
 def propose_triage(
-    findings: list[dict],
+    findings: list[AnyFinding],
     sources: list[str],
     previous: dict[str, TriageEntry],
     command: str,
@@ -417,14 +432,14 @@ def propose_triage(
     order = _order(sources)
     entries: dict[str, TriageEntry] = {}
     for f in findings:
-        rel = f.get("release") or f["source"].replace("sglang ", "")
+        rel = f.release or f.source.replace("sglang ", "")
         for key in triage_keys(f):
             e = entries.setdefault(key, TriageEntry(verdict="unverified"))
             if rel not in e.releases:
                 e.releases.append(rel)
-            e.verdict = f.get("verdict") or "unverified"
-            e.verdict_reason = f.get("verdict_reason") or "linted without a replay"
-            e.read, e.install = f"{f['read_file']}:{f['read_line']}", key.rsplit("|", 1)[-1]
+            e.verdict = f.verdict or "unverified"
+            e.verdict_reason = f.verdict_reason or "linted without a replay"
+            e.read, e.install = f.read_at, key.rsplit("|", 1)[-1]
     for key, e in entries.items():
         last = max((order.index(r) for r in e.releases if r in order), default=len(order) - 1)
         later = order[last + 1 :]
@@ -447,7 +462,7 @@ def propose_triage(
     }
 
 
-def migrate_triage(old: dict, findings: list[dict], command: str, commit: str | None, at: str) -> dict:
+def migrate_triage(old: dict, findings: list[AnyFinding], command: str, commit: str | None, at: str) -> dict:
     """A schema-2 triage document converted to schema 3 (one entry per install site) with `findings`
     that list their install sites (`installs` or `install_sites`). Each new key takes the verdict of its
     newest finding (an install site gone earlier keeps the verdict it had then) and `fixed_in` the first
@@ -458,14 +473,14 @@ def migrate_triage(old: dict, findings: list[dict], command: str, commit: str | 
     if old.get("schema") != OLD_SCHEMA:
         raise GateError(f"--migrate: schema {old.get('schema')!r}, expected {OLD_SCHEMA!r}")
     entries: dict[str, dict] = {}
-    order = _order(list({f.get("release") or f["source"] for f in findings}))  # each release once
-    for f in sorted(findings, key=lambda f: order.index((f.get("release") or f["source"]).replace("sglang ", ""))):
-        e_old = old["entries"].get(f["key"])
+    order = _order(list({f.release or f.source for f in findings}))  # each release once
+    for f in sorted(findings, key=lambda f: order.index((f.release or f.source).replace("sglang ", ""))):
+        e_old = old["entries"].get(f.key)
         if e_old is None:
             continue
         for key in triage_keys(f):
             e = entries.setdefault(key, {"releases": []})
-            rel = (f.get("release") or f["source"]).replace("sglang ", "")
+            rel = (f.release or f.source).replace("sglang ", "")
             if rel not in e["releases"]:
                 e["releases"].append(rel)
             link = e_old.get("link")
@@ -476,9 +491,9 @@ def migrate_triage(old: dict, findings: list[dict], command: str, commit: str | 
                 status = "live-unfiled"
             last = order.index(rel)
             e.update(
-                verdict=f.get("verdict") or e_old["verdict"],
-                verdict_reason=f.get("verdict_reason") or e_old.get("reason"),
-                read=f"{f['read_file']}:{f['read_line']}",
+                verdict=f.verdict or e_old["verdict"],
+                verdict_reason=f.verdict_reason or e_old.get("reason"),
+                read=f.read_at,
                 install=key.rsplit("|", 1)[-1],
                 fixed_in=order[last + 1] if last + 1 < len(order) else None,
                 status=status,
@@ -488,7 +503,7 @@ def migrate_triage(old: dict, findings: list[dict], command: str, commit: str | 
             )
             if not status:
                 e["review"] = f"migrated from {OLD_SCHEMA}: decide a status"
-    seen = {f["key"] for f in findings}
+    seen = {f.key for f in findings}
     return {
         "schema": SCHEMA,
         "produced_by": {
@@ -502,19 +517,19 @@ def migrate_triage(old: dict, findings: list[dict], command: str, commit: str | 
     }
 
 
-def stale_entries(triage: dict[str, TriageEntry], findings: list[dict]) -> list[str]:
+def stale_entries(triage: dict[str, TriageEntry], findings: list[AnyFinding]) -> list[str]:
     """Triage keys that match no finding (the triage file judges findings that are not there)."""
     have = {k for f in findings for k in triage_keys(f)}
     return sorted(set(triage) - have)
 
 
-def unentried_live(triage: dict[str, TriageEntry], findings: list[dict], newest: str | None) -> list[str]:
+def unentried_live(triage: dict[str, TriageEntry], findings: list[AnyFinding], newest: str | None) -> list[str]:
     """Triage keys of confirmed findings on the newest release that have no entry."""
     return sorted(
         {
             k
             for f in findings
-            if f.get("verdict") in CONFIRMED and is_newest(f.get("release"), newest)
+            if f.verdict in CONFIRMED and is_newest(f.release, newest)
             for k in triage_keys(f)
             if k not in triage
         }

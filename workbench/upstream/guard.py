@@ -3,7 +3,9 @@
 `check` lints each source tree and, with `replay`, gives every finding a verdict from the replay
 side; with `end_to_end` too, the confirmed findings on a path the real runtime drives are run
 on the released runtime itself (`runtime/e2e.py`: `confirmed end to end` where it raised at the
-read). The gate (`gate.py`) and the lane (`lane.py`) read its result.
+read). The steps of one tree (`check_tree`) fill in each finding's JSON form; `check` reads every
+finding once, strictly, as a `Finding` (`static/finding.py`), and the gate (`gate.py`), SARIF
+(`sarif.py`) and the lane (`lane.py`) read its fields.
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
+from workbench.run.serialise import to_dict
+
 from .context import UpstreamContext
 from .replay.verdicts import replay_verdicts
 from .runtime.e2e import end_to_end_verdicts
 from .sources.releases import check_version, check_versions, known_releases
 from .sources.trees import SourceTree, checkout_tree, nearest_release, release_tree
+from .static.finding import read_findings
 from .static.lint import analyse
 
 
@@ -74,10 +79,11 @@ def check(
     replay: bool = True,
     end_to_end: bool = False,
 ) -> dict:
-    """Lint (and with `replay`, verdict) releases and/or a checkout. Findings under `findings`.
+    """Lint (and with `replay`, verdict) releases and/or a checkout. Findings (`Finding`s, in each result and
+    all of them under `findings`) are read strictly from the steps' JSON forms (`RecordError` names the field).
 
-    A checkout is replayed (and run end to end) on `ctx.env_release`'s environment, or the nearest
-    release's. `end_to_end` (with `replay`): the opt-in real-runtime step (module docstring).
+        A checkout is replayed (and run end to end) on `ctx.env_release`'s environment, or the nearest
+        release's. `end_to_end` (with `replay`): the opt-in real-runtime step (module docstring).
     """
     results = []
     for v in check_versions(ctx, versions or []):
@@ -89,9 +95,20 @@ def check(
         res = check_tree(ctx, tree, env_v, replay, end_to_end)
         res.update(declared_version=tree.release, env_release=env_v)
         results.append(res)
+    for r in results:
+        r["findings"] = read_findings(r["findings"], f"{r['source']}: findings")
     return {
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "sources": [r["source"] for r in results],
         "findings": [f for r in results for f in r["findings"]],
         "results": results,
+    }
+
+
+def check_json(result: dict) -> dict:
+    """The JSON form of a `check` result (each finding's `to_dict`)."""
+    return {
+        **result,
+        "findings": [to_dict(f) for f in result["findings"]],
+        "results": [{**r, "findings": [to_dict(f) for f in r["findings"]]} for r in result["results"]],
     }

@@ -16,6 +16,7 @@ from workbench.upstream.guard import check
 from workbench.upstream.replay.records import seed_record
 from workbench.upstream.replay.reproducers import reproducers
 from workbench.upstream.sources.releases import latest_release
+from workbench.upstream.static.finding import read_findings
 from workbench.upstream.static.survey import survey as survey_releases
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -57,9 +58,11 @@ def _context(cache_dir: str | None, log: Callable[[str], None]) -> UpstreamConte
 def load_findings(
     releases: list[str], live: bool = False, cache_dir: str | None = None, log: Callable[[str], None] = print
 ) -> dict:
-    """Lint findings of every release, each triaged by a replay: shipped (dated) or measured now."""
+    """Lint findings of every release, each triaged by a replay: shipped (dated) or measured now; the
+    findings (`findings`) are `ShippedFinding`s or `Finding`s, read strictly."""
     if not live:
         data = json.loads((ASSETS / "upstream_findings.json").read_text())
+        data["findings"] = read_findings(data["findings"], "upstream_findings.json: findings")
         data["source"] = f"shipped measurement ({data['generated_at']}, {data['measured_on']})"
         return data
     data = check(_context(cache_dir, log), releases, replay=True)

@@ -82,10 +82,10 @@ def run_lane(
         e2e = result["results"][0].get("end_to_end") or {}
         night["end_to_end"] = {k: e2e.get(k) for k in ("status", "message", "verdicts", "run_s")}
         night["findings"] = [
-            {**f, "triage_entries": {k: to_dict(e) if (e := triage.get(k)) else None for k in triage_keys(f)}}
+            {**to_dict(f), "triage_entries": {k: to_dict(e) if (e := triage.get(k)) else None for k in triage_keys(f)}}
             for f in result["findings"]
         ]
-        night["failing"] = judge(result["findings"], triage, "new", newest)
+        night["failing"] = [x.as_json() for x in judge(result["findings"], triage, "new", newest)]
         night["not_filed"] = not_filed(result["findings"], triage, newest)
         night["live"] = live_rows(result["findings"], triage, newest)
         night["replay"] = {k: v for k, v in (result["results"][0].get("replay") or {}).items() if k != "cases"}

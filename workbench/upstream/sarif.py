@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .gate import Failing
+from .static.finding import AnyFinding
+
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 RULE_ID = "WB-SPECINFO-ATTR"
 RULE = {
@@ -54,45 +57,49 @@ def _location(prefix: str, file: str, line: int, message: str | None = None, loc
     return loc
 
 
-def sarif_result(f: dict, prefix: str, gate: str | None) -> dict:
+def sarif_result(f: AnyFinding, prefix: str, gate: str | None) -> dict:
     """The SARIF result of one finding (`gate`: why it fails the gate, if it does)."""
-    verdict = f.get("verdict")
+    verdict = f.verdict
     text = (
-        f"{f['backend_class']} reads spec_info.{f['attr']} in {f['mode']} ({f['read_function']}), and "
-        f"{f['spec_class']}, installed as spec_info in {f['mode']} at "
-        f"{f['install_file'].rsplit('/', 1)[-1]}:{f['install_line']}, has no attribute {f['attr']!r}."
+        f"{f.backend_class} reads spec_info.{f.attr} in {f.mode} ({f.read_function}), and "
+        f"{f.spec_class}, installed as spec_info in {f.mode} at "
+        f"{f.install_file.rsplit('/', 1)[-1]}:{f.install_line}, has no attribute {f.attr!r}."
     )
     if verdict:
-        text += f" Verdict: {verdict}: {f.get('verdict_reason')}"
+        text += f" Verdict: {verdict}: {f.verdict_reason}"
     if gate:
         text += f" Gate: {gate}."
-    related = [_location(prefix, f["install_file"], f["install_line"], f"{f['spec_class']} installed here", 1)]
-    if f.get("spec_class_file"):
-        related.append(
-            _location(prefix, f["spec_class_file"], f["spec_class_line"], f"class {f['spec_class']} defined here", 2)
-        )
+    related = [_location(prefix, f.install_file, f.install_line, f"{f.spec_class} installed here", 1)]
+    if f.spec_class_file:
+        related.append(_location(prefix, f.spec_class_file, f.spec_class_line, f"class {f.spec_class} defined here", 2))
     return {
         "ruleId": RULE_ID,
         "ruleIndex": 0,
         "level": "error" if gate else _LEVEL.get(verdict, "warning"),
         "message": {"text": text},
-        "locations": [_location(prefix, f["read_file"], f["read_line"])],
+        "locations": [_location(prefix, f.read_file, f.read_line)],
         "relatedLocations": related,
-        "partialFingerprints": {"findingKey/v1": f["key"]},
+        "partialFingerprints": {"findingKey/v1": f.key},
         "properties": {
-            k: f.get(k) for k in ("backend", "mode", "spec_class", "attr", "verdict", "verdict_reason", "release")
-        }
-        | {"gate": gate},
+            "backend": f.backend,
+            "mode": f.mode,
+            "spec_class": f.spec_class,
+            "attr": f.attr,
+            "verdict": verdict,
+            "verdict_reason": f.verdict_reason,
+            "release": f.release,
+            "gate": gate,
+        },
     }
 
 
-def to_sarif(result: dict, roots: dict[str, tuple[Path | None, str]], failing: list[dict], version: str) -> dict:
+def to_sarif(result: dict, roots: dict[str, tuple[Path | None, str]], failing: list[Failing], version: str) -> dict:
     """A SARIF 2.1.0 log of a `guard.check` result.
 
     roots: {source label: (the folder paths are relative to, prefix of `sglang/` below it)}.
     failing: the gate's failing findings (their results are errors and say why).
     """
-    why = {(f["source"], f["key"], f["read_line"]): f["gate"] for f in failing}
+    why = {(x.finding.source, x.finding.key, x.finding.read_line): x.gate for x in failing}
     runs = []
     for r in result["results"]:
         base, prefix = roots.get(r["source"], (None, ""))
@@ -106,9 +113,7 @@ def to_sarif(result: dict, roots: dict[str, tuple[Path | None, str]], failing: l
                 }
             },
             "automationDetails": {"id": f"upstream-lint/{r['source']}"},
-            "results": [
-                sarif_result(f, prefix, why.get((f["source"], f["key"], f["read_line"]))) for f in r["findings"]
-            ],
+            "results": [sarif_result(f, prefix, why.get((f.source, f.key, f.read_line))) for f in r["findings"]],
         }
         if base is not None:
             run["originalUriBaseIds"] = {"SRCROOT": {"uri": Path(base).resolve().as_uri() + "/"}}

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from workbench.upstream.gate import live_lines, not_filed_lines
 from workbench.upstream.replay.repro_end import describe
+from workbench.upstream.static.finding import AnyFinding
 from workbench.views.tables import Table
 
 
@@ -63,25 +64,25 @@ def fuzzer_table(rows: list[dict]) -> Table:
     return Table([{**c, "failing": "; ".join(c["failing"]) or "-"} for c in out.values()])
 
 
-def findings_table(findings: list[dict]) -> Table:
+def findings_table(findings: list[AnyFinding]) -> Table:
     """One row per (finding, releases it appears in): backend, mode, class, attribute, verdict."""
     merged: dict = {}
     for f in findings:
-        key = (f["backend"], f["mode"], f["spec_class"], f["attr"], f["verdict"])
+        key = (f.backend, f.mode, f.spec_class, f.attr, f.verdict)
         row = merged.setdefault(
             key,
             {
-                "backend": f["backend"],
-                "mode": f["mode"],
-                "class": f["spec_class"],
-                "attribute": f["attr"],
+                "backend": f.backend,
+                "mode": f.mode,
+                "class": f.spec_class,
+                "attribute": f.attr,
                 "releases": [],
-                "read": f"{f['read_file'].split('/')[-1]}:{f['read_line']}",
-                "verdict": f["verdict"],
-                "why": f["verdict_reason"],
+                "read": f"{f.read_file.split('/')[-1]}:{f.read_line}",
+                "verdict": f.verdict,
+                "why": f.verdict_reason,
             },
         )
-        row["releases"].append(f["source"].replace("sglang ", ""))
+        row["releases"].append(f.source.replace("sglang ", ""))
     rows = [{**r, "releases": ", ".join(dict.fromkeys(r["releases"]))} for r in merged.values()]
     return Table(rows, ["backend", "mode", "class", "attribute", "releases", "read", "verdict", "why"])
 
@@ -97,12 +98,12 @@ VERDICTS = (
 )
 
 
-def verdict_counts(findings: list[dict]) -> Table:
+def verdict_counts(findings: list[AnyFinding]) -> Table:
     """One row per source: how many findings got each verdict, and the unverified share."""
     rows: dict[str, dict] = {}
     for f in findings:
-        row = rows.setdefault(f["source"], {"source": f["source"], **dict.fromkeys(VERDICTS, 0), "findings": 0})
-        row[f["verdict"]] = row.get(f["verdict"], 0) + 1
+        row = rows.setdefault(f.source, {"source": f.source, **dict.fromkeys(VERDICTS, 0), "findings": 0})
+        row[f.verdict] = row.get(f.verdict, 0) + 1
         row["findings"] += 1
     for row in rows.values():
         row["unverified %"] = round(100 * row["unverified"] / row["findings"], 1) if row["findings"] else 0.0

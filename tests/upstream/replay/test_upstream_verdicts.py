@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from workbench.run.serialise import to_dict
 from workbench.upstream.context import UpstreamContext, quiet
 from workbench.upstream.in_release import stubs
 from workbench.upstream.in_release.devices import CudaToCpu
@@ -21,6 +22,7 @@ from workbench.upstream.replay.cases import batch_kind, case_key, plan
 from workbench.upstream.replay.verdicts import decide, judge
 from workbench.upstream.replay.wb_driver.case import LineWatch
 from workbench.upstream.replay.wb_driver.proxy import SpecProxy, reads_of
+from workbench.upstream.static.finding import read_finding
 
 TRITON = "sglang/srt/layers/attention/triton_backend.py"
 FLASHINFER = "sglang/srt/layers/attention/flashinfer_backend.py"
@@ -234,12 +236,12 @@ def test_real_verdicts(version: str) -> None:
     from workbench.upstream.guard import check
 
     result = check(UpstreamContext(log=quiet), [version], replay=True)
-    verdicts = {f["key"]: f for f in result["findings"]}
-    assert all(f["verdict"] and f["verdict_reason"] for f in verdicts.values())
+    verdicts = {f.key: f for f in result["findings"]}
+    assert all(f.verdict and f.verdict_reason for f in verdicts.values())
     seed = verdicts["triton|IDLE|DFlashDraftInputV2|kv_indptr|TritonAttnBackend.init_forward_metadata"]
-    assert seed["verdict"] == "confirmed" and seed["replay"]["raised_at"].endswith("triton_backend.py:593")
-    unverified = [f for f in verdicts.values() if f["verdict"] == "unverified"]
-    assert len(unverified) <= 0.1 * len(verdicts), [f["verdict_reason"] for f in unverified]
+    assert seed.verdict == "confirmed" and seed.replay.raised_at.endswith("triton_backend.py:593")
+    unverified = [f for f in verdicts.values() if f.verdict == "unverified"]
+    assert len(unverified) <= 0.1 * len(verdicts), [f.verdict_reason for f in unverified]
     assert result["results"][0]["replay"]["status"] == "ok"
 
 
@@ -336,5 +338,7 @@ def test_a_verdicts_replay_says_how_its_run_ended_and_the_shipped_file_keeps_it(
     lib = {"status": "ok", "stopped_at": "library call", "library_call": "flashinfer.W().plan", "ran": []}
     out = decide(fl, {case_key(fl): _case(fl, [{**lib, "answered": []}], trace=True)}, {"status": "ok"})
     assert (out["replay"]["status"], out["replay"]["stopped_at"]) == ("ok", "library call")
-    slim = ship._slim(out, [])["replay"]
+    lint = {"source": "sglang 0.5.23", "release": "0.5.23", "spec_class_line": 1, "read_code": "x", "key": "k"}
+    install = {"install_file": FLASHINFER, "install_line": 1, "install_function": "W.run", "install_kind": "keyword"}
+    slim = to_dict(ship._slim(read_finding({**lint, **install, "installs": [], **out}), []))["replay"]
     assert (slim["status"], slim["stopped_at"]) == ("ok", "library call") and "outcome" not in slim

@@ -20,6 +20,7 @@ from workbench.upstream.context import UpstreamContext, quiet
 from workbench.upstream.gate import TriageEntry, judge, load_triage, triage_keys
 from workbench.upstream.runtime import e2e
 from workbench.upstream.runtime import release_record as record
+from workbench.upstream.static.finding import read_finding
 from workbench.upstream.static.lint import analyse, finding_key
 
 READ_FILE, READ_LINE = "sglang/srt/layers/attention/triton_backend.py", 593
@@ -37,7 +38,15 @@ VERIFY = {
     "verdict_reason": "real init_forward_metadata raised",
     "verdict_by": "replay",
     "read_function": "TritonAttnBackend.init_forward_metadata",
-    "reachability": {"dp_attention": "required"},
+    "reachability": {  # what reach.py says of a reaching path (the fields the end-to-end step keeps)
+        "path": "EAGLEWorker.forward_draft_extend (eagle_worker.py:1) -> ModelRunner.forward (model_runner.py:2)",
+        "dp_attention": "required",
+        "cuda_graph": "off for this batch (the eager runner runs it)",
+        "workers": [],
+        "algorithms": ["EAGLE"],
+        "backend_flags": ["--attention-backend triton"],
+        "conditions": [],
+    },
 }
 EXTEND = {**VERIFY, "key": VERIFY["key"].replace("Verify", "DraftExtend"), "spec_class": "EagleDraftExtendInput"}
 assert finding_key(VERIFY) == VERIFY["key"] and finding_key(EXTEND) == EXTEND["key"]
@@ -211,7 +220,7 @@ def test_a_run_that_cannot_decide_fails_closed(tmp_path: Path, monkeypatch: pyte
 
 
 def test_the_gate_counts_end_to_end_as_confirmed(tmp_path: Path) -> None:
-    f = {**VERIFY, "verdict": "confirmed end to end"}
+    f = read_finding({**VERIFY, "verdict": "confirmed end to end"})
     entry = TriageEntry(
         verdict="confirmed", status="live-filed", reason="r", decided_by="test", link="https://example.org/i/1"
     )
@@ -219,10 +228,8 @@ def test_the_gate_counts_end_to_end_as_confirmed(tmp_path: Path) -> None:
     assert len(judge([f], dict.fromkeys(keys, entry), "confirmed", "0.5.14")) == 1
     assert judge([f], dict.fromkeys(keys, entry), "new", "0.5.14") == []  # known, live, linked
     accepted = replace(entry, status="accepted", link=None)
-    assert judge([f], dict.fromkeys(keys, accepted), "new", "0.5.14")[0]["gate"].startswith("confirmed on")
-    assert (
-        "now confirms" in judge([f], dict.fromkeys(keys, replace(entry, verdict="refuted")), "new", "0.5.14")[0]["gate"]
-    )
+    assert judge([f], dict.fromkeys(keys, accepted), "new", "0.5.14")[0].gate.startswith("confirmed on")
+    assert "now confirms" in judge([f], dict.fromkeys(keys, replace(entry, verdict="refuted")), "new", "0.5.14")[0].gate
     path = tmp_path / "t.json"
     e2e_entry = to_dict(replace(entry, verdict="confirmed end to end"))
     path.write_text(json.dumps({"schema": "upstream-triage/3", "entries": dict.fromkeys(keys, e2e_entry)}))

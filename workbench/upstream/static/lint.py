@@ -13,6 +13,7 @@ import ast
 
 from ..sources.trees import SourceTree
 from .classes import spec_input_classes
+from .finding import AnyFinding
 from .flow import Program
 from .installs import scan_installs
 from .modes import parse_forward_modes
@@ -237,20 +238,20 @@ def query(
     ]
 
 
-def format_findings(findings: list[dict]) -> str:
+def format_findings(findings: list[AnyFinding]) -> str:
     """One line per finding."""
     if not findings:
         return "no findings"
     rows = [
         (
-            f["source"],
-            f["backend"],
-            f["mode"],
-            f["spec_class"],
-            f["attr"],
-            f"{f['read_file'].split('/')[-1]}:{f['read_line']}",
-            f"{f['install_file'].split('/')[-1]}:{f['install_line']}",
-            f.get("verdict") or "",
+            f.source,
+            f.backend,
+            f.mode,
+            f.spec_class,
+            f.attr,
+            f"{f.read_file.split('/')[-1]}:{f.read_line}",
+            f"{f.install_file.split('/')[-1]}:{f.install_line}",
+            f.verdict or "",
         )
         for f in findings
     ]
