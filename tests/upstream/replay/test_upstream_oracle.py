@@ -14,6 +14,7 @@ from workbench.cli import main as workbench_main
 from workbench.upstream.context import UpstreamContext, quiet
 from workbench.upstream.replay import oracle
 from workbench.upstream.replay.run_end import OLD_OUTCOMES
+from workbench.upstream.static.classes import collect, spec_input_classes
 from workbench.upstream.static.mutate import MutationError
 from workbench.upstream.static.site_mutants import (
     BATCH_REASON,
@@ -21,7 +22,9 @@ from workbench.upstream.static.site_mutants import (
     RUNNER_REASON,
     SHARED_FACTOR,
     SHARED_KINDS,
+    SiteMutant,
     build_mutants,
+    idle_default_none,
     is_dataclass_field,
     padded_fields,
     sample,
@@ -51,8 +54,22 @@ def _pooled(stand_in_replay, chunks: list[int] | None = None):
     return run
 
 
+def _idle_toy():
+    """The toy whose draft-extend idle input gives `kv_indptr` and `hidden_states` empty tensors (the
+    toy's own leaves them at their dataclass default None, so a None there would be the release itself)."""
+    tree = toy_tree(with_field=True)
+    empty = "return cls(kv_indptr=torch.empty((0,)), hidden_states=torch.empty((0, 4)))"
+    text = tree.files[INFO].replace("return cls()", empty)
+    return tree.with_changes({INFO: text})
+
+
 def test_mutants_come_from_the_sites_with_their_cases() -> None:
-    built = build_mutants(toy_tree(with_field=True))
+    # the toy's idle input leaves kv_indptr at its default None: no mutant, listed as equivalent
+    toy = build_mutants(toy_tree(with_field=True))
+    name = "toy_backend.py kv_indptr: None from DraftExtendInput.create_idle_input"
+    assert "equivalent mutant" in toy["skipped"][name]
+    assert not [m for m in toy["mutants"] if m.kind == "none-deref"]
+    built = build_mutants(_idle_toy())
     ms = _by_name(built)
     removed = ms["toy_backend.py draft_token_num: removed from VerifyInput"]
     assert removed.kind == "missing-attribute" and "draft_token_num" not in removed.changes[INFO]
@@ -61,7 +78,8 @@ def test_mutants_come_from_the_sites_with_their_cases() -> None:
     guard = ms["toy_backend.py kv_indptr: guard removed, VerifyInput lacks it"]
     assert 'getattr(spec_info, "kv_indptr"' not in guard.changes[BACKEND]
     idle = ms["toy_backend.py kv_indptr: None from DraftExtendInput.create_idle_input"]
-    assert idle.kind == "none-deref" and "cls(kv_indptr=None)" in idle.changes[INFO]
+    assert idle.kind == "none-deref" and "cls(kv_indptr=None, hidden_states=" in idle.changes[INFO]
+    assert idle.digest() != SiteMutant(**{**idle.__dict__, "kind": "missing-attribute"}).digest()  # judge rule
     assert {c["batch"] for c in idle.cases} == {"IDLE padded", "DRAFT_EXTEND_V2"}  # the toy has no DRAFT_EXTEND
     # the toy's forward_batch_info.py has no ForwardBatch: no field to leave None
     assert not [m for m in built["mutants"] if m.kind in ("batch-none-deref", "runner-none-deref")]
@@ -84,10 +102,28 @@ def test_idle_none_replaces_or_adds_the_keyword_and_refuses_an_equivalent_mutant
         set_idle_none(text, INFO, "DraftExtendInput", "positions", False)
     with pytest.raises(MutationError, match="defines no create_idle_input"):
         set_idle_none(text, INFO, "VerifyInput", "draft_token_num", True)
+    # a field at its dataclass default None that create_idle_input does not give: the release itself
+    with pytest.raises(MutationError, match="equivalent mutant"):
+        set_idle_none(text, INFO, "DraftExtendInput", "kv_indptr", True, default_none=True)
+
+
+def test_a_default_none_is_told_from_a_default_the_constructor_sets() -> None:
+    spec = toy_tree(with_field=True).under(SPEC_DIR)
+    classes, own = spec_input_classes(spec), collect(spec)
+    assert idle_default_none(spec, classes["DraftExtendInput"], "kv_indptr", own)
+    # VerifyInput sets draft_token_num in __init__; custom_mask is a plain class attribute
+    assert not idle_default_none(spec, classes["VerifyInput"], "draft_token_num", own)
+    assert not idle_default_none(spec, classes["DraftExtendInput"], "custom_mask", own)
+    post = spec[INFO].replace(
+        "super().__init__(SpecInputType.DRAFT_EXTEND)",
+        "super().__init__(SpecInputType.DRAFT_EXTEND)\n        self.kv_indptr = 0",
+    )
+    spec2 = {**spec, INFO: post}
+    assert not idle_default_none(spec2, spec_input_classes(spec2)["DraftExtendInput"], "kv_indptr", collect(spec2))
 
 
 def test_sampling_is_deterministic_per_kind_and_release() -> None:
-    ms = build_mutants(toy_tree(with_field=True))["mutants"]
+    ms = build_mutants(_idle_toy())["mutants"]
     one = [m.name for m in sample(ms, "0.5.14", 1)]
     assert one == [m.name for m in sample(ms, "0.5.14", 1)]
     assert sorted({m.kind for m in sample(ms, "0.5.14", 1)}) == ["missing-attribute", "none-deref"]
@@ -131,6 +167,25 @@ def test_a_case_is_judged_against_the_release_as_shipped() -> None:
     assert oracle.verdict(m, [("clean", "a"), ("blocked", "b")])[0] == "undecided"
     assert oracle.verdict(m, [("clean", "a"), ("not reached", "b")])[0] == "refuted"
     assert oracle.verdict(m, [("not reached", "a")])[0] == "undecided"
+
+
+def test_a_none_deref_case_is_clean_only_where_a_site_line_ran() -> None:
+    m = _by_name(build_mutants(_idle_toy()))["toy_backend.py kv_indptr: None from DraftExtendInput.create_idle_input"]
+    site = next(s for s in m.sites if s["function"] == "Backend.init_forward_metadata")
+    here, entered = f"{site['file']}:{site['line']}", [f"{site['file']}:{site['function']}"]
+    # the site's function ran, no site line on either run: the case does not reach the read
+    out, why = oracle.judge_case(m, _rec("completed", entered=entered), _rec("completed", entered=entered))
+    assert out == "not reached" and "nor on the release" in why
+    assert oracle.verdict(m, [(out, why)])[0] == "undecided"
+    # the line ran with the None and did not raise
+    assert oracle.judge_case(m, _rec("completed", ran=[here], entered=entered), _rec("completed"))[0] == "clean"
+    # the line ran on the release only: the None turned the path away from the read
+    out, why = oracle.judge_case(m, _rec("completed", entered=entered), _rec("completed", ran=[here]))
+    assert out == "clean" and "turned the path away" in why
+    # the older rule still holds for a missing-attribute mutant (its cached outcomes were judged by it)
+    other = _by_name(build_mutants(_idle_toy()))["toy_backend.py draft_token_num: removed from VerifyInput"]
+    ent = [f"{other.sites[0]['file']}:{other.sites[0]['function']}"]
+    assert oracle.judge_case(other, _rec("completed", entered=ent), _rec("completed"))[0] == "clean"
 
 
 FB_TOY = """

@@ -18,7 +18,10 @@ A case of a mutant is judged against the same case on the release (`judge_case`)
   attribute; a None field: a `NoneType` error), and the release did not raise the same there;
 - `clean`: the mutant completed (or the idle runner path did not call the metadata), so did the
   release, and the run entered a site's function (the driver records the functions of the site's
-  file that ran);
+  file that ran); for a kind of `SITE_LINE_KINDS` (`none-deref`, `runner-none-deref`), a site line
+  ran too, in the mutant's run (the None read without raising) or in the release's (the None turned
+  the path away from the read): a case where no site line ran on either does not reach the read
+  (`not reached`);
 - `not reached`: the same, but no site's function ran: the case says nothing of the mutant;
 - `blocked`: anything else (raised elsewhere first, or as the release does; the case could not be
   built; a None field handed to a GPU library stand-in, which cannot say what the library does), with why.
@@ -53,7 +56,7 @@ from ..sources.releases import check_versions
 from ..sources.trees import SourceTree, release_tree
 from ..static.family import analyse_family
 from ..static.lint import MODES_FILE, analyse
-from ..static.site_mutants import KINDS, SiteMutant, build_mutants, sample
+from ..static.site_mutants import KINDS, SITE_LINE_KINDS, SiteMutant, build_mutants, sample
 from .front import replay
 from .oracle_pool import replay_mutants
 from .run_end import LIBRARY_CALL, crashed, describe, ended, stopped_at
@@ -130,6 +133,11 @@ def judge_case(m: SiteMutant, case: dict | None, base: dict | None) -> tuple[str
         text = f"{batch}: {describe(run)}" + (
             f", site line ran ({', '.join(ran)})" if ran else ", site function ran, site line did not"
         )
+        if not ran and m.kind in SITE_LINE_KINDS:
+            before = [w for w in (brun or {}).get("ran") or [] if w in lines]
+            if not before:
+                return "not reached", f"{text}, nor on the release: the case does not reach the read"
+            text += f" (it ran on the release: {', '.join(before)}; the None turned the path away from the read)"
         if run.get("library_passed"):
             text += f" (after {len(run['library_passed'])} calls answered by CPU stand-ins)"
         return "clean", text

@@ -90,6 +90,11 @@ SPEC_RUNNER_REASON = (
     "a spec_info read in a runner file: the driver's idle runner path hands the spec input through unread; not built"
 )
 _FIELD_HOWS = ("field", "field with default")
+# the kinds whose replay counts as a refutation only where a site line ran, with the None or on the
+# release (`replay/oracle.py` judge_case); the rule is part of their digest, so an outcome judged by
+# the older rule (a site's function entered was enough) is not served from the cache
+SITE_LINE_KINDS = ("none-deref", "runner-none-deref")
+SITE_LINE_RULE = "clean needs a site line run, by the mutant or by the release"
 
 
 @dataclass
@@ -112,6 +117,8 @@ class SiteMutant:
         for p in sorted(self.changes):
             h.update(p.encode() + b"\0" + self.changes[p].encode() + b"\0")
         h.update(repr([(c["key"], c["watch"]) for c in self.cases]).encode())
+        if self.kind in SITE_LINE_KINDS:
+            h.update(SITE_LINE_RULE.encode())
         return h.hexdigest()[:16]
 
 
@@ -374,8 +381,54 @@ def set_padded_none(text: str, path: str, attr: str) -> str:
     return "".join(lines)
 
 
-def set_idle_none(text: str, path: str, cls: str, attr: str, is_field: bool) -> str:
-    """`cls.create_idle_input` with `attr=None` in the object it returns (the keyword replaced or added)."""
+@functools.lru_cache(maxsize=256)
+def _class_nodes(text: str, path: str) -> dict[str, ast.ClassDef]:
+    """The top-level classes of one file by name (memoised: asked once per site group and class)."""
+    try:
+        tree = ast.parse(text, filename=path)
+    except SyntaxError:
+        return {}
+    return {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+
+def idle_default_none(spec: dict[str, str], cinfo: dict, attr: str, own: dict[str, dict]) -> bool:
+    """Whether `attr` is a dataclass field declared with the default None (`x: T = None`, its nearest
+    declaration along the class's MRO) that no `__init__` / `__post_init__` of the MRO assigns (`own`:
+    `classes.collect`, where each class is): a `create_idle_input` that does not give it leaves it None."""
+    info = cinfo["attrs"].get(attr) or {}
+    if info.get("how") != "field with default" or info.get("file") not in spec:
+        return False
+    node = _class_nodes(spec[info["file"]], info["file"]).get(info["class"])
+    decl = next(
+        (
+            s
+            for s in (node.body if node else [])
+            if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and s.target.id == attr
+        ),
+        None,
+    )
+    if decl is None or not (isinstance(decl.value, ast.Constant) and decl.value.value is None):
+        return False
+    for name in cinfo.get("mro") or [info["class"]]:
+        fname = (own.get(name) or {}).get("file")
+        body = _class_nodes(spec[fname], fname)[name].body if fname in spec else []
+        for fn in body:
+            if isinstance(fn, ast.FunctionDef) and fn.name in ("__init__", "__post_init__"):
+                for n in ast.walk(fn):
+                    if (
+                        isinstance(n, ast.Attribute)
+                        and isinstance(n.ctx, ast.Store)
+                        and n.attr == attr
+                        and getattr(n.value, "id", "") == "self"
+                    ):
+                        return False
+    return True
+
+
+def set_idle_none(text: str, path: str, cls: str, attr: str, is_field: bool, default_none: bool = False) -> str:
+    """`cls.create_idle_input` with `attr=None` in the object it returns (the keyword replaced or added).
+    `default_none` (`idle_default_none`): a return that does not give `attr` leaves it None already, so
+    it is not edited; when no return gives it, the mutant would be the release itself (refused)."""
     tree = ast.parse(text, filename=path)
     node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
     fn = None if node is None else next((b for b in node.body if getattr(b, "name", None) == "create_idle_input"), None)
@@ -401,12 +454,19 @@ def set_idle_none(text: str, path: str, cls: str, attr: str, is_field: bool) -> 
             continue
         if not is_field:
             raise MutationError(f"{cls}.{attr} is not a dataclass field the constructor takes")
+        if default_none:
+            continue
         s = segment(text, call).rstrip()
         if not s.endswith(")"):
             raise MutationError(f"{path}:{call.lineno}: cannot edit the call")
         head = s[:-1].rstrip()
         sep = "" if head.endswith("(") else (" " if head.endswith(",") else ", ")
         edits.append((call, f"{head}{sep}{attr}=None)"))
+    if not edits:
+        raise MutationError(
+            f"{cls}.create_idle_input leaves {attr} at its dataclass default None: None on IDLE already "
+            "(an equivalent mutant; the release's own None is judged by `workbench upstream family --replay`)"
+        )
     return splice(text, edits)
 
 
@@ -493,7 +553,14 @@ def _for_class(
             name = f"{short} {attr}: None from {cname}.create_idle_input"
             path = cinfo["file"]
             try:
-                edited = set_idle_none(spec[path], path, cname, attr, is_dataclass_field(spec, cinfo, attr))
+                edited = set_idle_none(
+                    spec[path],
+                    path,
+                    cname,
+                    attr,
+                    is_dataclass_field(spec, cinfo, attr),
+                    idle_default_none(spec, cinfo, attr, own),
+                )
                 out.append(SiteMutant("none-deref", "idle None", name, attr, cname, group, {path: edited}))
             except MutationError as exc:
                 skipped[name] = str(exc)
