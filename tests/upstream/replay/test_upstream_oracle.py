@@ -654,3 +654,114 @@ def test_a_case_is_built_only_for_a_batch_the_release_builds() -> None:
     files[f"{SPEC_DIR}worker.py"] += "def idle(batch):\n    batch.spec_info = NextDraftInput.create_idle_input('cpu')\n"
     again = {m.name: m for m in build_mutants(memory_tree(files, "toy"))["mutants"]}
     assert [c["batch"] for c in again["toy_backend.py kv_indptr: removed from NextDraftInput"].cases] == ["IDLE padded"]
+
+
+GRAPH_FILE = "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py"
+DSPARK = "sglang/srt/speculative/dspark_components/dspark_draft.py"
+DECODE_GRAPH = """
+class DecodeCudaGraphRunner:
+    def can_run_graph(self, forward_batch):
+        return forward_batch.batch_size <= 8 and max(forward_batch.seq_lens) < 4 and forward_batch.num_token_non_padded
+"""
+DSPARK_SRC = """
+class DraftBlockProposer:
+    def run_idle_participation(self, batch):
+        idle_batch = ForwardBatch(forward_mode=ForwardMode.IDLE, batch_size=0, seq_lens=torch.empty((0,)))
+        self._fill_dp_moe_sync_metadata(idle_batch, batch)
+        self.draft_model_runner.forward(idle_batch)
+    def _fill_dp_moe_sync_metadata(self, forward_batch, batch):
+        forward_batch.batch_size = 0
+"""
+
+
+def _graph_tree():
+    return _batch_tree().with_changes({GRAPH_FILE: DECODE_GRAPH, DSPARK: DSPARK_SRC})
+
+
+def test_a_decode_graph_runner_field_is_left_none_by_dspark_s_hand_built_idle_batch() -> None:
+    from workbench.upstream.replay import runner_decisions
+    from workbench.upstream.static import site_mutants
+
+    # the same files as the graph-runner replay's
+    assert (site_mutants.GRAPH_RUNNER_FILE, site_mutants.DSPARK_FILE) == (
+        runner_decisions.RUNNER_FILE,
+        runner_decisions.DSPARK_FILE,
+    )
+    assert site_mutants.GRAPH_SCENARIO == runner_decisions.SCENARIO
+    built = build_mutants(_graph_tree())
+    ms = _by_name(built)
+    m = ms["decode_cuda_graph_runner.py seq_lens: None from run_idle_participation's ForwardBatch"]
+    assert m.kind == "runner-none-deref" and m.op == "dspark idle None" and oracle.is_graph(m)
+    assert "seq_lens=None)" in m.changes[DSPARK] and set(m.changes) == {DSPARK}
+    (case,) = m.cases
+    assert case["graph_runner"] and case["control_key"] == site_mutants.GRAPH_CONTROL_KEY
+    assert case["watch"] == [f"{GRAPH_FILE}:4"] and site_mutants.GRAPH_STAND_IN in case["batch"]
+    # set again by the DP-metadata fill: a None in the constructor is overwritten; not given: its default
+    skipped = built["skipped"]
+    assert (
+        "equivalent mutant"
+        in skipped["decode_cuda_graph_runner.py batch_size: None from run_idle_participation's ForwardBatch"]
+    )
+    assert (
+        "does not give"
+        in skipped["decode_cuda_graph_runner.py num_token_non_padded: None from run_idle_participation's ForwardBatch"]
+    )
+    # the init_new mutant of the same site stays, undecided: the hand-built batch never runs init_new
+    assert ms["decode_cuda_graph_runner.py seq_lens: None on the IDLE batch (init_new)"].undecided == RUNNER_REASON
+    # no DSpark on the release: no graph mutant
+    assert not [x for x in build_mutants(_batch_tree())["mutants"] if x.op == "dspark idle None"]
+
+
+def test_a_graph_runner_mutant_is_judged_by_the_graph_runner_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`replay` is a stand-in (no release environment here): the graph-runner scenario's control decides
+    with every site line run; the mutant's run raises at the site line on the None."""
+    from workbench.upstream.replay.runner_decisions import SERVER_ARGS
+
+    graph_calls: list[tuple[str, list[str]]] = []
+
+    def stand_in_replay(ctx, target, cases, extra=None):
+        out = []
+        for c in cases:
+            if not c.get("graph_runner"):
+                out.append({**_rec("completed", entered=[f"{BACKEND}:Backend.init_forward_metadata"]), "case": c})
+                continue
+            assert extra == {"server_args": SERVER_ARGS}
+            graph_calls.append((target.label, c["watch"]))
+            here = f"{GRAPH_FILE}:4"
+            if "seq_lens: None" in target.label:
+                run = _rec("raised", here, "'NoneType' object is not iterable", exc="TypeError")
+            else:
+                run = _rec("completed", ran=[here], entered=[f"{GRAPH_FILE}:DecodeCudaGraphRunner.can_run_graph"])
+                run["runs"][0].update(stopped_at="graph decision", can_run_graph=True)
+            out.append({**run, "case": c})
+        return {"status": "ok", "cases": out, "run_s": 0.0}
+
+    monkeypatch.setattr(oracle, "replay", stand_in_replay)
+    monkeypatch.setattr(oracle, "replay_mutants", _pooled(stand_in_replay))
+    tree = _graph_tree()
+    tree.release = "0.5.16"
+    res = oracle.release_oracle(CTX, tree, None, {}, lint=False)
+    rec = {r["name"]: r for r in res["mutants"]}[
+        "decode_cuda_graph_runner.py seq_lens: None from run_idle_participation's ForwardBatch"
+    ]
+    assert rec["oracle"] == "confirmed" and "TypeError: 'NoneType' object is not iterable" in rec["oracle_reason"]
+    assert "STAND-IN: DecodeCudaGraphRunner.capture" in rec["oracle_reason"]
+    # one control run of the scenario on the release, one run of the mutant with its edit
+    assert [label for label, _ in graph_calls] == [
+        tree.label,
+        f"{tree.label} [{rec['name']}]",
+    ]
+
+    # the scenario does not run on the release itself: its mutants are not replayed, undecided with why
+    def failing(ctx, target, cases, extra=None):
+        if any(c.get("graph_runner") for c in cases):
+            graph_calls.append((target.label, []))
+            return {"status": "error", "cases": [], "run_s": 0.0, "message": "ValueError: DSpark needs CUDA"}
+        return stand_in_replay(ctx, target, cases, extra)
+
+    graph_calls.clear()
+    monkeypatch.setattr(oracle, "replay", failing)
+    res = oracle.release_oracle(CTX, tree, None, {}, lint=False)
+    rec = {r["name"]: r for r in res["mutants"]}[rec["name"]]
+    assert rec["oracle"] == "undecided" and "did not run on the release itself: ValueError" in rec["oracle_reason"]
+    assert len(graph_calls) == 1

@@ -56,10 +56,20 @@ from ..sources.releases import check_versions
 from ..sources.trees import SourceTree, release_tree
 from ..static.family import analyse_family
 from ..static.lint import MODES_FILE, analyse
-from ..static.site_mutants import KINDS, SITE_LINE_KINDS, SiteMutant, build_mutants, sample
+from ..static.site_mutants import (
+    GRAPH_CONTROL_KEY,
+    GRAPH_SCENARIO,
+    GRAPH_STAND_IN,
+    KINDS,
+    SITE_LINE_KINDS,
+    SiteMutant,
+    build_mutants,
+    sample,
+)
 from .front import replay
 from .oracle_pool import replay_mutants
-from .run_end import LIBRARY_CALL, crashed, describe, ended, stopped_at
+from .run_end import GRAPH_DECISION, LIBRARY_CALL, crashed, describe, ended, stopped_at
+from .runner_decisions import SERVER_ARGS as GRAPH_SERVER_ARGS
 
 ORACLE_FIELDS = ("oracle", "oracle_reason", "replay_s", "at_site")  # what the cache keeps of a mutant
 POOL_CHUNK = 40  # mutants per release interpreter (`oracle_pool`): the cache is saved after each
@@ -77,6 +87,15 @@ def _idle_raise(run: dict) -> tuple[str, str] | None:
     if idle.get("after_metadata"):
         return idle.get("after_at") or "", str(idle["after_metadata"])
     return None
+
+
+def _after_decision(case: dict | None) -> tuple[str, str, str | None] | None:
+    """(where, message, exception) of what a graph-runner case's `load_batch` raised after a True
+    `can_run_graph` (`wb_driver/graph_runner.py` records it apart: the run itself ends at the decision)."""
+    after = (case or {}).get("after_decision") or {}
+    if after.get("status") != "crashed":
+        return None
+    return after.get("raised_at") or "", str(after.get("message")), after.get("exception")
 
 
 def _caused(m: SiteMutant, exception: str | None, msg: str) -> bool:
@@ -111,6 +130,10 @@ def judge_case(m: SiteMutant, case: dict | None, base: dict | None) -> tuple[str
     if idle is not None and idle[0].rsplit(":", 1)[0] in files and _caused(m, None, idle[1]):
         if brun is None or _idle_raise(brun) != idle:
             return "raised here", f"{batch}: the idle runner path raised {idle[1]} at {idle[0]}"
+    after = _after_decision(case)
+    if after is not None and after[0].rsplit(":", 1)[0] in files and _caused(m, after[2], after[1]):
+        if base is None or _after_decision(base) != after:
+            return "raised here", f"{batch}: load_batch (after can_run_graph True) raised {after[1]} at {after[0]}"
     out, stop = ended(run)
     if out == "crashed":
         at = run.get("raised_at") or ""
@@ -140,6 +163,8 @@ def judge_case(m: SiteMutant, case: dict | None, base: dict | None) -> tuple[str
             text += f" (it ran on the release: {', '.join(before)}; the None turned the path away from the read)"
         if run.get("library_passed"):
             text += f" (after {len(run['library_passed'])} calls answered by CPU stand-ins)"
+        if stop == GRAPH_DECISION:
+            text += f" (can_run_graph returned {run.get('can_run_graph')})"
         return "clean", text
     if stop == LIBRARY_CALL:
         return "blocked", f"{batch}: reached {run.get('library_call')} first"
@@ -202,6 +227,25 @@ def _control_key(case: dict) -> str:
     return case.get("control_key") or case["key"]
 
 
+def is_graph(m: SiteMutant) -> bool:
+    """Whether mutant `m` is judged by the graph-runner replay (its cases run with the scenario's
+    server arguments, `runner_decisions.SERVER_ARGS`, each mutant in a process of its own)."""
+    return any(c.get("graph_runner") for c in m.cases)
+
+
+def _graph_control(mutants: list[SiteMutant]) -> dict:
+    """The release's own run of the graph-runner scenario, watching every site line of `mutants`."""
+    watch = sorted({w for m in mutants for c in m.cases for w in c["watch"]})
+    return {
+        "graph_runner": True,
+        "scenario": GRAPH_SCENARIO,
+        "key": GRAPH_CONTROL_KEY,
+        "batch": GRAPH_SCENARIO,
+        "watch": watch,
+        "timeout_s": 120,
+    }
+
+
 def shares_process(m: SiteMutant) -> bool:
     """Whether mutant `m` can share one replay process with the others like it: it edits only
     `ForwardBatch.init_new`, which the driver never runs (its cases leave the field None on the
@@ -245,16 +289,28 @@ def release_oracle(
     base_cases: dict[str, dict] = {}
     base_status, base_ok = None, True
     shared_res: dict = {}
+    graph_down: str | None = None  # why the graph-runner scenario's control failed: its mutants are not replayed
     if todo and not lint_only:
         # the release as shipped: a case without its mutant's batch fields left None
         bare = {"batch_none": [], "batch_none_after": []}
-        want = {_control_key(c): {**c, "key": _control_key(c), **bare} for m in todo for c in m.cases}
+        want = {
+            _control_key(c): {**c, "key": _control_key(c), **bare} for m in todo if not is_graph(m) for c in m.cases
+        }
         start = time.perf_counter()
         base = replay(_for_cases(ctx, list(want.values())), tree, list(want.values()))
         base_status = f"{base['status']} ({round(time.perf_counter() - start, 1)} s): {base.get('message')}"
         base_cases = _case_index(base)
         base_ok = base["status"] == "ok"
         ctx.log(f"[{tree.label}] control replay of {len(want)} cases: {base_status}")
+        graph = [m for m in todo if is_graph(m)]
+        if graph:  # the graph-runner scenario's own control, under its server arguments
+            start = time.perf_counter()
+            gres = replay(ctx, tree, [_graph_control(graph)], extra={"server_args": GRAPH_SERVER_ARGS})
+            took = round(time.perf_counter() - start, 1)
+            base_cases.update(_case_index(gres))
+            if gres["status"] != "ok":
+                graph_down = f"the graph-runner scenario did not run on the release itself: {gres.get('message')}"
+            ctx.log(f"[{tree.label}] graph-runner control ({GRAPH_STAND_IN}): {gres['status']} ({took} s)")
         cache[f"{tree.release}|control replay"] = {"control_replay": base_status, "control_ok": base_ok}
         shared = [m for m in todo if shares_process(m)]
         if shared:
@@ -270,7 +326,7 @@ def release_oracle(
     lint_s = 0.0
     # the other mutants run POOL_CHUNK at a time in one release interpreter (`oracle_pool`), a
     # chunk when the loop reaches its first mutant; the cache is saved after each mutant
-    pooled = [m for m in todo if not shares_process(m) and not lint_only]
+    pooled = [m for m in todo if not shares_process(m) and not is_graph(m) and not lint_only]
     answers: dict[str, dict] = {}
     for i, m in enumerate(chosen, 1):
         key = f"{tree.release}|{m.name}|{m.digest()}"
@@ -280,7 +336,16 @@ def release_oracle(
         elif lint_only:
             outcome = {"oracle": "undecided", "oracle_reason": "lint only: not replayed", "replay_s": 0.0}
         else:
-            if not shares_process(m) and m.name not in answers:
+            if is_graph(m) and graph_down:
+                answers[m.name] = {"status": "error", "cases": [], "run_s": 0.0, "message": graph_down}
+            elif is_graph(m):
+                label = f"{tree.label} [{m.name}]"
+                start = time.perf_counter()
+                answers[m.name] = replay(
+                    ctx, tree.with_changes(m.changes, label), m.cases, extra={"server_args": GRAPH_SERVER_ARGS}
+                )
+                ctx.log(f"[{tree.label}] graph-runner replay of {m.name}: {round(time.perf_counter() - start, 1)} s")
+            elif not shares_process(m) and m.name not in answers:
                 at = pooled.index(m)
                 chunk = pooled[at : at + POOL_CHUNK]
                 start = time.perf_counter()
@@ -293,6 +358,8 @@ def release_oracle(
             if res["status"] != "ok":
                 judged.append(("blocked", f"the replay process ended {res['status']}: {res.get('message')}"))
             v, why = verdict(m, judged)
+            if is_graph(m):
+                why = f"{why} [{GRAPH_STAND_IN}]"
             at_site = None
             if v == "confirmed":
                 at_site = any(

@@ -90,6 +90,15 @@ SPEC_RUNNER_REASON = (
     "a spec_info read in a runner file: the driver's idle runner path hands the spec input through unread; not built"
 )
 _FIELD_HOWS = ("field", "field with default")
+# the graph-runner replay (`replay/runner_decisions.py`, `wb_driver/graph_runner.py`): the release's
+# DecodeCudaGraphRunner, built by its real constructor with a STAND-IN for the capture, asked
+# `can_run_graph` (then its `load_batch` when True) by the draft IDLE batch DSpark's
+# `DraftBlockProposer.run_idle_participation` builds by hand on an idle DP rank
+GRAPH_RUNNER_FILE = "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py"
+DSPARK_FILE = "sglang/srt/speculative/dspark_components/dspark_draft.py"
+GRAPH_SCENARIO = "dspark-idle"
+GRAPH_CONTROL_KEY = f"{GRAPH_SCENARIO}|control"
+GRAPH_STAND_IN = "STAND-IN: DecodeCudaGraphRunner.capture (the real __init__ ran; no CUDA graph captured or replayed)"
 # the kinds whose replay counts as a refutation only where a site line ran, with the None or on the
 # release (`replay/oracle.py` judge_case); the rule is part of their digest, so an outcome judged by
 # the older rule (a site's function entered was enough) is not served from the cache
@@ -622,6 +631,96 @@ def build_mutants(tree: SourceTree) -> dict:
     }
 
 
+def _dspark_idle_call(text: str, path: str) -> tuple[ast.Call, set[str]] | None:
+    """The `ForwardBatch(...)` call of `run_idle_participation` (DSpark's hand-built draft IDLE batch)
+    and the fields set on it again after it: a `<x>.<field> = ...` later in that function or in
+    `_fill_dp_moe_sync_metadata`, which fills its DP metadata."""
+    try:
+        tree = ast.parse(text, filename=path)
+    except SyntaxError:
+        return None
+    funcs = {
+        b.name: b
+        for n in tree.body
+        if isinstance(n, ast.ClassDef)
+        for b in n.body
+        if isinstance(b, ast.FunctionDef) and b.name in ("run_idle_participation", "_fill_dp_moe_sync_metadata")
+    }
+    run = funcs.get("run_idle_participation")
+    call = next(
+        (
+            n
+            for n in ast.walk(run)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "ForwardBatch"
+        )
+        if run
+        else iter(()),
+        None,
+    )
+    if call is None:
+        return None
+    later: set[str] = set()
+    for fn in funcs.values():
+        for n in ast.walk(fn):
+            if (
+                isinstance(n, ast.Attribute)
+                and isinstance(n.ctx, ast.Store)
+                and getattr(n, "lineno", 0) > (call.end_lineno if fn is run else 0)
+            ):
+                later.add(n.attr)
+    return call, later
+
+
+def set_dspark_idle_none(text: str, path: str, attr: str) -> str:
+    """`run_idle_participation`'s hand-built `ForwardBatch(...)` with `attr=None` (the keyword replaced):
+    the draft IDLE batch the graph runner gets without that field."""
+    found = _dspark_idle_call(text, path)
+    if found is None:
+        raise MutationError(f"{path}: no ForwardBatch(...) built in run_idle_participation")
+    call, later = found
+    kw = next((k for k in call.keywords if k.arg == attr), None)
+    if kw is None:
+        raise MutationError(
+            f"run_idle_participation's ForwardBatch(...) does not give {attr}: its default stands (the release's "
+            "own value there is judged by `workbench upstream replay --graph-runner`)"
+        )
+    if isinstance(kw.value, ast.Constant) and kw.value.value is None:
+        raise MutationError(f"run_idle_participation's ForwardBatch(...) already gives {attr}=None")
+    if attr in later:
+        raise MutationError(
+            f"{attr} is set again on the idle batch after ForwardBatch(...) (run_idle_participation or "
+            "_fill_dp_moe_sync_metadata): a None there is overwritten (an equivalent mutant)"
+        )
+    return splice(text, [(kw.value, "None")])
+
+
+def _graph_mutant(tree: SourceTree, attr: str, group: list[dict], skipped: dict[str, str]) -> SiteMutant | None:
+    """The graph-runner mutant of a `decode_cuda_graph_runner.py` field: DSpark's hand-built draft
+    IDLE batch leaves it None, judged by the graph-runner replay (`GRAPH_SCENARIO`, one case watching
+    the site lines; the release's own run of the scenario is its control, `GRAPH_CONTROL_KEY`)."""
+    text = tree.get(DSPARK_FILE)
+    name = f"{GRAPH_RUNNER_FILE.rsplit('/', 1)[-1]} {attr}: None from run_idle_participation's ForwardBatch"
+    if text is None:
+        return None  # no DSpark on this release: no hand-built idle batch for the graph runner
+    try:
+        changes = {DSPARK_FILE: set_dspark_idle_none(text, DSPARK_FILE, attr)}
+    except MutationError as exc:
+        skipped[name] = str(exc)
+        return None
+    case = {
+        "graph_runner": True,
+        "scenario": GRAPH_SCENARIO,
+        "key": f"{GRAPH_SCENARIO}|{name}",
+        "control_key": GRAPH_CONTROL_KEY,
+        "batch": f"{GRAPH_SCENARIO} (DSpark's draft IDLE batch on an idle DP rank, {GRAPH_STAND_IN})",
+        "watch": sorted({f"{s['file']}:{s['line']}" for s in group}),
+        "stand_in": True,
+        "trace": False,
+        "timeout_s": 120,
+    }
+    return SiteMutant("runner-none-deref", "dspark idle None", name, attr, None, group, changes, [case])
+
+
 def _idle_spec(classes: dict, idle: dict[str, bool]) -> tuple[str, str] | None:
     """(class, file) of the spec input an IDLE batch carries in the batch mutants' cases:
     `EagleDraftInput` where it has `create_idle_input`, else the first class that has one."""
@@ -657,6 +756,9 @@ def _batch_mutants(
             for op, what, edit in ops:
                 m = _batch_mutant(tree, kind, op, what, edit, fname, attr, group, sets, spec, runner_file, skipped)
                 out += [m] if m is not None else []
+            if kind == "runner-none-deref" and fname == GRAPH_RUNNER_FILE:
+                g = _graph_mutant(tree, attr, group, skipped)
+                out += [g] if g is not None else []
         for s in by_kind.get(kind, []):
             if s["receiver"] == "spec_info" and kind == "runner-none-deref":
                 skipped.setdefault(f"{s['file'].rsplit('/', 1)[-1]} spec_info.{s['attr']}", SPEC_RUNNER_REASON)
