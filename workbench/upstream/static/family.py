@@ -583,6 +583,12 @@ class DerefScanner(FileScanner):
                 return ("batch", args[1].value, node.lineno, None)
         return None
 
+    @staticmethod
+    def _none_kind(node: ast.expr) -> str:
+        """`none` for a test of the read itself; `none-getattr` for one of its `getattr(..., None)`,
+        which guards a None but not an empty value (an empty tensor passes `is not None`)."""
+        return "none-getattr" if isinstance(node, ast.Call) else "none"
+
     def _none_key(self, node: ast.expr, ctx: Ctx, where: str) -> tuple | None:
         """The key of a None fact about `node`: `SPEC` for the spec input itself, (receiver, attribute)
         for a read or its `getattr(..., None)`."""
@@ -594,7 +600,7 @@ class DerefScanner(FileScanner):
     def _truth(self, test: ast.expr, ctx: Ctx, where: str) -> None:
         for part in test.values if isinstance(test, ast.BoolOp) else [test]:
             inner = part.operand if isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not) else part
-            self._check(self._tested(inner, ctx, where), "none", inner.lineno, where)
+            self._check(self._tested(inner, ctx, where), self._none_kind(inner), inner.lineno, where)
 
     def _stmt(self, stmt: ast.stmt, ctx: Ctx, cname: str | None, where: str) -> Ctx:
         if isinstance(stmt, (ast.If, ast.While, ast.Assert)):
@@ -652,7 +658,7 @@ class DerefScanner(FileScanner):
             if all(isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)) for op in node.ops) and any(
                 _is_none(c) for c in node.comparators
             ):
-                self._check(self._tested(node.left, ctx, where), "none", line, where)
+                self._check(self._tested(node.left, ctx, where), self._none_kind(node.left), line, where)
                 return
             if any(isinstance(op, (ast.Lt, ast.Gt, ast.LtE, ast.GtE)) for op in node.ops):
                 for side in [node.left, *node.comparators]:
@@ -709,7 +715,10 @@ class DerefScanner(FileScanner):
                 "line": line,
                 "op": op,
                 "crashes_on_empty": empty,
-                "none_guarded": checked.get((t[0], t[1], "none"), 10**9) <= line,
+                "none_guarded": min(
+                    checked.get((t[0], t[1], "none"), 10**9), checked.get((t[0], t[1], "none-getattr"), 10**9)
+                )
+                <= line,
                 "empty_guarded": min(
                     checked.get((t[0], t[1], "none"), 10**9), checked.get((t[0], t[1], "empty"), 10**9)
                 )
