@@ -671,6 +671,7 @@ class DraftBlockProposer:
         self.draft_model_runner.forward(idle_batch)
     def _fill_dp_moe_sync_metadata(self, forward_batch, batch):
         forward_batch.batch_size = 0
+        forward_batch.global_num_tokens_cpu = gnt
 """
 
 
@@ -765,3 +766,41 @@ def test_a_graph_runner_mutant_is_judged_by_the_graph_runner_replay(monkeypatch:
     rec = {r["name"]: r for r in res["mutants"]}[rec["name"]]
     assert rec["oracle"] == "undecided" and "did not run on the release itself: ValueError" in rec["oracle_reason"]
     assert len(graph_calls) == 1
+
+
+def test_a_release_that_raises_first_in_the_scenario_is_judged_with_its_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The release's own crash before the graph runner decides (0.5.16's corpus case) would block every
+    mutant: they run on the release with the fix of that crash (`runner_decisions.apply_fix`), named."""
+    from workbench.upstream.replay.runner_decisions import FIX_LINE
+
+    seen: list[bool] = []
+
+    def stand_in_replay(ctx, target, cases, extra=None):
+        out = []
+        for c in cases:
+            if not c.get("graph_runner"):
+                out.append({**_rec("completed", entered=[f"{BACKEND}:Backend.init_forward_metadata"]), "case": c})
+                continue
+            fixed = FIX_LINE in target.files[DSPARK]
+            seen.append(fixed)
+            if not fixed:
+                run = _rec("raised", f"{GRAPH_FILE}:9", "'NoneType' object is not iterable", exc="TypeError")
+            elif "seq_lens=None" in target.files[DSPARK]:
+                run = _rec("raised", f"{GRAPH_FILE}:4", "'NoneType' object is not iterable", exc="TypeError")
+            else:
+                run = _rec("completed", ran=[f"{GRAPH_FILE}:4"], entered=[f"{GRAPH_FILE}:X.can_run_graph"])
+                run["runs"][0].update(stopped_at="graph decision", can_run_graph=True)
+            out.append({**run, "case": c})
+        return {"status": "ok", "cases": out, "run_s": 0.0}
+
+    monkeypatch.setattr(oracle, "replay", stand_in_replay)
+    monkeypatch.setattr(oracle, "replay_mutants", _pooled(stand_in_replay))
+    tree = _graph_tree()
+    tree.release = "0.5.16"
+    res = oracle.release_oracle(CTX, tree, None, {}, lint=False)
+    rec = {r["name"]: r for r in res["mutants"]}[
+        "decode_cuda_graph_runner.py seq_lens: None from run_idle_participation's ForwardBatch"
+    ]
+    # the control as shipped, the control with the fix, then the mutant on the fixed release
+    assert seen == [False, True, True] and rec["oracle"] == "confirmed"
+    assert "with the fix applied" in rec["oracle_reason"] and f"{GRAPH_FILE}:9" in rec["oracle_reason"]

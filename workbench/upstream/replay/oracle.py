@@ -56,7 +56,9 @@ from ..sources.releases import check_versions
 from ..sources.trees import SourceTree, release_tree
 from ..static.family import analyse_family
 from ..static.lint import MODES_FILE, analyse
+from ..static.mutate import MutationError
 from ..static.site_mutants import (
+    DSPARK_FILE,
     GRAPH_CONTROL_KEY,
     GRAPH_SCENARIO,
     GRAPH_STAND_IN,
@@ -65,10 +67,12 @@ from ..static.site_mutants import (
     SiteMutant,
     build_mutants,
     sample,
+    set_dspark_idle_none,
 )
 from .front import replay
 from .oracle_pool import replay_mutants
 from .run_end import GRAPH_DECISION, LIBRARY_CALL, crashed, describe, ended, stopped_at
+from .runner_decisions import FIX_NOTE, apply_fix
 from .runner_decisions import SERVER_ARGS as GRAPH_SERVER_ARGS
 
 ORACLE_FIELDS = ("oracle", "oracle_reason", "replay_s", "at_site")  # what the cache keeps of a mutant
@@ -246,6 +250,39 @@ def _graph_control(mutants: list[SiteMutant]) -> dict:
     }
 
 
+def _graph_base(ctx: UpstreamContext, tree: SourceTree, control: dict) -> tuple[SourceTree, str, dict]:
+    """(the tree the graph mutants run on, what it is, the control's replay): the release, or, when the
+    release itself raises in the scenario before the graph runner decides (0.5.16's own
+    `original_global_num_tokens_cpu` None at `can_run_graph`, the corpus case), the release with the fix
+    of that crash (`runner_decisions.apply_fix`) where it applies and its control then decides: a
+    mutant's site past the release's own crash is reached only so."""
+    extra = {"server_args": GRAPH_SERVER_ARGS}
+    res = replay(ctx, tree, [control], extra=extra)
+    run = ((_case_index(res).get(GRAPH_CONTROL_KEY) or {}).get("runs") or [{}])[0]
+    if res["status"] != "ok" or ended(run)[0] != "crashed":
+        return tree, "", res
+    try:
+        fixed = apply_fix(tree)
+    except ValueError:
+        return tree, "", res
+    again = replay(ctx, fixed, [control], extra=extra)
+    frun = ((_case_index(again).get(GRAPH_CONTROL_KEY) or {}).get("runs") or [{}])[0]
+    if again["status"] != "ok" or ended(frun)[0] == "crashed":
+        return tree, "", res
+    note = (
+        f" (on the release with the fix applied, {FIX_NOTE}: as shipped it raises first, "
+        f"{run.get('exception')}: {run.get('message')} at {run.get('raised_at')})"
+    )
+    return fixed, note, again
+
+
+def _on_base(m: SiteMutant, base: SourceTree) -> dict[str, str]:
+    """Mutant `m`'s edit made on `base` (the release with the fix: the same keyword set to None)."""
+    if not base.changes:
+        return m.changes
+    return {DSPARK_FILE: set_dspark_idle_none(base.files[DSPARK_FILE], DSPARK_FILE, m.attr)}
+
+
 def shares_process(m: SiteMutant) -> bool:
     """Whether mutant `m` can share one replay process with the others like it: it edits only
     `ForwardBatch.init_new`, which the driver never runs (its cases leave the field None on the
@@ -290,6 +327,7 @@ def release_oracle(
     base_status, base_ok = None, True
     shared_res: dict = {}
     graph_down: str | None = None  # why the graph-runner scenario's control failed: its mutants are not replayed
+    graph_base, graph_note = tree, ""  # the tree the graph mutants run on (the release, or it with the fix)
     if todo and not lint_only:
         # the release as shipped: a case without its mutant's batch fields left None
         bare = {"batch_none": [], "batch_none_after": []}
@@ -305,12 +343,12 @@ def release_oracle(
         graph = [m for m in todo if is_graph(m)]
         if graph:  # the graph-runner scenario's own control, under its server arguments
             start = time.perf_counter()
-            gres = replay(ctx, tree, [_graph_control(graph)], extra={"server_args": GRAPH_SERVER_ARGS})
+            graph_base, graph_note, gres = _graph_base(ctx, tree, _graph_control(graph))
             took = round(time.perf_counter() - start, 1)
             base_cases.update(_case_index(gres))
             if gres["status"] != "ok":
                 graph_down = f"the graph-runner scenario did not run on the release itself: {gres.get('message')}"
-            ctx.log(f"[{tree.label}] graph-runner control ({GRAPH_STAND_IN}): {gres['status']} ({took} s)")
+            ctx.log(f"[{tree.label}] graph-runner control ({GRAPH_STAND_IN}): {gres['status']} ({took} s){graph_note}")
         cache[f"{tree.release}|control replay"] = {"control_replay": base_status, "control_ok": base_ok}
         shared = [m for m in todo if shares_process(m)]
         if shared:
@@ -341,9 +379,15 @@ def release_oracle(
             elif is_graph(m):
                 label = f"{tree.label} [{m.name}]"
                 start = time.perf_counter()
-                answers[m.name] = replay(
-                    ctx, tree.with_changes(m.changes, label), m.cases, extra={"server_args": GRAPH_SERVER_ARGS}
-                )
+                try:
+                    answers[m.name] = replay(
+                        ctx,
+                        graph_base.with_changes(_on_base(m, graph_base), label),
+                        m.cases,
+                        extra={"server_args": GRAPH_SERVER_ARGS},
+                    )
+                except MutationError as exc:
+                    answers[m.name] = {"status": "error", "cases": [], "run_s": 0.0, "message": f"{graph_note}: {exc}"}
                 ctx.log(f"[{tree.label}] graph-runner replay of {m.name}: {round(time.perf_counter() - start, 1)} s")
             elif not shares_process(m) and m.name not in answers:
                 at = pooled.index(m)
@@ -359,7 +403,7 @@ def release_oracle(
                 judged.append(("blocked", f"the replay process ended {res['status']}: {res.get('message')}"))
             v, why = verdict(m, judged)
             if is_graph(m):
-                why = f"{why} [{GRAPH_STAND_IN}]"
+                why = f"{why}{graph_note} [{GRAPH_STAND_IN}]"
             at_site = None
             if v == "confirmed":
                 at_site = any(
