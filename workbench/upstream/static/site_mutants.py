@@ -6,7 +6,8 @@ Every spec-input / forward-batch read site in the covered folders is put in one 
   spec input that has it (unguarded site), or the guard removed (a `getattr` default / `hasattr`
   site) for a spec input that lacks the attribute;
 - `none-deref`: an unguarded `spec_info` site in `layers/attention/`; mutant: the field left None by
-  the class's own `create_idle_input` (its keyword set to, or given, `None`);
+  the class's own `create_idle_input` (its keyword set to, or given, `None`; a field that constructor
+  leaves at its dataclass default None is None already: no mutant, `idle_default_none`);
 - `batch-none-deref`: a `forward_batch` site in `layers/attention/`; mutant: `ForwardBatch.init_new`
   leaves the field None on an IDLE batch (`ret.<field> = None` in its IDLE branch). The replay driver
   builds its batch by hand (`wb_driver/batches.py`), not through `init_new`, so the case asks it to
@@ -15,8 +16,11 @@ Every spec-input / forward-batch read site in the covered folders is put in one 
 - `runner-none-deref`: a `forward_batch` site in a runner file of `model_executor/` or `speculative/`
   (a name containing `runner`), the same mutant. Only the runner file of the idle runner path the
   driver runs (`IDLE_RUNNER_FILES`: `EagerRunner._execute_idle`, before 0.5.14
-  `ModelRunner.forward_idle`) is replayed (the triton backend on the padded IDLE batch); the other
-  runner files (the CUDA-graph runners) run only on CUDA, in the real runtime.
+  `ModelRunner.forward_idle`) is replayed (the triton backend on the padded IDLE batch). In
+  `decode_cuda_graph_runner.py` a field also has a graph-runner mutant: DSpark's hand-built draft IDLE
+  batch (`run_idle_participation`'s `ForwardBatch(...)`) giving it None, replayed by the graph-runner
+  scenario (`GRAPH_SCENARIO`, the capture stood in); the other runner files (the other CUDA-graph
+  runners) run only on CUDA, in the real runtime.
 
 Sites in other files of `model_executor/` and `speculative/` (workers, `forward_batch_info.py`, the
 spec inputs themselves) are counted as `outside`, with why.
