@@ -525,7 +525,8 @@ def test_oracle_recall_on_a_real_release_subset(tmp_path) -> None:
     want = {k: min(2 * (SHARED_FACTOR if k in SHARED_KINDS else 1), n) for k, n in rel["runnable"].items()}
     assert {k: v["run"] for k, v in rel["kinds"].items()} == want
     assert all(m["oracle"] in ("confirmed", "refuted", "undecided") and m["oracle_reason"] for m in rel["mutants"])
-    assert len(res["cache"]) == sum(want.values())
+    # one outcome per replayed mutant, and the control replay's status
+    assert len(res["cache"]) == sum(want.values()) + 1 and res["cache"]["0.5.14|control replay"]["control_ok"]
 
 
 def test_the_model_stand_in_lists_its_calls_with_the_none_arguments() -> None:
