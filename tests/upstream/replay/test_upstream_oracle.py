@@ -14,6 +14,7 @@ from workbench.cli import main as workbench_main
 from workbench.upstream.context import UpstreamContext, quiet
 from workbench.upstream.replay import oracle
 from workbench.upstream.replay.run_end import OLD_OUTCOMES
+from workbench.upstream.static.classes import collect, spec_input_classes
 from workbench.upstream.static.mutate import MutationError
 from workbench.upstream.static.site_mutants import (
     BATCH_REASON,
@@ -21,7 +22,9 @@ from workbench.upstream.static.site_mutants import (
     RUNNER_REASON,
     SHARED_FACTOR,
     SHARED_KINDS,
+    SiteMutant,
     build_mutants,
+    idle_default_none,
     is_dataclass_field,
     padded_fields,
     sample,
@@ -51,8 +54,22 @@ def _pooled(stand_in_replay, chunks: list[int] | None = None):
     return run
 
 
+def _idle_toy():
+    """The toy whose draft-extend idle input gives `kv_indptr` and `hidden_states` empty tensors (the
+    toy's own leaves them at their dataclass default None, so a None there would be the release itself)."""
+    tree = toy_tree(with_field=True)
+    empty = "return cls(kv_indptr=torch.empty((0,)), hidden_states=torch.empty((0, 4)))"
+    text = tree.files[INFO].replace("return cls()", empty)
+    return tree.with_changes({INFO: text})
+
+
 def test_mutants_come_from_the_sites_with_their_cases() -> None:
-    built = build_mutants(toy_tree(with_field=True))
+    # the toy's idle input leaves kv_indptr at its default None: no mutant, listed as equivalent
+    toy = build_mutants(toy_tree(with_field=True))
+    name = "toy_backend.py kv_indptr: None from DraftExtendInput.create_idle_input"
+    assert "equivalent mutant" in toy["skipped"][name]
+    assert not [m for m in toy["mutants"] if m.kind == "none-deref"]
+    built = build_mutants(_idle_toy())
     ms = _by_name(built)
     removed = ms["toy_backend.py draft_token_num: removed from VerifyInput"]
     assert removed.kind == "missing-attribute" and "draft_token_num" not in removed.changes[INFO]
@@ -61,7 +78,8 @@ def test_mutants_come_from_the_sites_with_their_cases() -> None:
     guard = ms["toy_backend.py kv_indptr: guard removed, VerifyInput lacks it"]
     assert 'getattr(spec_info, "kv_indptr"' not in guard.changes[BACKEND]
     idle = ms["toy_backend.py kv_indptr: None from DraftExtendInput.create_idle_input"]
-    assert idle.kind == "none-deref" and "cls(kv_indptr=None)" in idle.changes[INFO]
+    assert idle.kind == "none-deref" and "cls(kv_indptr=None, hidden_states=" in idle.changes[INFO]
+    assert idle.digest() != SiteMutant(**{**idle.__dict__, "kind": "missing-attribute"}).digest()  # judge rule
     assert {c["batch"] for c in idle.cases} == {"IDLE padded", "DRAFT_EXTEND_V2"}  # the toy has no DRAFT_EXTEND
     # the toy's forward_batch_info.py has no ForwardBatch: no field to leave None
     assert not [m for m in built["mutants"] if m.kind in ("batch-none-deref", "runner-none-deref")]
@@ -84,10 +102,28 @@ def test_idle_none_replaces_or_adds_the_keyword_and_refuses_an_equivalent_mutant
         set_idle_none(text, INFO, "DraftExtendInput", "positions", False)
     with pytest.raises(MutationError, match="defines no create_idle_input"):
         set_idle_none(text, INFO, "VerifyInput", "draft_token_num", True)
+    # a field at its dataclass default None that create_idle_input does not give: the release itself
+    with pytest.raises(MutationError, match="equivalent mutant"):
+        set_idle_none(text, INFO, "DraftExtendInput", "kv_indptr", True, default_none=True)
+
+
+def test_a_default_none_is_told_from_a_default_the_constructor_sets() -> None:
+    spec = toy_tree(with_field=True).under(SPEC_DIR)
+    classes, own = spec_input_classes(spec), collect(spec)
+    assert idle_default_none(spec, classes["DraftExtendInput"], "kv_indptr", own)
+    # VerifyInput sets draft_token_num in __init__; custom_mask is a plain class attribute
+    assert not idle_default_none(spec, classes["VerifyInput"], "draft_token_num", own)
+    assert not idle_default_none(spec, classes["DraftExtendInput"], "custom_mask", own)
+    post = spec[INFO].replace(
+        "super().__init__(SpecInputType.DRAFT_EXTEND)",
+        "super().__init__(SpecInputType.DRAFT_EXTEND)\n        self.kv_indptr = 0",
+    )
+    spec2 = {**spec, INFO: post}
+    assert not idle_default_none(spec2, spec_input_classes(spec2)["DraftExtendInput"], "kv_indptr", collect(spec2))
 
 
 def test_sampling_is_deterministic_per_kind_and_release() -> None:
-    ms = build_mutants(toy_tree(with_field=True))["mutants"]
+    ms = build_mutants(_idle_toy())["mutants"]
     one = [m.name for m in sample(ms, "0.5.14", 1)]
     assert one == [m.name for m in sample(ms, "0.5.14", 1)]
     assert sorted({m.kind for m in sample(ms, "0.5.14", 1)}) == ["missing-attribute", "none-deref"]
@@ -131,6 +167,25 @@ def test_a_case_is_judged_against_the_release_as_shipped() -> None:
     assert oracle.verdict(m, [("clean", "a"), ("blocked", "b")])[0] == "undecided"
     assert oracle.verdict(m, [("clean", "a"), ("not reached", "b")])[0] == "refuted"
     assert oracle.verdict(m, [("not reached", "a")])[0] == "undecided"
+
+
+def test_a_none_deref_case_is_clean_only_where_a_site_line_ran() -> None:
+    m = _by_name(build_mutants(_idle_toy()))["toy_backend.py kv_indptr: None from DraftExtendInput.create_idle_input"]
+    site = next(s for s in m.sites if s["function"] == "Backend.init_forward_metadata")
+    here, entered = f"{site['file']}:{site['line']}", [f"{site['file']}:{site['function']}"]
+    # the site's function ran, no site line on either run: the case does not reach the read
+    out, why = oracle.judge_case(m, _rec("completed", entered=entered), _rec("completed", entered=entered))
+    assert out == "not reached" and "nor on the release" in why
+    assert oracle.verdict(m, [(out, why)])[0] == "undecided"
+    # the line ran with the None and did not raise
+    assert oracle.judge_case(m, _rec("completed", ran=[here], entered=entered), _rec("completed"))[0] == "clean"
+    # the line ran on the release only: the None turned the path away from the read
+    out, why = oracle.judge_case(m, _rec("completed", entered=entered), _rec("completed", ran=[here]))
+    assert out == "clean" and "turned the path away" in why
+    # the older rule still holds for a missing-attribute mutant (its cached outcomes were judged by it)
+    other = _by_name(build_mutants(_idle_toy()))["toy_backend.py draft_token_num: removed from VerifyInput"]
+    ent = [f"{other.sites[0]['file']}:{other.sites[0]['function']}"]
+    assert oracle.judge_case(other, _rec("completed", entered=ent), _rec("completed"))[0] == "clean"
 
 
 FB_TOY = """
@@ -470,7 +525,8 @@ def test_oracle_recall_on_a_real_release_subset(tmp_path) -> None:
     want = {k: min(2 * (SHARED_FACTOR if k in SHARED_KINDS else 1), n) for k, n in rel["runnable"].items()}
     assert {k: v["run"] for k, v in rel["kinds"].items()} == want
     assert all(m["oracle"] in ("confirmed", "refuted", "undecided") and m["oracle_reason"] for m in rel["mutants"])
-    assert len(res["cache"]) == sum(want.values())
+    # one outcome per replayed mutant, and the control replay's status
+    assert len(res["cache"]) == sum(want.values()) + 1 and res["cache"]["0.5.14|control replay"]["control_ok"]
 
 
 def test_the_model_stand_in_lists_its_calls_with_the_none_arguments() -> None:
@@ -599,3 +655,153 @@ def test_a_case_is_built_only_for_a_batch_the_release_builds() -> None:
     files[f"{SPEC_DIR}worker.py"] += "def idle(batch):\n    batch.spec_info = NextDraftInput.create_idle_input('cpu')\n"
     again = {m.name: m for m in build_mutants(memory_tree(files, "toy"))["mutants"]}
     assert [c["batch"] for c in again["toy_backend.py kv_indptr: removed from NextDraftInput"].cases] == ["IDLE padded"]
+
+
+GRAPH_FILE = "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py"
+DSPARK = "sglang/srt/speculative/dspark_components/dspark_draft.py"
+DECODE_GRAPH = """
+class DecodeCudaGraphRunner:
+    def can_run_graph(self, forward_batch):
+        return forward_batch.batch_size <= 8 and max(forward_batch.seq_lens) < 4 and forward_batch.num_token_non_padded
+"""
+DSPARK_SRC = """
+class DraftBlockProposer:
+    def run_idle_participation(self, batch):
+        idle_batch = ForwardBatch(forward_mode=ForwardMode.IDLE, batch_size=0, seq_lens=torch.empty((0,)))
+        self._fill_dp_moe_sync_metadata(idle_batch, batch)
+        self.draft_model_runner.forward(idle_batch)
+    def _fill_dp_moe_sync_metadata(self, forward_batch, batch):
+        forward_batch.batch_size = 0
+        forward_batch.global_num_tokens_cpu = gnt
+"""
+
+
+def _graph_tree():
+    return _batch_tree().with_changes({GRAPH_FILE: DECODE_GRAPH, DSPARK: DSPARK_SRC})
+
+
+def test_a_decode_graph_runner_field_is_left_none_by_dspark_s_hand_built_idle_batch() -> None:
+    from workbench.upstream.replay import runner_decisions
+    from workbench.upstream.static import site_mutants
+
+    # the same files as the graph-runner replay's
+    assert (site_mutants.GRAPH_RUNNER_FILE, site_mutants.DSPARK_FILE) == (
+        runner_decisions.RUNNER_FILE,
+        runner_decisions.DSPARK_FILE,
+    )
+    assert site_mutants.GRAPH_SCENARIO == runner_decisions.SCENARIO
+    built = build_mutants(_graph_tree())
+    ms = _by_name(built)
+    m = ms["decode_cuda_graph_runner.py seq_lens: None from run_idle_participation's ForwardBatch"]
+    assert m.kind == "runner-none-deref" and m.op == "dspark idle None" and oracle.is_graph(m)
+    assert "seq_lens=None)" in m.changes[DSPARK] and set(m.changes) == {DSPARK}
+    (case,) = m.cases
+    assert case["graph_runner"] and case["control_key"] == site_mutants.GRAPH_CONTROL_KEY
+    assert case["watch"] == [f"{GRAPH_FILE}:4"] and site_mutants.GRAPH_STAND_IN in case["batch"]
+    # set again by the DP-metadata fill: a None in the constructor is overwritten; not given: its default
+    skipped = built["skipped"]
+    assert (
+        "equivalent mutant"
+        in skipped["decode_cuda_graph_runner.py batch_size: None from run_idle_participation's ForwardBatch"]
+    )
+    assert (
+        "does not give"
+        in skipped["decode_cuda_graph_runner.py num_token_non_padded: None from run_idle_participation's ForwardBatch"]
+    )
+    # the init_new mutant of the same site stays, undecided: the hand-built batch never runs init_new
+    assert ms["decode_cuda_graph_runner.py seq_lens: None on the IDLE batch (init_new)"].undecided == RUNNER_REASON
+    # no DSpark on the release: no graph mutant
+    assert not [x for x in build_mutants(_batch_tree())["mutants"] if x.op == "dspark idle None"]
+
+
+def test_a_graph_runner_mutant_is_judged_by_the_graph_runner_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`replay` is a stand-in (no release environment here): the graph-runner scenario's control decides
+    with every site line run; the mutant's run raises at the site line on the None."""
+    from workbench.upstream.replay.runner_decisions import SERVER_ARGS
+
+    graph_calls: list[tuple[str, list[str]]] = []
+
+    def stand_in_replay(ctx, target, cases, extra=None):
+        out = []
+        for c in cases:
+            if not c.get("graph_runner"):
+                out.append({**_rec("completed", entered=[f"{BACKEND}:Backend.init_forward_metadata"]), "case": c})
+                continue
+            assert extra == {"server_args": SERVER_ARGS}
+            graph_calls.append((target.label, c["watch"]))
+            here = f"{GRAPH_FILE}:4"
+            if "seq_lens: None" in target.label:
+                run = _rec("raised", here, "'NoneType' object is not iterable", exc="TypeError")
+            else:
+                run = _rec("completed", ran=[here], entered=[f"{GRAPH_FILE}:DecodeCudaGraphRunner.can_run_graph"])
+                run["runs"][0].update(stopped_at="graph decision", can_run_graph=True)
+            out.append({**run, "case": c})
+        return {"status": "ok", "cases": out, "run_s": 0.0}
+
+    monkeypatch.setattr(oracle, "replay", stand_in_replay)
+    monkeypatch.setattr(oracle, "replay_mutants", _pooled(stand_in_replay))
+    tree = _graph_tree()
+    tree.release = "0.5.16"
+    res = oracle.release_oracle(CTX, tree, None, {}, lint=False)
+    rec = {r["name"]: r for r in res["mutants"]}[
+        "decode_cuda_graph_runner.py seq_lens: None from run_idle_participation's ForwardBatch"
+    ]
+    assert rec["oracle"] == "confirmed" and "TypeError: 'NoneType' object is not iterable" in rec["oracle_reason"]
+    assert "STAND-IN: DecodeCudaGraphRunner.capture" in rec["oracle_reason"]
+    # one control run of the scenario on the release, one run of the mutant with its edit
+    assert [label for label, _ in graph_calls] == [
+        tree.label,
+        f"{tree.label} [{rec['name']}]",
+    ]
+
+    # the scenario does not run on the release itself: its mutants are not replayed, undecided with why
+    def failing(ctx, target, cases, extra=None):
+        if any(c.get("graph_runner") for c in cases):
+            graph_calls.append((target.label, []))
+            return {"status": "error", "cases": [], "run_s": 0.0, "message": "ValueError: DSpark needs CUDA"}
+        return stand_in_replay(ctx, target, cases, extra)
+
+    graph_calls.clear()
+    monkeypatch.setattr(oracle, "replay", failing)
+    res = oracle.release_oracle(CTX, tree, None, {}, lint=False)
+    rec = {r["name"]: r for r in res["mutants"]}[rec["name"]]
+    assert rec["oracle"] == "undecided" and "did not run on the release itself: ValueError" in rec["oracle_reason"]
+    assert len(graph_calls) == 1
+
+
+def test_a_release_that_raises_first_in_the_scenario_is_judged_with_its_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The release's own crash before the graph runner decides (0.5.16's corpus case) would block every
+    mutant: they run on the release with the fix of that crash (`runner_decisions.apply_fix`), named."""
+    from workbench.upstream.replay.runner_decisions import FIX_LINE
+
+    seen: list[bool] = []
+
+    def stand_in_replay(ctx, target, cases, extra=None):
+        out = []
+        for c in cases:
+            if not c.get("graph_runner"):
+                out.append({**_rec("completed", entered=[f"{BACKEND}:Backend.init_forward_metadata"]), "case": c})
+                continue
+            fixed = FIX_LINE in target.files[DSPARK]
+            seen.append(fixed)
+            if not fixed:
+                run = _rec("raised", f"{GRAPH_FILE}:9", "'NoneType' object is not iterable", exc="TypeError")
+            elif "seq_lens=None" in target.files[DSPARK]:
+                run = _rec("raised", f"{GRAPH_FILE}:4", "'NoneType' object is not iterable", exc="TypeError")
+            else:
+                run = _rec("completed", ran=[f"{GRAPH_FILE}:4"], entered=[f"{GRAPH_FILE}:X.can_run_graph"])
+                run["runs"][0].update(stopped_at="graph decision", can_run_graph=True)
+            out.append({**run, "case": c})
+        return {"status": "ok", "cases": out, "run_s": 0.0}
+
+    monkeypatch.setattr(oracle, "replay", stand_in_replay)
+    monkeypatch.setattr(oracle, "replay_mutants", _pooled(stand_in_replay))
+    tree = _graph_tree()
+    tree.release = "0.5.16"
+    res = oracle.release_oracle(CTX, tree, None, {}, lint=False)
+    rec = {r["name"]: r for r in res["mutants"]}[
+        "decode_cuda_graph_runner.py seq_lens: None from run_idle_participation's ForwardBatch"
+    ]
+    # the control as shipped, the control with the fix, then the mutant on the fixed release
+    assert seen == [False, True, True] and rec["oracle"] == "confirmed"
+    assert "with the fix applied" in rec["oracle_reason"] and f"{GRAPH_FILE}:9" in rec["oracle_reason"]

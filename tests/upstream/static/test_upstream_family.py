@@ -460,3 +460,62 @@ def test_a_none_after_the_release_s_dp_padding_is_found_where_real_code_raised(
             if f["attr"] == attr and f["read_file"] == f"{ATTN_DIR}triton_backend.py" and f["deref_line"] == line
         ]
         assert ("batch-none-deref", op) in hits, (attr, hits)
+
+
+# the None tests of 0.5.14-0.5.23's flashinfer / flashinfer_mla / triton decode paths, in small
+GUARDED = textwrap.dedent("""
+    class Updater:
+        def update(self, forward_batch):
+            self.call_begin_forward(forward_batch.seq_lens)
+        def update_spec(self, forward_batch):
+            self.call_begin_forward(forward_batch.seq_lens, spec_info=forward_batch.spec_info)
+        def call_begin_forward(self, lens, spec_info=None):
+            if spec_info is None:
+                k = lens
+            else:
+                k = spec_info.topk_p
+                s = k.shape
+    class Backend:
+        def __init__(self):
+            self.updater = Updater()
+        def init_forward_metadata(self, forward_batch):
+            spec_info = forward_batch.spec_info
+            if forward_batch.forward_mode.is_decode_or_idle():
+                self.updater.update(forward_batch)
+                if spec_info is None or getattr(spec_info, "kv_indptr", None) is None:
+                    kv_indptr, top = forward_batch.seq_lens, forward_batch.seq_lens
+                else:
+                    kv_indptr, top = spec_info.kv_indptr, spec_info.topk_p
+                    bs = kv_indptr.shape[0] - 1
+                t = top.max()
+                if spec_info.kv_indptr is not None:
+                    hs = spec_info.hidden_states.shape
+""")
+
+
+def test_a_none_test_guards_its_branch_and_a_branch_the_idle_batch_cannot_take() -> None:
+    src = GUARDED
+    res = analyse_family(memory_tree(_files(src), "toy"))
+    got = sorted((f["attr"], f["deref_line"]) for f in res["findings"] if f["kind"] == "none-deref")
+    # `getattr(spec_info, "kv_indptr", None) is None` tests kv_indptr: its else reads it not None;
+    # topk_p (empty on IDLE) is read in that else, then `.max()` after it: the alias keeps the else's
+    # facts, and kv_indptr is None on IDLE, so the else never runs on IDLE; the same for hidden_states
+    # under `spec_info.kv_indptr is not None`; call_begin_forward's else needs a spec_info that
+    # `update` leaves at its default None
+    assert got == []
+    # with the idle input giving kv_indptr, each of those paths runs on IDLE and is reported
+    spec = SPEC.replace("topk_p=torch.empty((0, 1), device=device),", "topk_p=torch.empty((0, 1)), kv_indptr=x,")
+    res = analyse_family(memory_tree({**_files(src), f"{SPEC_DIR}info.py": spec}, "toy"))
+    got = sorted((f["attr"], f["deref_op"], f["deref_line"]) for f in res["findings"] if f["kind"] == "none-deref")
+    assert got == [
+        ("hidden_states", ".shape", _lines(src, "hs = spec_info.hidden_states.shape")),
+        ("topk_p", ".max()", _lines(src, "t = top.max()")),
+    ]
+    # a caller that hands spec_info on reaches call_begin_forward's else: topk_p `.shape` is no crash on
+    # an empty tensor, but `.max()` there would be
+    src2 = src.replace("s = k.shape", "s = k.max()").replace(
+        "self.updater.update(forward_batch)", "self.updater.update_spec(forward_batch)"
+    )
+    res = analyse_family(memory_tree(_files(src2), "toy"))
+    got = sorted((f["attr"], f["deref_line"]) for f in res["findings"] if f["kind"] == "none-deref")
+    assert got == [("topk_p", _lines(src2, "s = k.max()"))]

@@ -18,7 +18,10 @@ A case of a mutant is judged against the same case on the release (`judge_case`)
   attribute; a None field: a `NoneType` error), and the release did not raise the same there;
 - `clean`: the mutant completed (or the idle runner path did not call the metadata), so did the
   release, and the run entered a site's function (the driver records the functions of the site's
-  file that ran);
+  file that ran); for a kind of `SITE_LINE_KINDS` (`none-deref`, `runner-none-deref`), a site line
+  ran too, in the mutant's run (the None read without raising) or in the release's (the None turned
+  the path away from the read): a case where no site line ran on either does not reach the read
+  (`not reached`);
 - `not reached`: the same, but no site's function ran: the case says nothing of the mutant;
 - `blocked`: anything else (raised elsewhere first, or as the release does; the case could not be
   built; a None field handed to a GPU library stand-in, which cannot say what the library does), with why.
@@ -53,10 +56,24 @@ from ..sources.releases import check_versions
 from ..sources.trees import SourceTree, release_tree
 from ..static.family import analyse_family
 from ..static.lint import MODES_FILE, analyse
-from ..static.site_mutants import KINDS, SiteMutant, build_mutants, sample
+from ..static.mutate import MutationError
+from ..static.site_mutants import (
+    DSPARK_FILE,
+    GRAPH_CONTROL_KEY,
+    GRAPH_SCENARIO,
+    GRAPH_STAND_IN,
+    KINDS,
+    SITE_LINE_KINDS,
+    SiteMutant,
+    build_mutants,
+    sample,
+    set_dspark_idle_none,
+)
 from .front import replay
 from .oracle_pool import replay_mutants
-from .run_end import LIBRARY_CALL, crashed, describe, ended, stopped_at
+from .run_end import GRAPH_DECISION, LIBRARY_CALL, crashed, describe, ended, stopped_at
+from .runner_decisions import FIX_NOTE, apply_fix
+from .runner_decisions import SERVER_ARGS as GRAPH_SERVER_ARGS
 
 ORACLE_FIELDS = ("oracle", "oracle_reason", "replay_s", "at_site")  # what the cache keeps of a mutant
 POOL_CHUNK = 40  # mutants per release interpreter (`oracle_pool`): the cache is saved after each
@@ -74,6 +91,15 @@ def _idle_raise(run: dict) -> tuple[str, str] | None:
     if idle.get("after_metadata"):
         return idle.get("after_at") or "", str(idle["after_metadata"])
     return None
+
+
+def _after_decision(case: dict | None) -> tuple[str, str, str | None] | None:
+    """(where, message, exception) of what a graph-runner case's `load_batch` raised after a True
+    `can_run_graph` (`wb_driver/graph_runner.py` records it apart: the run itself ends at the decision)."""
+    after = (case or {}).get("after_decision") or {}
+    if after.get("status") != "crashed":
+        return None
+    return after.get("raised_at") or "", str(after.get("message")), after.get("exception")
 
 
 def _caused(m: SiteMutant, exception: str | None, msg: str) -> bool:
@@ -108,6 +134,10 @@ def judge_case(m: SiteMutant, case: dict | None, base: dict | None) -> tuple[str
     if idle is not None and idle[0].rsplit(":", 1)[0] in files and _caused(m, None, idle[1]):
         if brun is None or _idle_raise(brun) != idle:
             return "raised here", f"{batch}: the idle runner path raised {idle[1]} at {idle[0]}"
+    after = _after_decision(case)
+    if after is not None and after[0].rsplit(":", 1)[0] in files and _caused(m, after[2], after[1]):
+        if base is None or _after_decision(base) != after:
+            return "raised here", f"{batch}: load_batch (after can_run_graph True) raised {after[1]} at {after[0]}"
     out, stop = ended(run)
     if out == "crashed":
         at = run.get("raised_at") or ""
@@ -130,8 +160,15 @@ def judge_case(m: SiteMutant, case: dict | None, base: dict | None) -> tuple[str
         text = f"{batch}: {describe(run)}" + (
             f", site line ran ({', '.join(ran)})" if ran else ", site function ran, site line did not"
         )
+        if not ran and m.kind in SITE_LINE_KINDS:
+            before = [w for w in (brun or {}).get("ran") or [] if w in lines]
+            if not before:
+                return "not reached", f"{text}, nor on the release: the case does not reach the read"
+            text += f" (it ran on the release: {', '.join(before)}; the None turned the path away from the read)"
         if run.get("library_passed"):
             text += f" (after {len(run['library_passed'])} calls answered by CPU stand-ins)"
+        if stop == GRAPH_DECISION:
+            text += f" (can_run_graph returned {run.get('can_run_graph')})"
         return "clean", text
     if stop == LIBRARY_CALL:
         return "blocked", f"{batch}: reached {run.get('library_call')} first"
@@ -194,6 +231,58 @@ def _control_key(case: dict) -> str:
     return case.get("control_key") or case["key"]
 
 
+def is_graph(m: SiteMutant) -> bool:
+    """Whether mutant `m` is judged by the graph-runner replay (its cases run with the scenario's
+    server arguments, `runner_decisions.SERVER_ARGS`, each mutant in a process of its own)."""
+    return any(c.get("graph_runner") for c in m.cases)
+
+
+def _graph_control(mutants: list[SiteMutant]) -> dict:
+    """The release's own run of the graph-runner scenario, watching every site line of `mutants`."""
+    watch = sorted({w for m in mutants for c in m.cases for w in c["watch"]})
+    return {
+        "graph_runner": True,
+        "scenario": GRAPH_SCENARIO,
+        "key": GRAPH_CONTROL_KEY,
+        "batch": GRAPH_SCENARIO,
+        "watch": watch,
+        "timeout_s": 120,
+    }
+
+
+def _graph_base(ctx: UpstreamContext, tree: SourceTree, control: dict) -> tuple[SourceTree, str, dict]:
+    """(the tree the graph mutants run on, what it is, the control's replay): the release, or, when the
+    release itself raises in the scenario before the graph runner decides (0.5.16's own
+    `original_global_num_tokens_cpu` None at `can_run_graph`, the corpus case), the release with the fix
+    of that crash (`runner_decisions.apply_fix`) where it applies and its control then decides: a
+    mutant's site past the release's own crash is reached only so."""
+    extra = {"server_args": GRAPH_SERVER_ARGS}
+    res = replay(ctx, tree, [control], extra=extra)
+    run = ((_case_index(res).get(GRAPH_CONTROL_KEY) or {}).get("runs") or [{}])[0]
+    if res["status"] != "ok" or ended(run)[0] != "crashed":
+        return tree, "", res
+    try:
+        fixed = apply_fix(tree)
+    except ValueError:
+        return tree, "", res
+    again = replay(ctx, fixed, [control], extra=extra)
+    frun = ((_case_index(again).get(GRAPH_CONTROL_KEY) or {}).get("runs") or [{}])[0]
+    if again["status"] != "ok" or ended(frun)[0] == "crashed":
+        return tree, "", res
+    note = (
+        f" (on the release with the fix applied, {FIX_NOTE}: as shipped it raises first, "
+        f"{run.get('exception')}: {run.get('message')} at {run.get('raised_at')})"
+    )
+    return fixed, note, again
+
+
+def _on_base(m: SiteMutant, base: SourceTree) -> dict[str, str]:
+    """Mutant `m`'s edit made on `base` (the release with the fix: the same keyword set to None)."""
+    if not base.changes:
+        return m.changes
+    return {DSPARK_FILE: set_dspark_idle_none(base.files[DSPARK_FILE], DSPARK_FILE, m.attr)}
+
+
 def shares_process(m: SiteMutant) -> bool:
     """Whether mutant `m` can share one replay process with the others like it: it edits only
     `ForwardBatch.init_new`, which the driver never runs (its cases leave the field None on the
@@ -237,16 +326,29 @@ def release_oracle(
     base_cases: dict[str, dict] = {}
     base_status, base_ok = None, True
     shared_res: dict = {}
+    graph_down: str | None = None  # why the graph-runner scenario's control failed: its mutants are not replayed
+    graph_base, graph_note = tree, ""  # the tree the graph mutants run on (the release, or it with the fix)
     if todo and not lint_only:
         # the release as shipped: a case without its mutant's batch fields left None
         bare = {"batch_none": [], "batch_none_after": []}
-        want = {_control_key(c): {**c, "key": _control_key(c), **bare} for m in todo for c in m.cases}
+        want = {
+            _control_key(c): {**c, "key": _control_key(c), **bare} for m in todo if not is_graph(m) for c in m.cases
+        }
         start = time.perf_counter()
         base = replay(_for_cases(ctx, list(want.values())), tree, list(want.values()))
         base_status = f"{base['status']} ({round(time.perf_counter() - start, 1)} s): {base.get('message')}"
         base_cases = _case_index(base)
         base_ok = base["status"] == "ok"
         ctx.log(f"[{tree.label}] control replay of {len(want)} cases: {base_status}")
+        graph = [m for m in todo if is_graph(m)]
+        if graph:  # the graph-runner scenario's own control, under its server arguments
+            start = time.perf_counter()
+            graph_base, graph_note, gres = _graph_base(ctx, tree, _graph_control(graph))
+            took = round(time.perf_counter() - start, 1)
+            base_cases.update(_case_index(gres))
+            if gres["status"] != "ok":
+                graph_down = f"the graph-runner scenario did not run on the release itself: {gres.get('message')}"
+            ctx.log(f"[{tree.label}] graph-runner control ({GRAPH_STAND_IN}): {gres['status']} ({took} s){graph_note}")
         cache[f"{tree.release}|control replay"] = {"control_replay": base_status, "control_ok": base_ok}
         shared = [m for m in todo if shares_process(m)]
         if shared:
@@ -262,7 +364,7 @@ def release_oracle(
     lint_s = 0.0
     # the other mutants run POOL_CHUNK at a time in one release interpreter (`oracle_pool`), a
     # chunk when the loop reaches its first mutant; the cache is saved after each mutant
-    pooled = [m for m in todo if not shares_process(m) and not lint_only]
+    pooled = [m for m in todo if not shares_process(m) and not is_graph(m) and not lint_only]
     answers: dict[str, dict] = {}
     for i, m in enumerate(chosen, 1):
         key = f"{tree.release}|{m.name}|{m.digest()}"
@@ -272,7 +374,22 @@ def release_oracle(
         elif lint_only:
             oracle_fields = {"oracle": "undecided", "oracle_reason": "lint only: not replayed", "replay_s": 0.0}
         else:
-            if not shares_process(m) and m.name not in answers:
+            if is_graph(m) and graph_down:
+                answers[m.name] = {"status": "error", "cases": [], "run_s": 0.0, "message": graph_down}
+            elif is_graph(m):
+                label = f"{tree.label} [{m.name}]"
+                start = time.perf_counter()
+                try:
+                    answers[m.name] = replay(
+                        ctx,
+                        graph_base.with_changes(_on_base(m, graph_base), label),
+                        m.cases,
+                        extra={"server_args": GRAPH_SERVER_ARGS},
+                    )
+                except MutationError as exc:
+                    answers[m.name] = {"status": "error", "cases": [], "run_s": 0.0, "message": f"{graph_note}: {exc}"}
+                ctx.log(f"[{tree.label}] graph-runner replay of {m.name}: {round(time.perf_counter() - start, 1)} s")
+            elif not shares_process(m) and m.name not in answers:
                 at = pooled.index(m)
                 chunk = pooled[at : at + POOL_CHUNK]
                 start = time.perf_counter()
@@ -285,6 +402,8 @@ def release_oracle(
             if res["status"] != "ok":
                 judged.append(("blocked", f"the replay process ended {res['status']}: {res.get('message')}"))
             v, why = verdict(m, judged)
+            if is_graph(m):
+                why = f"{why}{graph_note} [{GRAPH_STAND_IN}]"
             at_site = None
             if v == "confirmed":
                 at_site = any(

@@ -33,8 +33,12 @@ of a local bound to it (`a, b = spec_info.a, spec_info.b`), or of the parameter 
 callee the read is handed to (`passed`). On a None value every one raises; on an empty tensor only
 those that need an element do (`.max()` / `.min()` / `.item()` with no dimension, `max()` / `min()`,
 a constant index). It is guarded when the same function tests the value for None (`is None`, `is not
-None`, its truth) at or before that line (for an empty value, also `.numel()` / `len()`), when the
-branch it is in excludes IDLE, or when the walk from the same entry assigns that attribute of
+None`, its truth, also as `getattr(spec_info, "a", None)`) at or before that line (for an empty value,
+also `.numel()` / `len()`), when the branch it is in excludes IDLE, when every path to it needs a None
+test the IDLE batch fails (`dead_on_idle`: a field tested not None that is None on IDLE for that
+class, such as the `else` of `if getattr(spec_info, "kv_indptr", None) is None`, a local bound there
+keeping that branch's facts; or `spec_info` tested not None in a callee whose `spec_info` parameter
+the caller left at its default None), or when the walk from the same entry assigns that attribute of
 `spec_info` / `forward_batch` anywhere (as the contract lint treats a backend's own writes: the
 multi-step draft backends set `spec_info.kv_indptr` before each step).
 """
@@ -74,6 +78,36 @@ _BUILTIN_DEREF = (
 _SIZE_CTORS = ("empty", "zeros", "ones", "full", "rand", "randn", "arange")
 # torch functions whose first argument may be None (any other `torch.f(x, ...)` raises on a None x)
 _NONE_OK = ("is_tensor", "is_storage")
+
+
+# a None fact in a path's constraints (`Ctx.only`): (NONE_FACT, key, is None); key `SPEC` is the spec
+# input itself, ("spec" | "batch", attribute) a field of it or of the forward batch
+NONE_FACT = "none"
+SPEC = ("spec", "")
+
+
+def _spec_params_default_none(fn: ast.FunctionDef, method: bool) -> list[str]:
+    """The parameters of `fn` named as a spec input (`is_spec`) whose default is None."""
+    a = fn.args
+    pos = [*a.posonlyargs, *a.args][1 if method else 0 :]
+    defaults = dict(zip([x.arg for x in pos][len(pos) - len(a.defaults) :], a.defaults, strict=True))
+    defaults.update({x.arg: d for x, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None})
+    return [p for p, d in defaults.items() if _is_none(d) and is_spec(ast.Name(id=p))]
+
+
+def dead_on_idle(only: list, values: dict[str, dict], spec_values: dict[str, dict] | None) -> bool:
+    """Whether a path's None facts (`NONE_FACT` in its constraints) cannot hold on the IDLE batch: two
+    that contradict (`spec_info is None` where a caller left it None, then its `else`), or a field the
+    path needs not None that is None on IDLE (`values`: the forward batch's, `spec_values`: the spec
+    input's, each {attr: {state, ...}})."""
+    facts = {(o[1], o[2]) for o in only if o[0] == NONE_FACT}
+    if any((key, not v) in facts for key, v in facts):
+        return True
+    for (recv, attr), is_none in facts:
+        vals = values if recv == "batch" else (spec_values or {})
+        if attr and not is_none and (vals.get(attr) or {}).get("state") == "None":
+            return True
+    return False
 
 
 def is_batch(node: ast.expr) -> bool:
@@ -514,18 +548,59 @@ class DerefScanner(FileScanner):
             t = self._target(value, ctx, where)
             if t is not None and self._checked.get(where, {}).get((t[0], t[1], "none"), 10**9) > call.lineno:
                 via = f"passed as {param} to {name} at {self.fname.rsplit('/', 1)[-1]}:{call.lineno}"
-                bound.append((param, (t[0], t[1], t[2], t[3] or via)))
+                bound.append((param, (t[0], t[1], t[2], t[3] or via, *t[4:])))
         self._alias.pop(name, None)
-        self._func(owner, target, replace(ctx, bound=frozenset(bound)), owner or "")
+        only = ctx.only
+        if any(p not in {q for q, _ in passed} for p in _spec_params_default_none(target, owner is not None)) and not (
+            any(isinstance(v, ast.Starred) for v in call.args) or any(k.arg is None for k in call.keywords)
+        ):
+            # the callee's spec input is its parameter's default None: the caller's facts about its own
+            # spec input do not hold for it
+            only = tuple(o for o in only if not (o[0] == NONE_FACT and o[1][0] == "spec")) + ((NONE_FACT, SPEC, True),)
+        self._func(owner, target, replace(ctx, bound=frozenset(bound), only=only), owner or "")
 
     def _check(self, t: tuple | None, what: str, line: int, where: str) -> None:
         if t is not None:
             self._checked.setdefault(where, {}).setdefault((t[0], t[1], what), line)
 
+    def _tested(self, node: ast.expr, ctx: Ctx, where: str) -> tuple | None:
+        """What a None test tests: a read (`_target`), or `getattr(<spec or batch>, "a", None)`, the
+        read of `a` with a None default."""
+        t = self._target(node, ctx, where)
+        if t is not None or not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            return t
+        args = node.args
+        if (
+            node.func.id == "getattr"
+            and len(args) == 3
+            and isinstance(args[1], ast.Constant)
+            and isinstance(args[1].value, str)
+            and _is_none(args[2])
+        ):
+            if is_spec(args[0], ctx.aliases):
+                return ("spec", args[1].value, node.lineno, None)
+            if is_batch(args[0]):
+                return ("batch", args[1].value, node.lineno, None)
+        return None
+
+    @staticmethod
+    def _none_kind(node: ast.expr) -> str:
+        """`none` for a test of the read itself; `none-getattr` for one of its `getattr(..., None)`,
+        which guards a None but not an empty value (an empty tensor passes `is not None`)."""
+        return "none-getattr" if isinstance(node, ast.Call) else "none"
+
+    def _none_key(self, node: ast.expr, ctx: Ctx, where: str) -> tuple | None:
+        """The key of a None fact about `node`: `SPEC` for the spec input itself, (receiver, attribute)
+        for a read or its `getattr(..., None)`."""
+        if isinstance(node, ast.Name) and is_spec(node, ctx.aliases):
+            return SPEC
+        t = self._tested(node, ctx, where)
+        return None if t is None else (t[0], t[1])
+
     def _truth(self, test: ast.expr, ctx: Ctx, where: str) -> None:
         for part in test.values if isinstance(test, ast.BoolOp) else [test]:
             inner = part.operand if isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not) else part
-            self._check(self._target(inner, ctx, where), "none", inner.lineno, where)
+            self._check(self._tested(inner, ctx, where), self._none_kind(inner), inner.lineno, where)
 
     def _stmt(self, stmt: ast.stmt, ctx: Ctx, cname: str | None, where: str) -> Ctx:
         if isinstance(stmt, (ast.If, ast.While, ast.Assert)):
@@ -549,12 +624,33 @@ class DerefScanner(FileScanner):
                 if isinstance(name, ast.Name):
                     found = self._target(v, ctx, where)
                     local = self._alias.setdefault(where, {})
+                    if found is not None:  # the None facts where it was bound hold wherever it is used
+                        facts = tuple(o for o in ctx.only if o[0] == NONE_FACT)
+                        found = (*found[:4], tuple(dict.fromkeys((*found[4:5][0], *facts))) if found[4:] else facts)
                     local[name.id] = found  # None: rebound to another value (a parameter's binding too)
         return out
 
     def _expr(self, node: ast.expr, ctx: Ctx, cname: str | None, where: str):
         self._note(node, ctx, where)
-        return super()._expr(node, ctx, cname, where)
+        facts = super()._expr(node, ctx, cname, where)
+        # None facts of a test (`NONE_FACT`): `x is None` / `is not None` / `== None` / `!= None`, and a
+        # truth test (`if x:`: not None where it holds)
+        if (
+            isinstance(node, ast.Compare)
+            and len(node.ops) == 1
+            and isinstance(node.ops[0], (ast.Is, ast.IsNot, ast.Eq, ast.NotEq))
+            and _is_none(node.comparators[0])
+        ):
+            key = self._none_key(node.left, ctx, where)
+            if key is not None:
+                is_none = isinstance(node.ops[0], (ast.Is, ast.Eq))
+                facts.true_only.append((NONE_FACT, key, is_none))
+                facts.false_only.append((NONE_FACT, key, not is_none))
+        elif isinstance(node, (ast.Name, ast.Attribute, ast.Call)):
+            key = self._none_key(node, ctx, where)
+            if key is not None:
+                facts.true_only.append((NONE_FACT, key, False))
+        return facts
 
     def _note(self, node: ast.expr, ctx: Ctx, where: str) -> None:  # noqa: C901
         line = getattr(node, "lineno", 0)
@@ -562,7 +658,7 @@ class DerefScanner(FileScanner):
             if all(isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)) for op in node.ops) and any(
                 _is_none(c) for c in node.comparators
             ):
-                self._check(self._target(node.left, ctx, where), "none", line, where)
+                self._check(self._tested(node.left, ctx, where), self._none_kind(node.left), line, where)
                 return
             if any(isinstance(op, (ast.Lt, ast.Gt, ast.LtE, ast.GtE)) for op in node.ops):
                 for side in [node.left, *node.comparators]:
@@ -609,6 +705,7 @@ class DerefScanner(FileScanner):
         if t is None:
             return
         checked = self._checked.get(where, {})
+        only = ctx.only + tuple(o for o in (t[4] if len(t) > 4 else ()) if o not in ctx.only)
         self.derefs.append(
             {
                 "file": self.fname,
@@ -618,7 +715,10 @@ class DerefScanner(FileScanner):
                 "line": line,
                 "op": op,
                 "crashes_on_empty": empty,
-                "none_guarded": checked.get((t[0], t[1], "none"), 10**9) <= line,
+                "none_guarded": min(
+                    checked.get((t[0], t[1], "none"), 10**9), checked.get((t[0], t[1], "none-getattr"), 10**9)
+                )
+                <= line,
                 "empty_guarded": min(
                     checked.get((t[0], t[1], "none"), 10**9), checked.get((t[0], t[1], "empty"), 10**9)
                 )
@@ -627,7 +727,7 @@ class DerefScanner(FileScanner):
                 "passed": t[3],
                 "code": self.lines[line - 1].strip() if 0 < line <= len(self.lines) else "",
                 "modes": None if ctx.modes is None else sorted(ctx.modes),
-                "only": [list(o) for o in ctx.only],
+                "only": [list(o) for o in only],
             }
         )
 
@@ -665,8 +765,9 @@ def _scan_file(
                 key = (d["line"], d["recv"], d["attr"], d["function"])
                 old = derefs.get(key)
                 if old is None:
-                    derefs[key] = {**d, "entry": f"{cname}.{n}"}
+                    derefs[key] = {**d, "entry": f"{cname}.{n}", "paths": [d["only"]]}
                 else:
+                    old["paths"].append(d["only"])
                     old["none_guarded"] &= d["none_guarded"]
                     old["empty_guarded"] &= d["empty_guarded"]
                     old["crashes_on_empty"] |= d["crashes_on_empty"]
@@ -733,6 +834,8 @@ def analyse_family(tree: SourceTree, base: dict | None = None) -> dict:
                 for cname, val, _ in targets:
                     if val is None or not _crashes(d, val["state"]):
                         continue
+                    if all(dead_on_idle(p, batch_vals, spec_vals.get(cname)) for p in d["paths"]):
+                        continue  # every path to it needs a None test the IDLE batch fails
                     kind = (
                         "runner-none-deref"
                         if runner

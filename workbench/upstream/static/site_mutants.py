@@ -6,7 +6,8 @@ Every spec-input / forward-batch read site in the covered folders is put in one 
   spec input that has it (unguarded site), or the guard removed (a `getattr` default / `hasattr`
   site) for a spec input that lacks the attribute;
 - `none-deref`: an unguarded `spec_info` site in `layers/attention/`; mutant: the field left None by
-  the class's own `create_idle_input` (its keyword set to, or given, `None`);
+  the class's own `create_idle_input` (its keyword set to, or given, `None`; a field that constructor
+  leaves at its dataclass default None is None already: no mutant, `idle_default_none`);
 - `batch-none-deref`: a `forward_batch` site in `layers/attention/`; mutant: `ForwardBatch.init_new`
   leaves the field None on an IDLE batch (`ret.<field> = None` in its IDLE branch). The replay driver
   builds its batch by hand (`wb_driver/batches.py`), not through `init_new`, so the case asks it to
@@ -15,8 +16,11 @@ Every spec-input / forward-batch read site in the covered folders is put in one 
 - `runner-none-deref`: a `forward_batch` site in a runner file of `model_executor/` or `speculative/`
   (a name containing `runner`), the same mutant. Only the runner file of the idle runner path the
   driver runs (`IDLE_RUNNER_FILES`: `EagerRunner._execute_idle`, before 0.5.14
-  `ModelRunner.forward_idle`) is replayed (the triton backend on the padded IDLE batch); the other
-  runner files (the CUDA-graph runners) run only on CUDA, in the real runtime.
+  `ModelRunner.forward_idle`) is replayed (the triton backend on the padded IDLE batch). In
+  `decode_cuda_graph_runner.py` a field also has a graph-runner mutant: DSpark's hand-built draft IDLE
+  batch (`run_idle_participation`'s `ForwardBatch(...)`) giving it None, replayed by the graph-runner
+  scenario (`GRAPH_SCENARIO`, the capture stood in); the other runner files (the other CUDA-graph
+  runners) run only on CUDA, in the real runtime.
 
 Sites in other files of `model_executor/` and `speculative/` (workers, `forward_batch_info.py`, the
 spec inputs themselves) are counted as `outside`, with why.
@@ -90,6 +94,20 @@ SPEC_RUNNER_REASON = (
     "a spec_info read in a runner file: the driver's idle runner path hands the spec input through unread; not built"
 )
 _FIELD_HOWS = ("field", "field with default")
+# the graph-runner replay (`replay/runner_decisions.py`, `wb_driver/graph_runner.py`): the release's
+# DecodeCudaGraphRunner, built by its real constructor with a STAND-IN for the capture, asked
+# `can_run_graph` (then its `load_batch` when True) by the draft IDLE batch DSpark's
+# `DraftBlockProposer.run_idle_participation` builds by hand on an idle DP rank
+GRAPH_RUNNER_FILE = "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py"
+DSPARK_FILE = "sglang/srt/speculative/dspark_components/dspark_draft.py"
+GRAPH_SCENARIO = "dspark-idle"
+GRAPH_CONTROL_KEY = f"{GRAPH_SCENARIO}|control"
+GRAPH_STAND_IN = "STAND-IN: DecodeCudaGraphRunner.capture (the real __init__ ran; no CUDA graph captured or replayed)"
+# the kinds whose replay counts as a refutation only where a site line ran, with the None or on the
+# release (`replay/oracle.py` judge_case); the rule is part of their digest, so an outcome judged by
+# the older rule (a site's function entered was enough) is not served from the cache
+SITE_LINE_KINDS = ("none-deref", "runner-none-deref")
+SITE_LINE_RULE = "clean needs a site line run, by the mutant or by the release"
 
 
 @dataclass
@@ -112,6 +130,8 @@ class SiteMutant:
         for p in sorted(self.changes):
             h.update(p.encode() + b"\0" + self.changes[p].encode() + b"\0")
         h.update(repr([(c["key"], c["watch"]) for c in self.cases]).encode())
+        if self.kind in SITE_LINE_KINDS:
+            h.update(SITE_LINE_RULE.encode())
         return h.hexdigest()[:16]
 
 
@@ -374,8 +394,54 @@ def set_padded_none(text: str, path: str, attr: str) -> str:
     return "".join(lines)
 
 
-def set_idle_none(text: str, path: str, cls: str, attr: str, is_field: bool) -> str:
-    """`cls.create_idle_input` with `attr=None` in the object it returns (the keyword replaced or added)."""
+@functools.lru_cache(maxsize=256)
+def _class_nodes(text: str, path: str) -> dict[str, ast.ClassDef]:
+    """The top-level classes of one file by name (memoised: asked once per site group and class)."""
+    try:
+        tree = ast.parse(text, filename=path)
+    except SyntaxError:
+        return {}
+    return {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+
+def idle_default_none(spec: dict[str, str], cinfo: dict, attr: str, own: dict[str, dict]) -> bool:
+    """Whether `attr` is a dataclass field declared with the default None (`x: T = None`, its nearest
+    declaration along the class's MRO) that no `__init__` / `__post_init__` of the MRO assigns (`own`:
+    `classes.collect`, where each class is): a `create_idle_input` that does not give it leaves it None."""
+    info = cinfo["attrs"].get(attr) or {}
+    if info.get("how") != "field with default" or info.get("file") not in spec:
+        return False
+    node = _class_nodes(spec[info["file"]], info["file"]).get(info["class"])
+    decl = next(
+        (
+            s
+            for s in (node.body if node else [])
+            if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and s.target.id == attr
+        ),
+        None,
+    )
+    if decl is None or not (isinstance(decl.value, ast.Constant) and decl.value.value is None):
+        return False
+    for name in cinfo.get("mro") or [info["class"]]:
+        fname = (own.get(name) or {}).get("file")
+        body = _class_nodes(spec[fname], fname)[name].body if fname in spec else []
+        for fn in body:
+            if isinstance(fn, ast.FunctionDef) and fn.name in ("__init__", "__post_init__"):
+                for n in ast.walk(fn):
+                    if (
+                        isinstance(n, ast.Attribute)
+                        and isinstance(n.ctx, ast.Store)
+                        and n.attr == attr
+                        and getattr(n.value, "id", "") == "self"
+                    ):
+                        return False
+    return True
+
+
+def set_idle_none(text: str, path: str, cls: str, attr: str, is_field: bool, default_none: bool = False) -> str:
+    """`cls.create_idle_input` with `attr=None` in the object it returns (the keyword replaced or added).
+    `default_none` (`idle_default_none`): a return that does not give `attr` leaves it None already, so
+    it is not edited; when no return gives it, the mutant would be the release itself (refused)."""
     tree = ast.parse(text, filename=path)
     node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
     fn = None if node is None else next((b for b in node.body if getattr(b, "name", None) == "create_idle_input"), None)
@@ -401,12 +467,19 @@ def set_idle_none(text: str, path: str, cls: str, attr: str, is_field: bool) -> 
             continue
         if not is_field:
             raise MutationError(f"{cls}.{attr} is not a dataclass field the constructor takes")
+        if default_none:
+            continue
         s = segment(text, call).rstrip()
         if not s.endswith(")"):
             raise MutationError(f"{path}:{call.lineno}: cannot edit the call")
         head = s[:-1].rstrip()
         sep = "" if head.endswith("(") else (" " if head.endswith(",") else ", ")
         edits.append((call, f"{head}{sep}{attr}=None)"))
+    if not edits:
+        raise MutationError(
+            f"{cls}.create_idle_input leaves {attr} at its dataclass default None: None on IDLE already "
+            "(an equivalent mutant; the release's own None is judged by `workbench upstream family --replay`)"
+        )
     return splice(text, edits)
 
 
@@ -493,7 +566,14 @@ def _for_class(
             name = f"{short} {attr}: None from {cname}.create_idle_input"
             path = cinfo["file"]
             try:
-                edited = set_idle_none(spec[path], path, cname, attr, is_dataclass_field(spec, cinfo, attr))
+                edited = set_idle_none(
+                    spec[path],
+                    path,
+                    cname,
+                    attr,
+                    is_dataclass_field(spec, cinfo, attr),
+                    idle_default_none(spec, cinfo, attr, own),
+                )
                 out.append(SiteMutant("none-deref", "idle None", name, attr, cname, group, {path: edited}))
             except MutationError as exc:
                 skipped[name] = str(exc)
@@ -555,6 +635,96 @@ def build_mutants(tree: SourceTree) -> dict:
     }
 
 
+def _dspark_idle_call(text: str, path: str) -> tuple[ast.Call, set[str]] | None:
+    """The `ForwardBatch(...)` call of `run_idle_participation` (DSpark's hand-built draft IDLE batch)
+    and the fields set on it again after it: a `<x>.<field> = ...` later in that function or in
+    `_fill_dp_moe_sync_metadata`, which fills its DP metadata."""
+    try:
+        tree = ast.parse(text, filename=path)
+    except SyntaxError:
+        return None
+    funcs = {
+        b.name: b
+        for n in tree.body
+        if isinstance(n, ast.ClassDef)
+        for b in n.body
+        if isinstance(b, ast.FunctionDef) and b.name in ("run_idle_participation", "_fill_dp_moe_sync_metadata")
+    }
+    run = funcs.get("run_idle_participation")
+    call = next(
+        (
+            n
+            for n in ast.walk(run)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "ForwardBatch"
+        )
+        if run
+        else iter(()),
+        None,
+    )
+    if call is None:
+        return None
+    later: set[str] = set()
+    for fn in funcs.values():
+        for n in ast.walk(fn):
+            if (
+                isinstance(n, ast.Attribute)
+                and isinstance(n.ctx, ast.Store)
+                and getattr(n, "lineno", 0) > (call.end_lineno if fn is run else 0)
+            ):
+                later.add(n.attr)
+    return call, later
+
+
+def set_dspark_idle_none(text: str, path: str, attr: str) -> str:
+    """`run_idle_participation`'s hand-built `ForwardBatch(...)` with `attr=None` (the keyword replaced):
+    the draft IDLE batch the graph runner gets without that field."""
+    found = _dspark_idle_call(text, path)
+    if found is None:
+        raise MutationError(f"{path}: no ForwardBatch(...) built in run_idle_participation")
+    call, later = found
+    kw = next((k for k in call.keywords if k.arg == attr), None)
+    if kw is None:
+        raise MutationError(
+            f"run_idle_participation's ForwardBatch(...) does not give {attr}: its default stands (the release's "
+            "own value there is judged by `workbench upstream replay --graph-runner`)"
+        )
+    if isinstance(kw.value, ast.Constant) and kw.value.value is None:
+        raise MutationError(f"run_idle_participation's ForwardBatch(...) already gives {attr}=None")
+    if attr in later:
+        raise MutationError(
+            f"{attr} is set again on the idle batch after ForwardBatch(...) (run_idle_participation or "
+            "_fill_dp_moe_sync_metadata): a None there is overwritten (an equivalent mutant)"
+        )
+    return splice(text, [(kw.value, "None")])
+
+
+def _graph_mutant(tree: SourceTree, attr: str, group: list[dict], skipped: dict[str, str]) -> SiteMutant | None:
+    """The graph-runner mutant of a `decode_cuda_graph_runner.py` field: DSpark's hand-built draft
+    IDLE batch leaves it None, judged by the graph-runner replay (`GRAPH_SCENARIO`, one case watching
+    the site lines; the release's own run of the scenario is its control, `GRAPH_CONTROL_KEY`)."""
+    text = tree.get(DSPARK_FILE)
+    name = f"{GRAPH_RUNNER_FILE.rsplit('/', 1)[-1]} {attr}: None from run_idle_participation's ForwardBatch"
+    if text is None:
+        return None  # no DSpark on this release: no hand-built idle batch for the graph runner
+    try:
+        changes = {DSPARK_FILE: set_dspark_idle_none(text, DSPARK_FILE, attr)}
+    except MutationError as exc:
+        skipped[name] = str(exc)
+        return None
+    case = {
+        "graph_runner": True,
+        "scenario": GRAPH_SCENARIO,
+        "key": f"{GRAPH_SCENARIO}|{name}",
+        "control_key": GRAPH_CONTROL_KEY,
+        "batch": f"{GRAPH_SCENARIO} (DSpark's draft IDLE batch on an idle DP rank, {GRAPH_STAND_IN})",
+        "watch": sorted({f"{s['file']}:{s['line']}" for s in group}),
+        "stand_in": True,
+        "trace": False,
+        "timeout_s": 120,
+    }
+    return SiteMutant("runner-none-deref", "dspark idle None", name, attr, None, group, changes, [case])
+
+
 def _idle_spec(classes: dict, idle: dict[str, bool]) -> tuple[str, str] | None:
     """(class, file) of the spec input an IDLE batch carries in the batch mutants' cases:
     `EagleDraftInput` where it has `create_idle_input`, else the first class that has one."""
@@ -590,6 +760,9 @@ def _batch_mutants(
             for op, what, edit in ops:
                 m = _batch_mutant(tree, kind, op, what, edit, fname, attr, group, sets, spec, runner_file, skipped)
                 out += [m] if m is not None else []
+            if kind == "runner-none-deref" and fname == GRAPH_RUNNER_FILE:
+                g = _graph_mutant(tree, attr, group, skipped)
+                out += [g] if g is not None else []
         for s in by_kind.get(kind, []):
             if s["receiver"] == "spec_info" and kind == "runner-none-deref":
                 skipped.setdefault(f"{s['file'].rsplit('/', 1)[-1]} spec_info.{s['attr']}", SPEC_RUNNER_REASON)
