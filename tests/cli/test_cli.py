@@ -290,3 +290,25 @@ def test_the_runtime_lanes_choices_are_the_lanes():
         release_run.ALGORITHMS,
     )
     assert upstream.FIXES == tuple(fixes.FIXES)
+
+
+def test_sweep_hands_its_arguments_to_the_sweep_as_it_declares_them(monkeypatch, capsys):
+    """`workbench sweep` once passed its verbosity where the reference backend goes (`invalid backend
+    True`): every call of the real signature is bound here and checked, nothing is run."""
+    import inspect
+
+    from workbench.experiments import sweep as sweep_module
+
+    declared = inspect.signature(sweep_module.sweep)
+    calls = []
+
+    def fake(*args, **kwargs):
+        calls.append(declared.bind(*args, **kwargs).arguments)
+        return {"findings": ["one finding"]}
+
+    monkeypatch.setattr(sweep_module, "sweep", fake)
+    assert main(["sweep", "--backends", "torch_native", "fa3", "--dtypes", "bfloat16", "--settings", "3,1,4"]) == 0
+    (bound,) = calls
+    assert list(bound["backends"]) == ["torch_native", "fa3"] and list(bound["dtypes"]) == ["bfloat16"]
+    assert bound["settings"] == [(3, 1, 4)] and "reference_backend" not in bound  # the default, torch_native
+    assert isinstance(bound["verbose"], bool) and "one finding" in capsys.readouterr().out

@@ -56,7 +56,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:  # imports on use (workbench.cli
         settings = [tuple(int(x) for x in s.split(",")) for s in args.settings]
         with progress("sweep", disable=None) as on_event:
             quiet = sys.stderr.isatty()  # on a terminal the bar names each run; in a log, one line per run
-            doc = sweep(config_from_args(args), args.backends, settings, args.dtypes, not quiet, on_event=on_event)
+            doc = sweep(
+                config_from_args(args), args.backends, settings, args.dtypes, verbose=not quiet, on_event=on_event
+            )
     print("\n".join(doc["findings"]))
     if args.json:
         print(f"sweep written to {save(doc, Path(args.json))}")

@@ -134,6 +134,7 @@ def sweep(
     backends: Sequence[str],
     settings: Sequence[Sequence[int]] = SETTINGS,
     dtypes: Sequence[str] = ("float32",),
+    *,
     reference_backend: str = "torch_native",
     verbose: bool = False,
     on_event: OnEvent | None = None,
