@@ -123,7 +123,7 @@ def models() -> list[str]:
                 f"real runtime: {r['target'].get('layers', '?')}-layer Qwen3 target + EAGLE3 head (`runtime_models/`)",
                 _f(r["target_heldout_bits_per_byte"], 4),
                 "last-batch top-1 per step " + ", ".join(_f(x) for x in r["head_last_batch_top1_per_step"]),
-                f"{r['wall_s']} s ({r['note']})",
+                f"{r['wall_s']} s",
             ],
             [
                 f"real runtime: EAGLE-1 draft, {e['steps']} steps (`runtime_models/eagle_draft/`)",
