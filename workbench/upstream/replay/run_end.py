@@ -12,7 +12,7 @@ The replay driver (``wb_driver/case.py``) writes each run of a case with
   ``graph decision`` (a graph-runner replay, ``wb_driver/graph_runner.py``: ``can_run_graph`` answered,
   and the run stopped before any graph).
 
-Runs written before these fields (the shipped findings' ``replay``, an oracle cache) say ``outcome``:
+Runs written before these fields (an oracle cache, findings written before 7b79cf4) say ``outcome``:
 ``completed``, ``raised``, ``library reached``, ``not called`` or ``error`` (``CaseTimeout`` for a
 timeout). `ended` reads both.
 
