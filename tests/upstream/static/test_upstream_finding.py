@@ -40,8 +40,8 @@ def _same(record: Finding | ShippedFinding, data: dict) -> bool:
 
 
 def test_every_shipped_finding_reads_as_a_shipped_finding_and_writes_back_unchanged() -> None:
-    """All of ``upstream_findings.json``'s findings, with their old-style replay runs (``outcome``) and the
-    keys only some carry (``replay_verdict``, ``static_verdict``)."""
+    """All of ``upstream_findings.json``'s findings, with their replay runs (``status``, ``stopped_at``) and
+    the keys only some carry (``replay_verdict``, ``static_verdict``)."""
     shipped = json.loads(SHIPPED.read_text())["findings"]
     found = read_findings(shipped, "upstream_findings.json")
     assert all(isinstance(f, ShippedFinding) for f in found) and len(found) == len(shipped) > 900
@@ -50,9 +50,21 @@ def test_every_shipped_finding_reads_as_a_shipped_finding_and_writes_back_unchan
     overridden = [f for f in found if f.static_verdict]
     assert kept and overridden and all(f.verdict == "unreachable" for f in kept)
     assert all(f.static_reason and f.replay_verdict is ABSENT for f in overridden)
-    assert {f.replay.outcome for f in found if f.replay} >= {"raised", "completed"}
+    runs = [f.replay for f in found if f.replay]
+    assert {(r.status, r.stopped_at) for r in runs} >= {("crashed", None), ("ok", None), ("ok", "library call")}
+    assert all(r.outcome is ABSENT for r in runs)  # shipped in today's words since 7b79cf4
     reached = [f.reachability for f in found if f.reachability]
     assert reached and all(isinstance(r, Reachability) and r.end_to_end is ABSENT for r in reached)
+
+
+def test_a_shipped_finding_whose_replay_was_written_before_status_still_reads_and_writes_back() -> None:
+    """A file shipped before the replay run said ``status`` (its ``outcome``; ``replay/run_end.py``)."""
+    data = next(f for f in json.loads(SHIPPED.read_text())["findings"] if f.get("replay"))
+    replay = {k: v for k, v in data["replay"].items() if k not in ("status", "stopped_at")}
+    old = {**data, "replay": {**replay, "outcome": "raised"}}
+    found = read_finding(old)
+    assert isinstance(found, ShippedFinding) and found.replay.outcome == "raised" and found.replay.status is ABSENT
+    assert to_dict(found)["replay"] == old["replay"]
 
 
 @pytest.mark.parametrize(

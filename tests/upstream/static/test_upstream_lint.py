@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -250,3 +252,71 @@ def test_an_install_gets_the_mode_set_three_calls_deep_before_a_later_one() -> N
     assert {(f["spec_class"], f["attr"], f["mode"]) for f in result["findings"]} == {
         ("VerifyInput", "draft_token_num", "TARGET_VERIFY")
     }
+
+
+_TWO_PATHS = {
+    "info.py": """
+        class SpecInput:
+            def __init__(self, spec_input_type):
+                self.spec_input_type = spec_input_type
+        class VerifyInput(SpecInput):
+            def __init__(self):
+                super().__init__(SpecInputType.VERIFY)
+        def build_verify_input():
+            return VerifyInput()
+        class AlphaWorker:
+            def draft(self):
+                return build_verify_input()
+        class BetaWorker:
+            def draft(self):
+                return build_verify_input()
+        class GammaWorker:
+            def draft(self):
+                return build_verify_input()
+        class Runner:
+            def forward(self, batch, worker):
+                verify_input = worker.draft()
+                batch.spec_info = verify_input
+                batch.forward_mode = ForwardMode.TARGET_VERIFY
+    """,
+    "b_backend.py": """
+        class B:
+            def init_forward_metadata(self, fb):
+                if fb.forward_mode.is_target_verify():
+                    n = fb.spec_info.draft_token_num
+    """,
+}
+_ANALYSE = """
+import json, sys, textwrap
+from upstream_fixtures import ATTN_DIR, MODES, MODES_FILE, SPEC_DIR
+from workbench.upstream.sources.trees import memory_tree
+from workbench.upstream.static.lint import analyse
+given = json.loads(sys.argv[1])
+files = {MODES_FILE: MODES, SPEC_DIR + "info.py": textwrap.dedent(given["info.py"])}
+files[ATTN_DIR + "b_backend.py"] = textwrap.dedent(given["b_backend.py"])
+result = analyse(memory_tree(files))
+print(json.dumps({"installs": result["installs"], "findings": result["findings"]}, sort_keys=True))
+"""
+
+
+def test_an_install_reached_by_equal_paths_reads_the_same_under_every_hash_seed() -> None:
+    """One construction reaches one install along three paths of one length (through each worker's
+    `draft`): the install's `via` is the first of them by its steps, whatever order the set of origins
+    iterates in. Before the order was defined, seeds 1 and 2 gave GammaWorker and BetaWorker."""
+    tests = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.environ.get("PYTHONPATH", ""), tests])}
+    outs = []
+    for seed in ("1", "2", "3"):
+        proc = subprocess.run(
+            [sys.executable, "-c", _ANALYSE, json.dumps(_TWO_PATHS)],
+            env={**env, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        outs.append(json.loads(proc.stdout))
+    (install,) = outs[0]["installs"]
+    assert install["via"] == ["local verify_input", "returned by AlphaWorker.draft", "returned by build_verify_input"]
+    assert [f["spec_class"] for f in outs[0]["findings"]] == ["VerifyInput"]
+    assert outs[1] == outs[0] and outs[2] == outs[0]

@@ -24,7 +24,7 @@ from ..context import UpstreamContext
 from ..sources.releases import check_versions
 from .cases import SEED_CASE
 from .front import replay
-from .run_end import crashed, returned
+from .run_end import CaseRun, case_runs
 
 SHIPPED = Path(__file__).resolve().parent.parent.parent / "assets" / "upstream_bundle_replay.json"
 META_KEYS = ("rank", "dp", "phase", "forward_mode", "batch_size", "backend", "revision", "fix_applied", "exception")
@@ -79,22 +79,22 @@ def compare(bundle: dict, case: dict) -> dict:
     """One release's replay of the bundle: how it ended (``status`` ok / crashed / error) and what it is
     against the bundle (``same_exception_as_bundle``) or the reference (``equal_to_reference``)."""
     exc = bundle["meta"].get("exception") or {}
-    run = (case.get("runs") or [{}])[0]
-    if crashed(run):
-        same = run.get("exception") == exc.get("type") and run.get("message") == exc.get("message")
+    run = next(iter(case_runs(case)), CaseRun("error"))  # no run: `error`, as `run_end.ended` says
+    if run.crashed:
+        same = run.exception == exc.get("type") and run.message == exc.get("message")
         return {
             "status": "crashed",
             "same_exception_as_bundle": same,
-            "exception": f"{run.get('exception')}: {run.get('message')}",
-            "raised_at": run.get("raised_at"),
+            "exception": f"{run.exception}: {run.message}",
+            "raised_at": run.raised_at,
         }
-    if returned(run):
+    if run.returned:
         ref = reference_metadata(bundle)
-        got = {k: run.get("metrics", {}).get(k) for k in ("kv_indptr", "kv_indices")}
+        got = {k: run.metrics.get(k) for k in ("kv_indptr", "kv_indices")}
         return {"status": "ok", "metadata": got, "reference": ref, "equal_to_reference": got == ref}
     return {
         "status": "error",
-        "exception": case.get("error") or f"{run.get('exception')}: {run.get('message')}",
+        "exception": case.get("error") or f"{run.exception}: {run.message}",
         "stage": case.get("stage"),
     }
 

@@ -4,7 +4,10 @@ batch, replayed on the release environment it belongs to.
 `replay(ctx, target, cases)` resolves the environment (a release's own; a checkout's
 ``ctx.env_release`` or the nearest release), the sources to put first (the release's unpacked
 wheel, the checkout's folder, or an edited tree written to a temporary folder), runs every case in
-one driver process and returns the driver's records with where and how they ran.
+one driver process and returns the driver's records with where and how they ran. Each run a case
+returns is read once here (``run_end.read_run``); a case with a run that does not fit its record
+becomes an error case (``error`` names the field, ``stage`` ``driver record``), so its findings stay
+unverified rather than judged from a run the readers misread.
 """
 
 from __future__ import annotations
@@ -13,11 +16,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from workbench.run.serialise import RecordError
+
 from ..context import UpstreamContext
 from ..sources.envs import EnvBuildError, ensure_env
 from ..sources.releases import check_version, known_releases
 from ..sources.trees import SourceTree, nearest_release
 from .driver import run_driver
+from .run_end import case_runs
 
 
 def env_release_of(ctx: UpstreamContext, tree: SourceTree) -> str:
@@ -74,7 +80,7 @@ def replay(
         res = run.result
         out.update(
             status=res.get("status", "error"),
-            cases=res.get("cases", []),
+            cases=[_checked(c) for c in res.get("cases", [])],
             env=res.get("env"),
             stage=res.get("stage"),
             driver_s=res.get("run_s"),
@@ -87,3 +93,12 @@ def replay(
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _checked(case: dict) -> dict:
+    """The driver's record of one case, its runs read strictly (module docstring)."""
+    try:
+        case_runs(case)
+    except RecordError as exc:
+        return {**case, "error": f"the driver's run does not fit its record: {exc}", "stage": "driver record"}
+    return case

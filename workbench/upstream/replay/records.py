@@ -26,7 +26,7 @@ from ..sources.envs import EnvBuildError, ensure_env
 from ..sources.releases import ReleaseError, check_versions
 from .cases import SEED_CASE
 from .front import replay
-from .run_end import crashed, describe, returned
+from .run_end import CaseRun, case_runs
 
 SUPPORTED_BACKENDS = ("triton",)
 KERNEL = "real sglang TritonAttnBackend (triton interpreter, CPU)"
@@ -104,33 +104,33 @@ def _fill_from_case(rec: ReplayRecord, case: dict, tag: str, log: Log) -> None:
     """The record's status, crash or metrics from the seed case's first run."""
     rec.metrics["padded_batch"] = case.get("batch")
     rec.notes += case.get("stand_ins", []) + case.get("notes", [])
-    run = (case.get("runs") or [{}])[0]
+    run = next(iter(case_runs(case)), CaseRun("error"))  # no run: `error`, as `run_end.ended` says
     if case.get("error"):
         _fail(rec, case.get("stage", "driver"), case["error"])
         log(f"{tag} error at stage {case.get('stage')}: {case['error']}")
-    elif returned(run):
+    elif run.returned:
         rec.status = "ok"
-        rec.metrics.update(run.get("metrics", {}))
+        rec.metrics.update(run.metrics)
         rec.notes.append(
             "the idle EagleDraftExtendInput's kv_indptr is None: the backend took the seq_lens fallback "
             "(kv_indptr from seq_lens + req_to_token)"
         )
         log(f"{tag} ok: kv_indptr={rec.metrics.get('kv_indptr')}")
-    elif crashed(run):
+    elif run.crashed:
         rec.status = "crashed"
         rec.crash = Crash(
             rank=0,
             phase="draft-extend",
             forward_mode="IDLE",
             batch_size=BATCH_SIZE,
-            exception_type=run["exception"],
-            message=run["message"],
-            traceback=run.get("traceback"),
-            raised_at=raised_at((run.get("frames") or [None])[-1]),
+            exception_type=run.exception,
+            message=run.message,
+            traceback=run.traceback,
+            raised_at=raised_at((run.frames or [None])[-1]),
         )
-        log(f"{tag} crashed: {run['exception']}: {run['message']} at {run.get('raised_at')}")
+        log(f"{tag} crashed: {run.exception}: {run.message} at {run.raised_at}")
     else:
-        _fail(rec, "init_forward_metadata", f"{describe(run)}: {run.get('exception')}: {run.get('message')}")
+        _fail(rec, "init_forward_metadata", f"{run.describe()}: {run.exception}: {run.message}")
 
 
 def seed_record(ctx: UpstreamContext, version: str, backend: str = "triton") -> dict:

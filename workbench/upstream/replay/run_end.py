@@ -12,12 +12,24 @@ The replay driver (``wb_driver/case.py``) writes each run of a case with
   ``graph decision`` (a graph-runner replay, ``wb_driver/graph_runner.py``: ``can_run_graph`` answered,
   and the run stopped before any graph).
 
-Runs written before these fields (the shipped findings' ``replay``, an oracle cache) say ``outcome``:
+Runs written before these fields (an oracle cache, findings written before 7b79cf4) say ``outcome``:
 ``completed``, ``raised``, ``library reached``, ``not called`` or ``error`` (``CaseTimeout`` for a
-timeout). `ended` reads both; every reader of a run asks it.
+timeout). `ended` reads both.
+
+A run as a record is a ``CaseRun``: ``read_run`` reads one strictly (a run written before reads in
+today's words), and the replay's front (``front.replay``) reads every run the driver returns once, so a
+run that does not fit turns its case into an error naming the field. The result keeps each run's JSON
+form for the readers that still pass dicts (the oracle, the family verdicts, the graph-runner
+decisions: they ask `ended`); the verdicts, the seed record and the bundle replay read ``CaseRun``
+fields (``case_runs``).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.run.serialise import RecordError, from_dict
 
 LIBRARY_CALL = "library call"
 NO_METADATA_CALL = "no metadata call"
@@ -75,5 +87,69 @@ def stopped_at(run: dict) -> str | None:
 
 def describe(run: dict) -> str:
     """The run's end in words: ``ok``, ``ok, stopped at library call``, ``crashed``, ..."""
-    status, stop = ended(run)
+    return _words(*ended(run))
+
+
+def _words(status: str, stop: str | None) -> str:
     return f"{status}, stopped at {stop}" if stop else status
+
+
+@dataclass
+class CaseRun:
+    """One run of a replay case, as the driver writes it (``wb_driver/case.py``, ``graph_runner.py``)."""
+
+    status: str
+    stopped_at: str | None = None
+    exception: str | None = None  # the exception's class name
+    message: str | None = None
+    raised_at: str | None = None  # ``file:line`` of the innermost sglang frame, or of the library call
+    frames: list[dict] = field(default_factory=list)
+    traceback: str | None = None
+    library_call: str | None = None
+    missing_attr: str | None = None  # the spec input's attribute an AttributeError named
+    answered: list[str] = field(default_factory=list)  # ``attr=None`` / ``attr=the batch's value``
+    ran: list[str] = field(default_factory=list)  # the watched ``file:line``s that ran
+    entered: list[str] = field(default_factory=list)
+    library_passed: list[str] = field(default_factory=list)
+    library_built: list[str] = field(default_factory=list)
+    reads: list[str] | None = None  # a traced case's reads of ``spec_info``
+    metrics: dict = field(default_factory=dict)
+    idle_path: dict | None = None
+    path: str | None = None  # a graph-runner case: the runner path it drove
+    can_run_graph: Any = None  # a graph-runner case: what the release's ``can_run_graph`` returned
+
+    @property
+    def crashed(self) -> bool:
+        """Whether the release's code raised in this run."""
+        return self.status == "crashed"
+
+    @property
+    def returned(self) -> bool:
+        """Whether the run's metadata call returned (status ``ok``, not stopped early)."""
+        return self.status == "ok" and self.stopped_at is None
+
+    def describe(self) -> str:
+        """The run's end in words (as `describe`)."""
+        return _words(self.status, self.stopped_at)
+
+
+def read_run(data: dict, where: str = "CaseRun") -> CaseRun:
+    """One driver run, strictly: ``RecordError`` names the field. A run written before ``status`` reads
+    in today's words (its ``outcome`` becomes ``status`` and ``stopped_at``); a missing run (``{}``) is
+    ``error``, as `ended` says."""
+    if not isinstance(data, dict):
+        raise RecordError(f"{where}: expected an object (dict), got {type(data).__name__}")
+    try:
+        status, stop = ended(data)
+    except RunEndError as exc:
+        raise RecordError(f"{where}: {exc}") from None
+    now = {k: v for k, v in data.items() if k != "outcome"}
+    if "outcome" in data:
+        now["stopped_at"] = stop
+    return from_dict(CaseRun, {**now, "status": status}, where)
+
+
+def case_runs(case: dict) -> list[CaseRun]:
+    """The runs of one case the driver returned (``case["runs"]``), each read by `read_run`."""
+    key = (case.get("case") or {}).get("key", "?")
+    return [read_run(r, f"case {key!r} run {i}") for i, r in enumerate(case.get("runs") or [])]

@@ -28,7 +28,7 @@ from ..sources.trees import SourceTree
 from .cases import case_key, plan
 from .front import replay
 from .opposite_branches import other_branch
-from .run_end import LIBRARY_CALL, NO_METADATA_CALL, crashed, describe, ended
+from .run_end import LIBRARY_CALL, NO_METADATA_CALL, CaseRun, case_runs
 
 
 def verdicts(ctx: UpstreamContext, tree: SourceTree, analysis: dict) -> list[dict]:
@@ -91,8 +91,8 @@ def _short(loc: str | None) -> str:
     return loc.rsplit("/", 1)[-1] if loc else "?"
 
 
-def _details(case: dict, run: dict | None, unpadded: dict | None) -> dict:
-    run = run or {}
+def _details(case: dict, run: CaseRun | None, unpadded: dict | None) -> dict:
+    run = run or CaseRun("error")  # no run decided: the case could not be built
     out = {
         "case": case["case"]["key"],
         "batch": case.get("batch", {}).get("kind", case["case"].get("batch")),
@@ -100,19 +100,19 @@ def _details(case: dict, run: dict | None, unpadded: dict | None) -> dict:
         "spec_info_built_by": case.get("built_by"),
         "idle_input_args": case.get("idle_input_args"),
         "init_args": case.get("init_args"),
-        "status": ended(run)[0],
-        "stopped_at": ended(run)[1],
-        "exception": f"{run['exception']}: {run.get('message')}" if run.get("exception") else None,
-        "raised_at": run.get("raised_at"),
-        "library_call": run.get("library_call"),
-        "reads": run.get("reads"),
-        "answered": run.get("answered", []),
-        "idle_path": (run.get("idle_path") or {}).get("path"),
+        "status": run.status,
+        "stopped_at": run.stopped_at,
+        "exception": f"{run.exception}: {run.message}" if run.exception else None,
+        "raised_at": run.raised_at,
+        "library_call": run.library_call,
+        "reads": run.reads,
+        "answered": run.answered,
+        "idle_path": (run.idle_path or {}).get("path"),
         "stand_ins": case.get("stand_ins", []),
     }
     if unpadded is not None:
-        last = (unpadded.get("runs") or [{}])[0]
-        out["unpadded"] = last.get("message") or (describe(last) if last else unpadded.get("error"))
+        last = next(iter(case_runs(unpadded)), None)
+        out["unpadded"] = (last.message or last.describe()) if last else unpadded.get("error")
     return out
 
 
@@ -149,8 +149,7 @@ def _what(f: dict, case: dict) -> str:
     c = case["case"]
     batch = case.get("batch") or {}
     path = ""
-    runs = case.get("runs") or []
-    idle = next((r.get("idle_path") for r in runs if r.get("idle_path")), None)
+    idle = next((r.idle_path for r in case_runs(case) if r.idle_path), None)
     if idle and idle.get("path"):
         path = f" through {idle['path']}"
     real = "traced" if c.get("trace") else "real"
@@ -160,33 +159,33 @@ def _what(f: dict, case: dict) -> str:
     )
 
 
-def judge(f: dict, case: dict, source: Callable[[str], str | None] | None = None) -> tuple[str, str, dict | None]:
+def judge(f: dict, case: dict, source: Callable[[str], str | None] | None = None) -> tuple[str, str, CaseRun | None]:
     """(verdict, reason, the deciding run) of finding `f` from its case's runs."""
     loc, attr = f"{f['read_file']}:{f['read_line']}", f["attr"]
     traced = bool(case["case"].get("trace"))
     what = _what(f, case)
-    runs = case.get("runs") or []
+    runs = case_runs(case)
     for i, run in enumerate(runs):
         behind = ""
-        if run.get("answered"):
-            behind = f" once the earlier crash is answered ({', '.join(run['answered'])}: its smallest fix)"
-        if run.get("missing_attr") == attr and run.get("raised_at") == loc:
+        if run.answered:
+            behind = f" once the earlier crash is answered ({', '.join(run.answered)}: its smallest fix)"
+        if run.missing_attr == attr and run.raised_at == loc:
             verdict = "traced: raised" if traced else "confirmed"
-            return verdict, f"{what}: raised AttributeError: {run['message']} at {_short(loc)}{behind}", run
+            return verdict, f"{what}: raised AttributeError: {run.message} at {_short(loc)}{behind}", run
         split = _split(f, run, source)
         if split is not None:
             verdict = "traced: not read" if traced else "refuted"
             return (
                 verdict,
-                f"{what}: took the other branch of the `if` at line {split} (it raised {run.get('exception')} at "
-                f"{_short(run.get('raised_at'))} there), so the read at {_short(loc)} is not made{behind}",
+                f"{what}: took the other branch of the `if` at line {split} (it raised {run.exception} at "
+                f"{_short(run.raised_at)} there), so the read at {_short(loc)} is not made{behind}",
                 run,
             )
-        if loc in (run.get("ran") or []) and run.get("raised_at") != loc:
+        if loc in run.ran and run.raised_at != loc:
             # the read ran on the real instance and did not raise (a traced run: before any library call)
             return "refuted", f"{what}: line {_short(loc)} ran without raising{behind}", run
-        status, stop = ended(run)
-        if run.get("missing_attr") or (status == "crashed" and i + 1 < len(runs)):
+        status, stop = run.status, run.stopped_at
+        if run.missing_attr or (status == "crashed" and i + 1 < len(runs)):
             continue  # an earlier read raised first (or used its None answer): the next run answers it
         if (status, stop) == ("ok", None):
             verdict = "traced: not read" if traced else "refuted"
@@ -195,32 +194,32 @@ def judge(f: dict, case: dict, source: Callable[[str], str | None] | None = None
         if stop == LIBRARY_CALL and not traced:
             return (
                 "unverified",
-                f"{what}: reached a library stubbed at import ({run.get('library_call')} at "
-                f"{_short(run.get('raised_at'))}) before deciding the read at {_short(loc)}{behind}",
+                f"{what}: reached a library stubbed at import ({run.library_call} at "
+                f"{_short(run.raised_at)}) before deciding the read at {_short(loc)}{behind}",
                 run,
             )
         if stop == LIBRARY_CALL:
             return (
                 "traced: not read",
-                f"{what}: reached the GPU library ({run.get('library_call')} at {_short(run.get('raised_at'))}) "
+                f"{what}: reached the GPU library ({run.library_call} at {_short(run.raised_at)}) "
                 f"without reading spec_info.{attr} at {_short(loc)}{behind}",
                 run,
             )
         if stop == NO_METADATA_CALL:
-            return "unverified", f"{what}: {run.get('message')}", run
+            return "unverified", f"{what}: {run.message}", run
         return (
             "unverified",
-            f"{what}: raised {run.get('exception')}: {run.get('message')} at {_short(run.get('raised_at'))} "
+            f"{what}: raised {run.exception}: {run.message} at {_short(run.raised_at)} "
             f"before deciding the read at {_short(loc)}{behind}",
             run,
         )
     return "unverified", f"{what}: {len(runs)} run(s) each raised an earlier AttributeError", runs[-1] if runs else None
 
 
-def _split(f: dict, run: dict, source: Callable[[str], str | None] | None) -> int | None:
+def _split(f: dict, run: CaseRun, source: Callable[[str], str | None] | None) -> int | None:
     """The `if` separating the read from where this run raised (``branches.other_branch``)."""
-    at = run.get("raised_at") or ""
-    if source is None or not crashed(run) or f"{f['read_file']}:{f['read_line']}" in (run.get("ran") or []):
+    at = run.raised_at or ""
+    if source is None or not run.crashed or f"{f['read_file']}:{f['read_line']}" in run.ran:
         return None
     path, _, line = at.rpartition(":")
     text = source(f["read_file"]) if path == f["read_file"] else None

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from .program import Func, Index, _callee_name, _own_nodes, parse
 
-__all__ = ["Func", "Origin", "Param", "Program", "_callee_name", "_own_nodes", "parse"]
+__all__ = ["Func", "Origin", "Param", "Program", "_callee_name", "_own_nodes", "ordered", "parse"]
 _COPIES = {"replace", "copy", "deepcopy", "_replace"}
 _MAX_DEPTH = 8
 _MAX_HOPS = 16  # locals and returns a field's object is followed through
@@ -51,6 +51,20 @@ class Param:
     """The value of a parameter of the function being summarised."""
 
     name: str
+
+
+def _order_key(v: Origin | Param) -> tuple:
+    if isinstance(v, Param):
+        return (1, 0, (), v.name, "", 0, "", False)
+    return (0, len(v.via), v.via, v.cls, v.file, v.line, v.how, v.idle)
+
+
+def ordered(values: frozenset | set) -> list:
+    """`values` (origins and params) in a defined order: origins first, the shortest `via` first, then
+    by the steps, class, construction site, how and idleness; params by name. Walking a value in this
+    order, rather than in hash order, makes the memoised flow (and so the lint's output) the same
+    under every `PYTHONHASHSEED`."""
+    return sorted(values, key=_order_key)
 
 
 class Program(Index):
@@ -140,7 +154,7 @@ class Program(Index):
             }
         out: set = set()
         for callee, cbind in self.callees(e, where):
-            for o in self._returns_of(callee, cbind, depth):
+            for o in ordered(self._returns_of(callee, cbind, depth)):
                 if isinstance(o, Param):
                     out |= {
                         x.step(f"param {o.name} of {callee.name}") if isinstance(x, Origin) else x
@@ -209,7 +223,7 @@ class Program(Index):
             for node in callee.nodes:
                 if not (isinstance(node, ast.Return) and node.value is not None):
                     continue
-                for o in self._field_of(node.value, attr, callee, cbind, depth, hops + 1):
+                for o in ordered(self._field_of(node.value, attr, callee, cbind, depth, hops + 1)):
                     if isinstance(o, Param):
                         arg = self.argument(obj, callee, o.name)
                         out |= {

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 
-from .flow import Func, Origin, Param, Program, _callee_name
+from .flow import Func, Origin, Param, Program, _callee_name, ordered
 from .modes import mode_names
 
 _NAME_MODES = (
@@ -181,11 +181,16 @@ class InstallScanner:
         return self._assigned[key]
 
     def scan(self) -> list[dict]:
-        """Every install of a spec input: class, how, kind, via, modes, mode_from, where built and installed."""
+        """Every install of a spec input: class, how, kind, via, modes, mode_from, where built and installed.
+
+        One record per construction site and install site. Where several paths lead from one to the
+        other, the record's modes are all of theirs, and its `via`, `how`, `kind` and `mode_from`
+        are those of the shortest path (ties: the first by its steps, see `flow.ordered`), so the
+        record is the same whatever order the paths were found in."""
         out: dict[tuple, dict] = {}
         for fn in self.p.funcs:
             for value, line, kind, batch in install_sites(fn):
-                for o in self.p.value(value, fn):
+                for o in ordered(self.p.value(value, fn)):
                     for origin, how in self._resolve(o, fn, kind, 0):
                         self._record(out, origin, how, fn, line, batch)
         return sorted(out.values(), key=lambda r: (r["class"], r["install_file"], r["install_line"], r["built_at"]))
@@ -198,7 +203,7 @@ class InstallScanner:
         found = []
         for caller, call in self.callers(fn):
             arg = Program.argument(call, fn, o.name)
-            for x in self.p.value(arg, caller):
+            for x in ordered(self.p.value(arg, caller)):
                 step = x.step(f"param {o.name} of {fn.name}") if isinstance(x, Origin) else x
                 found += [(y, "helper") for y, _ in self._resolve(step, caller, kind, depth + 1)]
         return found
@@ -214,23 +219,30 @@ class InstallScanner:
         if o.idle and kind in ("assign", "keyword"):
             kind = "idle_input"
         key = (o.cls, o.file, o.line, fn.file, line)
-        rec = out.setdefault(
-            key,
-            {
-                "class": o.cls,
-                "how": o.how,
-                "kind": kind,
-                "via": list(o.via),
-                "modes": set(),
-                "mode_from": source,
-                "built_at": f"{o.file}:{o.line}",
-                "install_file": fn.file,
-                "install_line": line,
-                "install_function": fn.qualname,
-                "batch": batch,
-            },
-        )
-        rec["modes"] = sorted(set(rec["modes"]) | modes)
+        new = {
+            "class": o.cls,
+            "how": o.how,
+            "kind": kind,
+            "via": list(o.via),
+            "modes": sorted(modes),
+            "mode_from": source,
+            "built_at": f"{o.file}:{o.line}",
+            "install_file": fn.file,
+            "install_line": line,
+            "install_function": fn.qualname,
+            "batch": batch,
+        }
+        old = out.get(key)
+        if old is not None:
+            new["modes"] = sorted(set(old["modes"]) | modes)
+            if _path_rank(old) <= _path_rank(new):
+                new = {**old, "modes": new["modes"]}
+        out[key] = new
+
+
+def _path_rank(rec: dict) -> tuple:
+    """The order in which one install's paths are preferred: the shortest `via`, then by its steps."""
+    return (len(rec["via"]), rec["via"], rec["how"], rec["kind"], rec["mode_from"], rec["batch"] or "")
 
 
 def scan_installs(program: Program, members: list[str]) -> list[dict]:
