@@ -149,3 +149,22 @@ def test_a_batch_built_for_another_mode_is_not_an_idle_batch() -> None:
     decode = WORKER.replace("forward_mode=ForwardMode.IDLE", "forward_mode=ForwardMode.DECODE")
     assert decode != WORKER
     assert hand_built_idle_values(memory_tree(_files(worker=decode), "toy")) == {}
+
+
+MODEL_RUNNER = "sglang/srt/model_executor/model_runner.py"
+MODEL_RUNNER_SRC = textwrap.dedent("""
+    class ModelRunner:
+        def forward(self, forward_batch):
+            return self._forward_raw(forward_batch)
+        def _forward_raw(self, forward_batch):
+            return max(forward_batch.original_global_num_tokens_cpu)
+        def sample(self, forward_batch):
+            return max(forward_batch.original_global_num_tokens_cpu)
+""")
+
+
+def test_in_the_model_runner_only_what_forward_reaches_gets_the_hand_built_batch() -> None:
+    res = analyse_family(memory_tree({**_files(), MODEL_RUNNER: MODEL_RUNNER_SRC}, "toy"))
+    got = {(f["read_function"], f["deref_line"]) for f in res["findings"] if f["read_file"] == MODEL_RUNNER}
+    # `sample` is not on forward's path: the worker hands its IDLE batch to forward only
+    assert got == {("ModelRunner._forward_raw", _line(MODEL_RUNNER_SRC, "return max("))}

@@ -42,8 +42,8 @@ multi-step draft backends set `spec_info.kv_indptr` before each step).
 
 An IDLE batch a worker builds by hand (`ForwardBatch(forward_mode=ForwardMode.IDLE, ...)`, DSpark's
 `run_idle_participation`) leaves the fields it does not give at their default None
-(`hand_built_idle_values`); a read in a model executor runner file outside a capture function also
-sees those values (`runner-none-deref`).
+(`hand_built_idle_values`); a read in a model executor runner file outside a capture function (in
+`model_runner.py`, in a method `ModelRunner.forward` reaches) also sees those values (`runner-none-deref`).
 """
 
 from __future__ import annotations
@@ -561,11 +561,42 @@ def hand_built_idle_values(tree: SourceTree) -> dict[str, dict]:
     return out
 
 
-def _gets_hand_built(fname: str, function: str, runner: bool) -> bool:
-    """Whether a read may see an IDLE batch a worker builds by hand: one in a model executor runner
-    file (the batch is handed to a model runner's `forward`), not in a capture function (a capture
-    builds its own batch) and not in a speculative draft runner (a worker calls those on its own batches)."""
-    return runner and fname.startswith(RUNNER_DIR) and "capture" not in function
+MODEL_RUNNER_FILE = "sglang/srt/model_executor/model_runner.py"
+
+
+def forward_reach(tree: SourceTree) -> set[str]:
+    """`ModelRunner.<method>` for every method `ModelRunner.forward` reaches through `self.<method>(...)`
+    calls (forward included); empty when the release has no such class."""
+    text = tree.get(MODEL_RUNNER_FILE)
+    cls = _classes({MODEL_RUNNER_FILE: text}).get("ModelRunner") if text else None
+    if cls is None:
+        return set()
+    methods = {m.name: m for m in cls[1].body if isinstance(m, ast.FunctionDef)}
+    seen, todo = set(), ["forward"] if "forward" in methods else []
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for n in ast.walk(methods[name]):
+            if (
+                isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and getattr(n.func.value, "id", "") == "self"
+                and n.func.attr in methods
+            ):
+                todo.append(n.func.attr)
+    return {f"ModelRunner.{m}" for m in seen}
+
+
+def _gets_hand_built(fname: str, function: str, runner: bool, reach: set[str]) -> bool:
+    """Whether a read may see an IDLE batch a worker builds by hand (and hands to a model runner's
+    `forward`): one in a model executor runner file, in `model_runner.py` only in a method
+    `ModelRunner.forward` reaches (`reach`), not in a capture function (a capture builds its own
+    batch), not in a speculative draft runner (a worker drives those with its own batches)."""
+    if not (runner and fname.startswith(RUNNER_DIR)) or "capture" in function:
+        return False
+    return fname != MODEL_RUNNER_FILE or function.split(".<locals>")[0] in reach
 
 
 def _empty_guarded(d: dict, checked: dict[tuple, int]) -> bool:
@@ -822,6 +853,7 @@ def analyse_family(tree: SourceTree, base: dict | None = None) -> dict:
     idle_installed = {i["class"] for i in base["installs"] if "IDLE" in i["modes"]}
     batch_vals = batch_idle_values(tree, fm)
     hand_vals = hand_built_idle_values(tree)
+    reach = forward_reach(tree) if hand_vals else set()
     unparsed: list[str] = []
     findings: dict[tuple, dict] = {}
     scopes = [(p, t, False) for p, t in sorted(tree.under(ATTN_DIR).items())]
@@ -836,7 +868,7 @@ def analyse_family(tree: SourceTree, base: dict | None = None) -> dict:
                     continue
                 if d["recv"] == "batch":
                     val = batch_vals.get(d["attr"])
-                    if val is None and _gets_hand_built(fname, d["function"], runner):
+                    if val is None and _gets_hand_built(fname, d["function"], runner, reach):
                         val = hand_vals.get(d["attr"])
                     targets = [(BATCH_CLASS, val, None)]
                 else:
