@@ -217,3 +217,25 @@ def test_a_case_written_before_verdict_reads_and_a_bad_word_is_named() -> None:
     assert "verdict" in format_corpus({"cases": [old], "figures": figures([old])}).splitlines()[0]
     with pytest.raises(CorpusError, match=r"case 'z': verdict 'hit'; valid: found, missed, found by the family"):
         case_verdict({**found, "verdict": "hit"})
+
+
+@pytest.mark.network
+@requires_network
+@pytest.mark.timeout(900)
+def test_the_family_finds_the_fa3_and_dspark_crashes_on_the_release_files() -> None:
+    """The two held-out crashes the family missed and now finds (tests/upstream/static/
+    test_family_corpus_gaps.py on toy releases): fa3's `seq_lens_cpu.max()` on 0.5.16 / 0.5.17, and
+    DSpark's hand-built IDLE batch reaching `can_run_graph` on 0.5.16 and not on 0.5.17 (fixed)."""
+    from workbench.upstream.context import UpstreamContext
+    from workbench.upstream.sources.trees import release_tree
+    from workbench.upstream.static.family import analyse_family
+
+    at = {}
+    for v in ("0.5.16", "0.5.17"):
+        res = analyse_family(release_tree(UpstreamContext(), v))
+        at[v] = {(f["read_function"], f["attr"], f["deref_line"]) for f in res["findings"]}
+    fa3 = "FlashAttentionBackend.init_forward_metadata"
+    assert (fa3, "seq_lens_cpu", 638) in at["0.5.16"] and (fa3, "seq_lens_cpu", 645) in at["0.5.17"]
+    dspark = ("DecodeCudaGraphRunner.can_run_graph", "original_global_num_tokens_cpu")
+    assert (*dspark, 531) in at["0.5.16"]
+    assert not any(f[:2] == dspark for f in at["0.5.17"])

@@ -16,7 +16,8 @@ leaves at a default None (and `__init__`/`__post_init__` do not set); for `Forwa
 dataclass fields with default None that `ForwardBatch.init_new` sets neither in `cls(...)` nor
 under a branch an IDLE batch can take, the fields it sets to an empty tensor in such a branch, and
 the `ScheduleBatch.prepare_for_idle` fields set to an empty tensor that `init_new` passes through
-by name (empty on the unpadded IDLE batch only: the DP padding refills them). A field `init_new` sets
+by name, directly or through a local assigned once (`seq_lens_cpu = batch.seq_lens_cpu`; empty on
+the unpadded IDLE batch only: the DP padding refills them). A field `init_new` sets
 None under IDLE is not None when the DP padding (`prepare_mlp_sync_batch`) sets it again on every path
 an IDLE batch takes (`_padding_sets`).
 
@@ -33,14 +34,19 @@ of a local bound to it (`a, b = spec_info.a, spec_info.b`), or of the parameter 
 callee the read is handed to (`passed`). On a None value every one raises; on an empty tensor only
 those that need an element do (`.max()` / `.min()` / `.item()` with no dimension, `max()` / `min()`,
 a constant index). It is guarded when the same function tests the value for None (`is None`, `is not
-None`, its truth, also as `getattr(spec_info, "a", None)`) at or before that line (for an empty value,
-also `.numel()` / `len()`), when the branch it is in excludes IDLE, when every path to it needs a None
-test the IDLE batch fails (`dead_on_idle`: a field tested not None that is None on IDLE for that
-class, such as the `else` of `if getattr(spec_info, "kv_indptr", None) is None`, a local bound there
-keeping that branch's facts; or `spec_info` tested not None in a callee whose `spec_info` parameter
-the caller left at its default None), or when the walk from the same entry assigns that attribute of
-`spec_info` / `forward_batch` anywhere (as the contract lint treats a backend's own writes: the
+None`, its truth, also as `getattr(spec_info, "a", None)`) at or before that line (an empty value only
+by `.numel()` / `len()`: an empty tensor passes `is not None`), when the branch it is in excludes IDLE,
+when every path to it needs a None test the IDLE batch fails (`dead_on_idle`: a field tested not None
+that is None on IDLE for that class, such as the `else` of `if getattr(spec_info, "kv_indptr", None) is
+None`, a local bound there keeping that branch's facts; or `spec_info` tested not None in a callee whose
+`spec_info` parameter the caller left at its default None), or when the walk from the same entry assigns
+that attribute of `spec_info` / `forward_batch` anywhere (as the contract lint treats a backend's own writes: the
 multi-step draft backends set `spec_info.kv_indptr` before each step).
+
+An IDLE batch a worker builds by hand (`ForwardBatch(forward_mode=ForwardMode.IDLE, ...)`, DSpark's
+`run_idle_participation`) leaves the fields it does not give at their default None
+(`hand_built_idle_values`); a read in a model executor runner file outside a capture function (in
+`model_runner.py`, in a method `ModelRunner.forward` reaches) also sees those values (`runner-none-deref`).
 """
 
 from __future__ import annotations
@@ -303,7 +309,7 @@ def batch_idle_values(tree: SourceTree, fm: ForwardModes | None) -> dict[str, di
         ),
         None,
     )
-    given = {k.arg: k.value for k in (built.keywords if built else []) if k.arg}
+    given = _through_locals(init, {k.arg: k.value for k in (built.keywords if built else []) if k.arg})
     set_idle: dict[str, ast.expr] = {}
 
     def visit(stmt: ast.stmt, modes: frozenset | None) -> None:
@@ -350,6 +356,26 @@ def batch_idle_values(tree: SourceTree, fm: ForwardModes | None) -> dict[str, di
             }
     for v in out.values():
         v.setdefault("file", MODES_FILE)
+    return out
+
+
+def _through_locals(func: ast.FunctionDef, given: dict[str, ast.expr]) -> dict[str, ast.expr]:
+    """`given` with each keyword value that is a local of `func` assigned exactly once replaced by the
+    value assigned (`seq_lens_cpu = batch.seq_lens_cpu` ... `cls(seq_lens_cpu=seq_lens_cpu)`: the field
+    is passed through from the schedule batch)."""
+    bound: dict[str, list[ast.expr]] = {}
+    for n in ast.walk(func):
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                for e in t.elts if isinstance(t, ast.Tuple) else [t]:
+                    if isinstance(e, ast.Name):
+                        bound.setdefault(e.id, []).append(n.value if e is t else ast.Constant(value=...))
+        elif isinstance(n, (ast.AugAssign, ast.AnnAssign)) and isinstance(n.target, ast.Name):
+            bound.setdefault(n.target.id, []).extend([ast.Constant(value=...)] * 2)
+    out = dict(given)
+    for k, v in given.items():
+        if isinstance(v, ast.Name) and len(bound.get(v.id, [])) == 1:
+            out[k] = bound[v.id][0]
     return out
 
 
@@ -498,6 +524,120 @@ def _idle_schedule_empty(tree: SourceTree) -> dict[str, int]:
     return out
 
 
+def _is_idle_mode(value: ast.expr) -> bool:
+    """`ForwardMode.IDLE`."""
+    return mode_names(value) == {"IDLE"}
+
+
+def _sets_on(func: ast.FunctionDef, name: str) -> set[str]:
+    """The `<name>.<field>` attributes `func` assigns."""
+    out: set[str] = set()
+    for n in ast.walk(func):
+        if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and getattr(n.value, "id", "") == name:
+            out.add(n.attr)
+    return out
+
+
+def hand_built_idle_values(tree: SourceTree) -> dict[str, dict]:
+    """{field: {state, how, file, line}}: the `ForwardBatch` fields left at their dataclass default None
+    by an IDLE batch a worker or runner builds by hand (`ForwardBatch(forward_mode=ForwardMode.IDLE,
+    ...)` in `speculative/` or `model_executor/`, DSpark's `run_idle_participation`): not given to the
+    constructor, not assigned on the variable in that function, nor on the parameter it is handed to
+    in a method of the same class the function calls (`self._fill_dp_moe_sync_metadata(idle_batch,
+    ...)`). Only the first such batch that leaves a field None is named for it."""
+    text = tree.get(MODES_FILE)
+    cls = _classes({MODES_FILE: text}).get(BATCH_CLASS) if text else None
+    if cls is None:
+        return {}
+    defaults = _fields_none(cls[1])
+    out: dict[str, dict] = {}
+    for fname, src in sorted({**tree.under(SPEC_DIR), **tree.under(RUNNER_DIR)}.items()):
+        try:
+            module = ast.parse(src, filename=fname)
+        except SyntaxError:
+            continue  # reported by the scan of the covered files
+        for owner in [n for n in ast.walk(module) if isinstance(n, ast.ClassDef)]:
+            methods = {m.name: m for m in owner.body if isinstance(m, ast.FunctionDef)}
+            for func in methods.values():
+                for stmt in ast.walk(func):
+                    call = stmt.value if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+                    if not (
+                        isinstance(call, ast.Call)
+                        and getattr(call.func, "id", None) == BATCH_CLASS
+                        and isinstance(stmt.targets[0], ast.Name)
+                        and any(k.arg == "forward_mode" and _is_idle_mode(k.value) for k in call.keywords)
+                    ) or any(k.arg is None for k in call.keywords):
+                        continue
+                    var = stmt.targets[0].id
+                    given = {k.arg for k in call.keywords} | _sets_on(func, var)
+                    for c in ast.walk(func):  # a same-class helper handed the batch, setting it on its parameter
+                        if (
+                            isinstance(c, ast.Call)
+                            and isinstance(c.func, ast.Attribute)
+                            and getattr(c.func.value, "id", "") == "self"
+                            and c.func.attr in methods
+                        ):
+                            helper = methods[c.func.attr]
+                            params = [a.arg for a in helper.args.args][1:]
+                            for param, arg in zip(params, c.args, strict=False):
+                                if getattr(arg, "id", None) == var:
+                                    given |= _sets_on(helper, param)
+                    for field, line in defaults.items():
+                        if field not in given and field not in out:
+                            out[field] = {
+                                "state": "None",
+                                "how": f"left at its dataclass default None by the IDLE ForwardBatch(...) "
+                                f"{owner.name}.{func.name} builds ({fname.rsplit('/', 1)[-1]}:{call.lineno})",
+                                "file": MODES_FILE,
+                                "line": line,
+                            }
+    return out
+
+
+MODEL_RUNNER_FILE = "sglang/srt/model_executor/model_runner.py"
+
+
+def forward_reach(tree: SourceTree) -> set[str]:
+    """`ModelRunner.<method>` for every method `ModelRunner.forward` reaches through `self.<method>(...)`
+    calls (forward included); empty when the release has no such class."""
+    text = tree.get(MODEL_RUNNER_FILE)
+    cls = _classes({MODEL_RUNNER_FILE: text}).get("ModelRunner") if text else None
+    if cls is None:
+        return set()
+    methods = {m.name: m for m in cls[1].body if isinstance(m, ast.FunctionDef)}
+    seen, todo = set(), ["forward"] if "forward" in methods else []
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for n in ast.walk(methods[name]):
+            if (
+                isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and getattr(n.func.value, "id", "") == "self"
+                and n.func.attr in methods
+            ):
+                todo.append(n.func.attr)
+    return {f"ModelRunner.{m}" for m in seen}
+
+
+def _gets_hand_built(fname: str, function: str, runner: bool, reach: set[str]) -> bool:
+    """Whether a read may see an IDLE batch a worker builds by hand (and hands to a model runner's
+    `forward`): one in a model executor runner file, in `model_runner.py` only in a method
+    `ModelRunner.forward` reaches (`reach`), not in a capture function (a capture builds its own
+    batch), not in a speculative draft runner (a worker drives those with its own batches)."""
+    if not (runner and fname.startswith(RUNNER_DIR)) or "capture" in function:
+        return False
+    return fname != MODEL_RUNNER_FILE or function.split(".<locals>")[0] in reach
+
+
+def _empty_guarded(d: dict, checked: dict[tuple, int]) -> bool:
+    """Whether a dereference is guarded against an empty value: only a size test (`.numel()`, `len()`)
+    at or before its line does; a None test does not (an empty tensor passes `is not None`)."""
+    return checked.get((d["recv"], d["attr"], "empty"), 10**9) <= d["line"]
+
+
 class DerefScanner(FileScanner):
     """A `FileScanner` that also records dereferences of `spec_info.X` / `forward_batch.X` values."""
 
@@ -513,6 +653,7 @@ class DerefScanner(FileScanner):
         self.derefs, self._seen, self.writes, self._batch_writes = [], set(), set(), set()
         self._func(cname, self.methods[cname][name], Ctx(), cname)
         for d in self.derefs:
+            d["empty_guarded"] = _empty_guarded(d, self._checked.get(d["function"], {}))
             if d["attr"] in (self.writes if d["recv"] == "spec" else self._batch_writes):
                 d.update(none_guarded=True, empty_guarded=True, guard="written by the walk before use")
         return self.derefs
@@ -811,6 +952,8 @@ def analyse_family(tree: SourceTree, base: dict | None = None) -> dict:
     spec_vals = spec_idle_values(tree.under(SPEC_DIR), classes)
     idle_installed = {i["class"] for i in base["installs"] if "IDLE" in i["modes"]}
     batch_vals = batch_idle_values(tree, fm)
+    hand_vals = hand_built_idle_values(tree)
+    reach = forward_reach(tree) if hand_vals else set()
     unparsed: list[str] = []
     findings: dict[tuple, dict] = {}
     scopes = [(p, t, False) for p, t in sorted(tree.under(ATTN_DIR).items())]
@@ -824,7 +967,10 @@ def analyse_family(tree: SourceTree, base: dict | None = None) -> dict:
                 if d["modes"] is not None and "IDLE" not in d["modes"]:
                     continue
                 if d["recv"] == "batch":
-                    targets = [(BATCH_CLASS, batch_vals.get(d["attr"]), None)]
+                    val = batch_vals.get(d["attr"])
+                    if val is None and _gets_hand_built(fname, d["function"], runner, reach):
+                        val = hand_vals.get(d["attr"])
+                    targets = [(BATCH_CLASS, val, None)]
                 else:
                     targets = [
                         (c, spec_vals[c].get(d["attr"]), classes[c])
@@ -875,6 +1021,7 @@ def analyse_family(tree: SourceTree, base: dict | None = None) -> dict:
         "spec_idle_values": {c: v for c, v in spec_vals.items() if c in idle_installed},
         "spec_classes_files": {c: classes[c]["file"] for c in spec_vals},
         "batch_idle_values": batch_vals,
+        "hand_built_idle_values": hand_vals,
         "unparsed": unparsed,
         "findings": sorted(
             findings.values(), key=lambda f: (f["kind"], f["read_file"], f["deref_line"], f["spec_class"])
