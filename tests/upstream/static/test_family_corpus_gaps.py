@@ -145,6 +145,25 @@ def test_the_fix_that_sets_the_field_on_the_hand_built_batch_silences_it() -> No
     assert _found(res, "runner-none-deref", "original_global_num_tokens_cpu") == []
 
 
+def test_a_field_the_hand_built_idle_batch_is_given_as_none_is_none() -> None:
+    """`seq_lens=None` given explicitly (a required field, no default): None on that batch, where it is
+    given, unless the function sets it after."""
+    given_none = WORKER.replace("seq_lens=torch.empty((0,)),", "seq_lens=None,")
+    assert given_none != WORKER
+    vals = hand_built_idle_values(memory_tree(_files(worker=given_none), "toy"))
+    assert set(vals) == {"original_global_num_tokens_cpu", "seq_lens"}
+    assert vals["seq_lens"]["file"] == f"{SPEC_DIR}dspark_draft.py"
+    assert vals["seq_lens"]["line"] == _line(given_none, "seq_lens=None,")
+    assert "given None" in vals["seq_lens"]["how"]
+    set_after = given_none.replace(
+        "self._fill_sync(idle_batch, batch)",
+        "idle_batch.seq_lens = batch.seq_lens\n        self._fill_sync(idle_batch, batch)",
+    )
+    assert set(hand_built_idle_values(memory_tree(_files(worker=set_after), "toy"))) == {
+        "original_global_num_tokens_cpu"
+    }
+
+
 def test_a_batch_built_for_another_mode_is_not_an_idle_batch() -> None:
     decode = WORKER.replace("forward_mode=ForwardMode.IDLE", "forward_mode=ForwardMode.DECODE")
     assert decode != WORKER

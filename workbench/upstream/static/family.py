@@ -539,12 +539,13 @@ def _sets_on(func: ast.FunctionDef, name: str) -> set[str]:
 
 
 def hand_built_idle_values(tree: SourceTree) -> dict[str, dict]:
-    """{field: {state, how, file, line}}: the `ForwardBatch` fields left at their dataclass default None
-    by an IDLE batch a worker or runner builds by hand (`ForwardBatch(forward_mode=ForwardMode.IDLE,
-    ...)` in `speculative/` or `model_executor/`, DSpark's `run_idle_participation`): not given to the
-    constructor, not assigned on the variable in that function, nor on the parameter it is handed to
-    in a method of the same class the function calls (`self._fill_dp_moe_sync_metadata(idle_batch,
-    ...)`). Only the first such batch that leaves a field None is named for it."""
+    """{field: {state, how, file, line}}: the `ForwardBatch` fields an IDLE batch a worker or runner
+    builds by hand (`ForwardBatch(forward_mode=ForwardMode.IDLE, ...)` in `speculative/` or
+    `model_executor/`, DSpark's `run_idle_participation`) leaves None: given the literal None, or left at
+    their dataclass default None (not given to the constructor); either way not assigned on the variable
+    in that function, nor on the parameter it is handed to in a method of the same class the function
+    calls (`self._fill_dp_moe_sync_metadata(idle_batch, ...)`). Only the first such batch that leaves a
+    field None is named for it."""
     text = tree.get(MODES_FILE)
     cls = _classes({MODES_FILE: text}).get(BATCH_CLASS) if text else None
     if cls is None:
@@ -569,7 +570,8 @@ def hand_built_idle_values(tree: SourceTree) -> dict[str, dict]:
                     ) or any(k.arg is None for k in call.keywords):
                         continue
                     var = stmt.targets[0].id
-                    given = {k.arg for k in call.keywords} | _sets_on(func, var)
+                    nones = {k.arg: k.value.lineno for k in call.keywords if _is_none(k.value)}
+                    given = {k.arg for k in call.keywords if k.arg not in nones} | _sets_on(func, var)
                     for c in ast.walk(func):  # a same-class helper handed the batch, setting it on its parameter
                         if (
                             isinstance(c, ast.Call)
@@ -582,8 +584,17 @@ def hand_built_idle_values(tree: SourceTree) -> dict[str, dict]:
                             for param, arg in zip(params, c.args, strict=False):
                                 if getattr(arg, "id", None) == var:
                                     given |= _sets_on(helper, param)
-                    for field, line in defaults.items():
+                    for field, line in nones.items():
                         if field not in given and field not in out:
+                            out[field] = {
+                                "state": "None",
+                                "how": f"given None by the IDLE ForwardBatch(...) {owner.name}.{func.name} "
+                                f"builds ({fname.rsplit('/', 1)[-1]}:{line})",
+                                "file": fname,
+                                "line": line,
+                            }
+                    for field, line in defaults.items():
+                        if field not in given and field not in nones and field not in out:
                             out[field] = {
                                 "state": "None",
                                 "how": f"left at its dataclass default None by the IDLE ForwardBatch(...) "
