@@ -159,7 +159,8 @@ def sweep() -> list[str]:
     head = ["dtype", "(steps, topk, draft tokens)", "backend", "status", "accept length", "acceptance", "= fp32 greedy"]
     return [
         f"{d['prompts']} prompts × {d['max_new_tokens']} tokens, measured {d['measured']} at {d['commit'][:7]} "
-        f"(torch {d['versions']['torch']}, models sha256 {d['models_sha256'][:12]}); acceptance does not depend on timing.",
+        f"(torch {d['versions']['torch']}, models sha256 {d['models_sha256'][:12]}); "
+        "acceptance does not depend on timing.",
         "",
         *_table(head, rows),
         "",
