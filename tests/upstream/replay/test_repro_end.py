@@ -44,13 +44,17 @@ def test_a_result_written_before_reads_in_todays_words() -> None:
 def test_bad_words_are_refused_naming_the_valid_ones() -> None:
     with pytest.raises(ReproResultError, match=r"status 'raised'; valid: ok, crashed, timeout, error"):
         repro_ended({"status": "raised"})
-    with pytest.raises(ReproResultError, match=r"stopped_at 'absent' with status 'ok'; valid: 'no spec class'"):
+    with pytest.raises(
+        ReproResultError, match=r"stopped_at 'absent' with status 'ok'; valid: no spec class, with status ok"
+    ):
         repro_ended({"status": "ok", "stopped_at": "absent"})
     with pytest.raises(ReproResultError, match=r"stopped_at 'no spec class' with status 'error'"):
         repro_ended({"status": "error", "stopped_at": NO_SPEC_CLASS})
-    with pytest.raises(ReproResultError, match=r"\('finished'\); valid: completed, raised, absent, error"):
+    with pytest.raises(
+        ReproResultError, match=r"\('finished', written before `status`\); valid: completed, raised, absent, error"
+    ):
         repro_ended({"outcome": "finished"})
-    with pytest.raises(ReproResultError, match=r"neither status nor a known outcome \(None\)"):
+    with pytest.raises(ReproResultError, match=r"neither status nor a known outcome \(None, written"):
         repro_ended({})
 
 

@@ -58,7 +58,7 @@ def test_bad_words_are_refused_naming_the_valid_ones() -> None:
         ended({"status": "ok", "stopped_at": "library"})
     with pytest.raises(RunEndError, match=r"stopped_at 'library call' with status 'crashed'"):
         ended({"status": "crashed", "stopped_at": LIBRARY_CALL})
-    with pytest.raises(RunEndError, match=r"outcome 'finished' \(written before `status`\); valid: completed"):
+    with pytest.raises(RunEndError, match=r"known outcome \('finished', written before `status`\); valid: completed"):
         ended({"outcome": "finished"})
 
 

@@ -26,6 +26,7 @@ fields (``case_runs``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,25 +50,54 @@ class RunEndError(ValueError):
     """A replay run whose end names no known status, stop or (old) outcome."""
 
 
+@dataclass(frozen=True)
+class EndWords:
+    """The words one kind of run may end in, and how its results written before ``status`` map onto
+    them: the replay driver's run here, a reproducer's (``repro_end.py``)."""
+
+    what: str  # names the run in errors: ``replay run``
+    statuses: tuple[str, ...]
+    stops: tuple[str, ...]  # the ``stopped_at`` words, each only with status ``ok``
+    old_outcomes: dict[str, tuple[str, str | None]]  # ``outcome`` -> (status, stopped_at)
+    old_timeout: Callable[[dict], bool]  # an old ``error`` that was a timeout
+    error: type[ValueError]
+    missing: tuple[str, str | None] | None = None  # the end of a run with neither key; None: refused
+
+    def read(self, run: dict) -> tuple[str, str | None]:
+        """(status, stopped_at) of one run, written now or before ``status``."""
+        if "status" in run:
+            status, stop = run["status"], run.get("stopped_at")
+            if status not in self.statuses:
+                raise self.error(f"{self.what} status {status!r}; valid: {', '.join(self.statuses)}")
+            if stop is not None and (stop not in self.stops or status != "ok"):
+                valid = f"{', '.join(self.stops)}, with status ok"
+                raise self.error(f"{self.what} stopped_at {stop!r} with status {status!r}; valid: {valid}")
+            return status, stop
+        old = run.get("outcome")
+        if old is None and self.missing is not None:
+            return self.missing
+        if old not in self.old_outcomes:
+            valid = ", ".join(self.old_outcomes)
+            known = f"neither status nor a known outcome ({old!r}, written before `status`)"
+            raise self.error(f"{self.what} with {known}; valid: {valid}")
+        status, stop = self.old_outcomes[old]
+        return ("timeout", stop) if status == "error" and self.old_timeout(run) else (status, stop)
+
+
+REPLAY_RUN = EndWords(
+    what="replay run",
+    statuses=RUN_STATUSES,
+    stops=STOPS,
+    old_outcomes=OLD_OUTCOMES,
+    old_timeout=lambda run: run.get("exception") == "CaseTimeout",
+    error=RunEndError,
+    missing=("error", None),
+)
+
+
 def ended(run: dict) -> tuple[str, str | None]:
     """(status, stopped_at) of one replay run, written now or before; a missing run (``{}``) is ``error``."""
-    if "status" in run:
-        status, stop = run["status"], run.get("stopped_at")
-        if status not in RUN_STATUSES:
-            raise RunEndError(f"replay run status {status!r}; valid: {', '.join(RUN_STATUSES)}")
-        if stop is not None and (stop not in STOPS or status != "ok"):
-            valid = f"{', '.join(STOPS)}, with status ok"
-            raise RunEndError(f"replay run stopped_at {stop!r} with status {status!r}; valid: {valid}")
-        return status, stop
-    if "outcome" not in run:
-        return "error", None
-    old = run["outcome"]
-    if old not in OLD_OUTCOMES:
-        raise RunEndError(f"replay run outcome {old!r} (written before `status`); valid: {', '.join(OLD_OUTCOMES)}")
-    status, stop = OLD_OUTCOMES[old]
-    if status == "error" and run.get("exception") == "CaseTimeout":
-        status = "timeout"
-    return status, stop
+    return REPLAY_RUN.read(run)
 
 
 def crashed(run: dict) -> bool:
@@ -87,10 +117,11 @@ def stopped_at(run: dict) -> str | None:
 
 def describe(run: dict) -> str:
     """The run's end in words: ``ok``, ``ok, stopped at library call``, ``crashed``, ..."""
-    return _words(*ended(run))
+    return end_words(*ended(run))
 
 
-def _words(status: str, stop: str | None) -> str:
+def end_words(status: str, stop: str | None) -> str:
+    """``ok``, ``ok, stopped at library call``, ...: a (status, stopped_at) in words."""
     return f"{status}, stopped at {stop}" if stop else status
 
 
@@ -130,7 +161,7 @@ class CaseRun:
 
     def describe(self) -> str:
         """The run's end in words (as `describe`)."""
-        return _words(self.status, self.stopped_at)
+        return end_words(self.status, self.stopped_at)
 
 
 def read_run(data: dict, where: str = "CaseRun") -> CaseRun:
