@@ -58,6 +58,7 @@ from dataclasses import replace
 from ..sources.trees import SourceTree
 from .lint import ATTN_DIR, MODES_FILE, RUNNER_DIR, SPEC_DIR, _reaches, analyse, backend_name
 from .modes import ForwardModes, mode_names, parse_forward_modes, predicate_call
+from .program import parse
 from .reads import ENTRY, Ctx, FileScanner, is_spec
 
 KINDS = ("none-deref", "batch-none-deref", "runner-none-deref")
@@ -553,9 +554,8 @@ def hand_built_idle_values(tree: SourceTree) -> dict[str, dict]:
     defaults = _fields_none(cls[1])
     out: dict[str, dict] = {}
     for fname, src in sorted({**tree.under(SPEC_DIR), **tree.under(RUNNER_DIR)}.items()):
-        try:
-            module = ast.parse(src, filename=fname)
-        except SyntaxError:
+        module = parse(fname, src)  # cached by content: the oracle runs this on every mutant's tree
+        if module is None:
             continue  # reported by the scan of the covered files
         for owner in [n for n in ast.walk(module) if isinstance(n, ast.ClassDef)]:
             methods = {m.name: m for m in owner.body if isinstance(m, ast.FunctionDef)}
