@@ -1,27 +1,43 @@
 """Train the shipped target and EAGLE3 head, pick the prompt set, and write them to workbench/assets.
 
-    python scripts/train_models.py            # the shipped run (seed 0; about two hours on 2 cores)
+    python scripts/train_models.py            # the shipped run (seed 0; about 70 min on a quiet 2-core box)
     python scripts/train_models.py --quick    # a smoke run into a scratch folder
 
 Three stages: the target on the corpus; the head on corpus windows (``--head-steps``); the head
 again on the target's own greedy continuations of corpus prefixes (``--distill-*``, self-distillation
 as EAGLE-3 trains on the target's outputs). ``--target-from`` / ``--head-from`` load a stage's
-result instead of training it. The run is seeded, but a rerun is not known to give the same bytes: the
-target stage run again at 8ddbe1e came out different from the shipped target (held-out 1.155 bits/byte
-against 1.1672; workbench/assets/catalogue.json says so).
+result instead of training it.
+
+The run is seeded, and the CPU numerics are pinned before torch loads (``PINNED``): MKL's
+conditional numerical reproducibility on its AVX2 path, MKL's dynamic threading off, ATen's and
+oneDNN's kernels at AVX2 whatever the host offers, and ``--threads`` torch threads (the partials of
+a parallel reduction depend on the thread count). Measured on the 2-core box with 12 target steps:
+the box's own AVX-512 kernels and the pinned AVX2 ones give other bytes, as do 1 thread and 2;
+pinned, a run on the quiet box and three side by side under load give the same bytes. A variable
+already set in the environment is kept, and TRAINING.json records the values the run had.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
 from pathlib import Path
 
-import torch
-from safetensors.torch import load_file
+PINNED = {
+    "MKL_CBWR": "AVX2,STRICT",
+    "MKL_DYNAMIC": "FALSE",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+}
+for _name, _value in PINNED.items():
+    os.environ.setdefault(_name, _value)
+
+import torch  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -42,6 +58,7 @@ from workbench.models.llama import LlamaForCausalLM  # noqa: E402
 from workbench.models.loader import ASSETS, save_checkpoint  # noqa: E402
 from workbench.models.model_config import ModelConfig, eagle3_aux_layers  # noqa: E402
 from workbench.models.tokenizer import encode  # noqa: E402
+from workbench.run.provenance import workbench_commit  # noqa: E402
 
 
 def pick_prompts(n: int, length: int, per_file: int = 2) -> list:
@@ -69,6 +86,17 @@ def pick_prompts(n: int, length: int, per_file: int = 2) -> list:
                     return prompts
             offset += len(line)
     return prompts
+
+
+def host_cpu() -> str:
+    """The host's CPU model name (``/proc/cpuinfo``), or ``platform.processor()`` where there is none."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 def load_for_training(cls, directory: Path):
@@ -157,6 +185,7 @@ def main() -> None:
     )
     meta = {
         "command": " ".join(["python", "scripts/train_models.py", *sys.argv[1:]]),
+        "commit": workbench_commit(),
         "seed": args.seed,
         "target_layers": cfg.num_layers,
         "target_steps": args.target_steps,
@@ -181,6 +210,9 @@ def main() -> None:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "threads": args.threads,
+        "numerics": {name: os.environ.get(name) for name in PINNED},
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "host_cpu": host_cpu(),
         "wall_s": round(time.time() - t0, 1),
     }
     (args.out / "models" / "TRAINING.json").write_text(json.dumps(meta, indent=1))
