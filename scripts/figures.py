@@ -117,7 +117,8 @@ def models() -> list[str]:
                 f"engine: {m['target_layers']}-layer target + EAGLE3 head (`models/`)",
                 _f(m["target_heldout_bits_per_byte"], 4),
                 f"held-out top-1 per draft step {top1}",
-                f"{m['wall_s_target_and_corpus_head']} s + {m['wall_s_self_distill_run']} s (two runs, {m['box']})",
+                f"{m['wall_s']} s (one run at {m['commit'][:7]}, {m['threads']} threads, kernels pinned at "
+                f"{m['cpu_capability']} on {m['host_cpu']})",
             ],
             [
                 f"real runtime: {r['target'].get('layers', '?')}-layer Qwen3 target + EAGLE3 head (`runtime_models/`)",
