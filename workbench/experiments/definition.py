@@ -24,8 +24,8 @@ SPEC_KEYS = ("steps", "topk", "draft_tokens")
 class Comparison:
     """The comparison's settings; ``apply`` fills a run config's unset keys from them."""
 
-    steps: int = 7  # the chain that measured fastest at batch 1 with the shipped (self-distilled) head:
-    topk: int = 1  # accept length 6.23 of 8 (docs/guide.md §5)
+    steps: int = 7  # the chain that measured fastest at batch 1 with the head shipped before fc597ba;
+    topk: int = 1  # today's head's accept length and speedup on it: docs/figures.md (bench)
     draft_tokens: int = 8
     num_prompts: int | None = None  # the first N shipped prompts; None: all of them
     max_new_tokens: int = 64
