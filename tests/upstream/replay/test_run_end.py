@@ -1,5 +1,5 @@
 """How a replay run ended (``run_end``): the driver's fields, the reader of runs written before them
-(the shipped findings say ``outcome``), and bad words refused by name."""
+(findings shipped before 7b79cf4 said ``outcome``), and bad words refused by name."""
 
 from __future__ import annotations
 
