@@ -36,7 +36,7 @@ CASE: dict = {'key': 'triton|IDLE|DFlashVerifyInput|kv_indptr|TritonAttnBackend.
                'draft_token_num': 4},
  'server_args': {'speculative_num_draft_tokens': 4, 'speculative_num_steps': 3, 'speculative_eagle_topk': 1},
  'expect': "'DFlashVerifyInput' object has no attribute 'kv_indptr' at "
-           'sglang/srt/layers/attention/triton_backend.py:891'}  # written by eagle-workbench d9b22a796742f322586dca743c38305f65ee3729
+           'sglang/srt/layers/attention/triton_backend.py:891'}  # written by eagle-workbench 37ed05c907e3b94f649ebdb51624415dc069c9af
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
